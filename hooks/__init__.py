@@ -1,0 +1,1 @@
+"""nodewarden: stateless Metacontroller hooks for the node lifecycle on AWS."""

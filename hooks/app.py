@@ -1,0 +1,113 @@
+"""The hook server: ``gunicorn 'hooks.app:create_app()'``.
+
+Routes: POST /<controller>/<hook> (sync, finalize, customize), GET /healthz,
+/readyz, /metrics. Every error is JSON; a stack trace never reaches a client.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from hooks import controllers, logs, metrics, runtime
+from hooks.config import load_settings
+from hooks.contract import RequestError
+from hooks.dispatch import UnknownHook, resolve, serve
+
+log = logging.getLogger("hooks.app")
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _json(body: dict, status: int = 200) -> Response:
+    return Response(_dumps(body), status=status, mimetype="application/json")
+
+
+def _error(status: int, message: str, **extra) -> Response:
+    body = {"error": message, **extra}
+    rid = logs.request_id.get()
+    if rid != "-":
+        body["requestId"] = rid
+    return _json(body, status)
+
+
+def create_app(ctx: runtime.Context | None = None) -> Flask:
+    if ctx is None:
+        ctx = runtime.Context(load_settings())
+    runtime.install(ctx)
+    logs.configure(ctx.settings.log_level)
+
+    app = Flask("nodewarden")
+    app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes
+
+    @app.before_request
+    def _start():
+        g.started = time.perf_counter()
+        g.controller, g.hook = "-", "-"
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+        g.rid_token = logs.request_id.set(rid[:64])
+
+    @app.after_request
+    def _finish(response: Response):
+        if g.get("controller", "-") != "-":
+            metrics.HOOK_LATENCY.labels(g.controller, g.hook, str(response.status_code)).observe(
+                time.perf_counter() - g.started
+            )
+        response.headers["X-Request-Id"] = logs.request_id.get()
+        return response
+
+    @app.teardown_request
+    def _reset(_exc):
+        token = g.pop("rid_token", None)
+        if token is not None:
+            logs.request_id.reset(token)
+
+    @app.get("/healthz")
+    def healthz():
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz():
+        return _json({"status": "ready", "controllers": sorted(controllers.CONTROLLERS)})
+
+    @app.get("/metrics")
+    def metrics_endpoint():
+        return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4")
+
+    @app.post("/<controller_name>/<hook>")
+    def hook(controller_name: str, hook: str):
+        try:
+            resolve(controller_name, hook)
+        except UnknownHook as exc:
+            return _error(404, str(exc))
+        g.controller, g.hook = controller_name, hook
+        if request.mimetype != "application/json":
+            return _error(415, f"content type must be application/json, got {request.mimetype or 'none'!r}")
+        try:
+            body = json.loads(request.get_data(cache=False))
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _error(400, f"malformed JSON: {exc}")
+        try:
+            response = serve(controller_name, hook, body, ctx)
+        except RequestError as exc:
+            return _error(400, str(exc), field=exc.field)
+        return _json(response)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(_exc):
+        return _error(413, f"request body larger than {ctx.settings.max_body_bytes} bytes")
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        return _error(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception):
+        log.exception("hook failed", extra={"controller": g.get("controller"), "hook": g.get("hook")})
+        return _error(500, "internal error; see the server log for this request id")
+
+    return app

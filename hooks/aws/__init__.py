@@ -1,0 +1,1 @@
+"""Idempotent AWS actuators and look-ups (boto3)."""

@@ -1,0 +1,79 @@
+"""boto3 clients, one per (service, region) per process, with call metrics.
+
+The endpoint comes from boto3's own AWS_ENDPOINT_URL (moto in tests and the
+local stack); retries use botocore's standard mode.
+"""
+from __future__ import annotations
+
+import threading
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from hooks.config import Settings
+from hooks.metrics import AWS_CALLS
+
+_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 3},
+    connect_timeout=2,
+    read_timeout=5,
+)
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a failure, or its class name for transport errors."""
+    if isinstance(exc, ClientError):
+        return exc.response.get("Error", {}).get("Code", "ClientError")
+    return type(exc).__name__
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        return f"{err.get('Code', 'ClientError')}: {err.get('Message', '')}".strip()
+    if isinstance(exc, BotoCoreError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _count_call(service: str):
+    def after_call(http_response=None, parsed=None, model=None, **_):
+        code = "ok"
+        if isinstance(parsed, dict) and parsed.get("Error"):
+            code = parsed["Error"].get("Code", "error")
+        AWS_CALLS.labels(service, model.name if model else "?", code).inc()
+
+    def after_call_error(exception=None, model=None, **_):
+        AWS_CALLS.labels(service, model.name if model else "?", type(exception).__name__).inc()
+
+    return after_call, after_call_error
+
+
+class AwsClients:
+    """Lazily built, cached clients. Thread-safe: gunicorn threads share them."""
+
+    def __init__(self, settings: Settings, session: boto3.session.Session | None = None):
+        self._settings = settings
+        self._session = session or boto3.session.Session()
+        self._clients: dict[tuple[str, str], object] = {}
+        self._lock = threading.Lock()
+
+    def region(self, preferred: str | None = None) -> str:
+        region = preferred or self._settings.aws_region or self._session.region_name
+        if not region:
+            raise ValueError("no AWS region: set AWS_REGION or give nodes a zone in their providerID")
+        return region
+
+    def client(self, service: str, region: str | None = None):
+        region = self.region(region)
+        key = (service, region)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._session.client(service, region_name=region, config=_CONFIG)
+                after_call, after_call_error = _count_call(service)
+                client.meta.events.register("after-call", after_call)
+                client.meta.events.register("after-call-error", after_call_error)
+                self._clients[key] = client
+            return client

@@ -1,0 +1,108 @@
+"""Configuration from the environment: the one table users set.
+
+Every setting is documented in docs/configuration.md; names are part of the
+public interface, so keep them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (true/false)")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name) or ""
+    return tuple(item.strip() for item in raw.replace("\n", ",").split(",") if item.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster_name: str = ""
+    namespace: str = "nodewarden-system"
+    aws_region: str = ""
+    max_body_bytes: int = 16 * 1024 * 1024
+    log_level: str = "INFO"
+    # node-detacher
+    detach_taint_keys: tuple[str, ...] = ()
+    detach_control_plane: bool = False
+    static_target_groups: tuple[str, ...] = ()
+    static_classic_elbs: tuple[str, ...] = ()
+    include_lb_controller: bool = True
+    managed_daemonsets: tuple[str, ...] = ()
+    detacher_name: str = "node-detacher"
+    discovery_refresh_seconds: float = 300
+    discovery_cache_seconds: float = 30
+    drain_poll_seconds: float = 5
+    finalize_drain_timeout_seconds: float = 330
+    # cluster-gc
+    external_resource_gc: bool = True
+    gc_use_tagging_api: bool = True
+    gc_include_lb_controller: bool = False
+    gc_call_budget_seconds: float = 1.0
+    gc_max_deletes_per_call: int = 50
+    gc_progress_resync_seconds: float = 1
+    # shared
+    error_backoff_seconds: float = 5
+    error_backoff_max_seconds: float = 300
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read settings; raise ConfigError with the variable's name when one is wrong."""
+    env = os.environ if env is None else env
+    return Settings(
+        cluster_name=env.get("NODEWARDEN_CLUSTER_NAME", "").strip(),
+        namespace=env.get("NODEWARDEN_NAMESPACE", "").strip() or "nodewarden-system",
+        aws_region=(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip(),
+        max_body_bytes=int(_number(env, "NODEWARDEN_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)),
+        log_level=(env.get("NODEWARDEN_LOG_LEVEL") or "INFO").upper(),
+        detach_taint_keys=_list(env, "NODEWARDEN_DETACH_TAINT_KEYS"),
+        detach_control_plane=_bool(env, "NODEWARDEN_DETACH_CONTROL_PLANE", False),
+        static_target_groups=_list(env, "NODEWARDEN_STATIC_TARGET_GROUPS"),
+        static_classic_elbs=_list(env, "NODEWARDEN_STATIC_CLASSIC_ELBS"),
+        include_lb_controller=_bool(env, "NODEWARDEN_INCLUDE_LB_CONTROLLER", True),
+        managed_daemonsets=_list(env, "NODEWARDEN_MANAGED_DAEMONSETS"),
+        detacher_name=env.get("NODEWARDEN_DETACHER_NAME", "").strip() or "node-detacher",
+        discovery_refresh_seconds=_number(env, "NODEWARDEN_DISCOVERY_REFRESH_SECONDS", 300),
+        discovery_cache_seconds=_number(env, "NODEWARDEN_DISCOVERY_CACHE_SECONDS", 30),
+        drain_poll_seconds=_number(env, "NODEWARDEN_DRAIN_POLL_SECONDS", 5, minimum=0.1),
+        finalize_drain_timeout_seconds=_number(env, "NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS", 330),
+        external_resource_gc=_bool(env, "NODEWARDEN_EXTERNAL_RESOURCE_GC", True),
+        gc_use_tagging_api=_bool(env, "NODEWARDEN_GC_TAGGING_API", True),
+        gc_include_lb_controller=_bool(env, "NODEWARDEN_GC_INCLUDE_LB_CONTROLLER", False),
+        gc_call_budget_seconds=_number(env, "NODEWARDEN_GC_CALL_BUDGET_SECONDS", 1.0, minimum=0.1),
+        gc_max_deletes_per_call=int(_number(env, "NODEWARDEN_GC_MAX_DELETES_PER_CALL", 50, minimum=1)),
+        gc_progress_resync_seconds=_number(env, "NODEWARDEN_GC_PROGRESS_RESYNC_SECONDS", 1, minimum=0.1),
+        error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
+        error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
+        extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},
+    )

@@ -1,0 +1,27 @@
+"""The controllers this server hosts: name -> (Metacontroller kind, module).
+
+Each module defines ``sync`` and optionally ``finalize`` and ``customize``,
+taking the parsed request (and an optional Context) and returning the response.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from hooks.contract import COMPOSITE, DECORATOR
+
+CONTROLLERS: dict[str, tuple[str, str]] = {
+    "node-detacher": (DECORATOR, "hooks.controllers.node_detacher"),
+    "cluster-gc": (DECORATOR, "hooks.controllers.cluster_gc"),
+}
+
+
+def load(name: str) -> tuple[str, ModuleType] | None:
+    entry = CONTROLLERS.get(name)
+    if entry is None:
+        return None
+    kind, module = entry
+    return kind, importlib.import_module(module)
+
+
+__all__ = ["CONTROLLERS", "COMPOSITE", "DECORATOR", "load"]

@@ -1,0 +1,447 @@
+"""node-detacher: a leaving Node leaves every load balancer before its pods stop.
+
+DecoratorController on Nodes (sync + finalize) and on Pods (managed ingress
+DaemonSets). Each call walks one step of hooks.detacher.assess's phases:
+
+  exclude     label node.kubernetes.io/exclude-from-external-load-balancers,
+              annotate, NodeBeingDetached=True (the label lands before any
+              deregistration, so no controller registers the node again)
+  deregister  one batched call per target group / classic ELB
+  drain       poll target state until every target is gone or 'unused'
+  shutdown    evict priority-annotated pods, highest priority first
+  reattach    register exactly what was deregistered, remove what is ours
+
+Progress lives in the Node's annotations, so a failed step never loses what
+already happened and the next call resumes where this one stopped.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from hooks import conditions, fields, runtime, timefmt
+from hooks.aws import elb as elb_api
+from hooks.aws.clients import describe_error as aws_error
+from hooks.aws.lb_discovery import CACHE as LB_INDEX
+from hooks.config import Settings
+from hooks.contract import HookRequest, decorator_response
+from hooks.detacher import assess as phases
+from hooks.detacher import names, shutdown, targets
+from hooks.detacher.pod_trigger import decide_pod, gather_pod
+from hooks.kube import events, pods, taints
+from hooks.kube.client import describe_error as kube_error
+from hooks.metrics import record_action
+from hooks.plan import Action, Outcome, Plan, backoff
+
+CONTROLLER = "node-detacher"
+log = logging.getLogger(__name__)
+
+_REASONS = {
+    "cordoned": "Cordoned",
+    "deleting": "NodeDeleting",
+    "daemonset-pod": "DaemonSetPodTerminating",
+    "annotation": "DetachRequested",
+}
+# Pause before looking again for the label we just asked Metacontroller to apply.
+_LABEL_SETTLE_SECONDS = 1.0
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    if request.parent.get("kind") == "Pod":
+        return decide_pod(request, settings, observed)
+    sit = phases.assess(request, settings, now)
+    return _DECIDERS[sit.phase](request, sit, settings, now, observed)
+
+
+def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings, observed: dict) -> list[dict]:
+    """The desired Attachment: freshly discovered memberships, else the cached ones."""
+    if sit.instance_id is None:
+        return []
+    discovery = observed.get("discovery")
+    if discovery is not None:
+        memberships = [tuple(m) for m in discovery["memberships"]]
+        discovered_at = discovery["discoveredAt"]
+    elif sit.attachment is not None:
+        memberships = sit.memberships
+        discovered_at = sit.attachment.get("discoveredAt")
+    else:
+        return []
+    spec = {"nodeName": request.name, "instanceID": sit.instance_id, "region": sit.region or ""}
+    spec.update(targets.to_attachment_spec(memberships))
+    if discovered_at:
+        spec["discoveredAt"] = discovered_at
+    return [
+        {
+            "apiVersion": names.ATTACHMENT_API,
+            "kind": names.ATTACHMENT_KIND,
+            "metadata": {"name": request.name, "namespace": settings.namespace, "labels": {names.NODE_LABEL: request.name}},
+            "spec": spec,
+        }
+    ]
+
+
+def _event(request: HookRequest, reason: str, message: str) -> Action:
+    return Action("event", request.name, {"reason": reason, "message": message})
+
+
+def _clear_error(annotations: dict, request: HookRequest) -> None:
+    for key in (names.ERROR, names.ATTEMPTS):
+        if key in request.annotations:
+            annotations[key] = None
+
+
+def _failure(request: HookRequest, settings: Settings, message: str, attachments: list[dict], **extra) -> Plan:
+    """A step that cannot proceed yet: say why on the node and retry with backoff."""
+    attempt = int(request.annotations.get(names.ATTEMPTS, "0") or 0) + 1
+    annotations = {names.ERROR: message, names.ATTEMPTS: str(attempt), **extra}
+    return Plan(
+        decorator_response(
+            annotations=annotations,
+            attachments=attachments,
+            resync_after=backoff(settings, attempt),
+            finalized=False if request.finalizing else None,
+        ),
+        [Action("event", request.name, {"reason": "DetachFailed", "message": message, "warning": True})],
+    )
+
+
+def _skip(request, sit, settings, now, observed) -> Plan:
+    return Plan(decorator_response(attachments=[], finalized=True if request.finalizing else None))
+
+
+def _idle(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    if observed.get("discoveryError") and not attachments:
+        return _failure(request, settings, f"load balancer discovery failed: {observed['discoveryError']}", [])
+    annotations: dict = {}
+    _clear_error(annotations, request)
+    if observed.get("discoveryError"):
+        log.warning("discovery failed; keeping the cached Attachment", extra={"node": request.name})
+    resync = None
+    if attachments and "discoveredAt" in attachments[0]["spec"]:
+        age = timefmt.seconds_since(attachments[0]["spec"]["discoveredAt"], now) or 0
+        resync = max(1.0, settings.discovery_refresh_seconds - age)
+    return Plan(
+        decorator_response(
+            annotations=annotations,
+            attachments=attachments,
+            resync_after=resync,
+            finalized=True if request.finalizing else None,
+        )
+    )
+
+
+def _exclude(request, sit, settings, now, observed) -> Plan:
+    reasons = ",".join(sit.reasons)
+    labels = {} if names.EXCLUDE_LABEL in request.labels else {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
+    annotations = {
+        names.DETACHING: "true",
+        names.SINCE: request.annotations.get(names.SINCE) or timefmt.fmt(now),
+        names.REASON: reasons,
+    }
+    reason = _REASONS.get(sit.reasons[0], "LeavingTaint")
+    status = None
+    node_status = fields.mapping(request.parent, "status")
+    if conditions.differs(node_status, names.CONDITION, "True"):
+        status = conditions.upsert(
+            node_status,
+            {"type": names.CONDITION, "status": "True", "reason": reason,
+             "message": f"node-detacher is taking the node out of its load balancers ({reasons})"},
+            timefmt.fmt(now),
+            heartbeat=True,
+        )
+    return Plan(
+        decorator_response(
+            labels=labels,
+            annotations=annotations,
+            status=status,
+            attachments=_attachment(request, sit, settings, observed),
+            resync_after=_LABEL_SETTLE_SECONDS,
+            finalized=False if request.finalizing else None,
+        ),
+        [_event(request, "Detaching", f"Leaving load balancers: {reasons}")],
+    )
+
+
+def _deregister(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    if sit.instance_id is None:
+        if request.finalizing:  # nothing we can act on; never hold a deletion forever
+            return Plan(decorator_response(attachments=[], finalized=True),
+                        [_event(request, "DetachSkipped", f"cannot detach: {sit.provider_error}")])
+        return _failure(request, settings, f"cannot detach: {sit.provider_error}", attachments)
+    if observed.get("discoveryError"):
+        return _failure(request, settings, f"load balancer discovery failed: {observed['discoveryError']}", attachments)
+    memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
+    done = set(sit.deregistered or ())
+    pending = [m for m in memberships if m not in done]
+    actions = []
+    for (lb_type, lb), ports in targets.group_by_load_balancer(pending).items():
+        covered = [m for m in pending if (m[0], m[1]) == (lb_type, lb)]
+        kind = "elbv2.deregister" if lb_type == "tg" else "elb.deregister"
+        actions.append(Action(kind, lb, {"instance": sit.instance_id, "region": sit.region, "ports": ports,
+                                         "memberships": [list(m) for m in covered]}))
+    annotations = {names.DEREGISTERED: targets.encode(done | set(memberships))}
+    _clear_error(annotations, request)
+    actions.append(_event(request, "Deregistered",
+                          f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)"))
+    return Plan(
+        decorator_response(
+            annotations=annotations,
+            attachments=attachments,
+            resync_after=settings.drain_poll_seconds,
+            finalized=False if request.finalizing else None,
+        ),
+        actions,
+    )
+
+
+def _drain(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    if observed.get("targetStatesError"):
+        return _failure(request, settings, f"reading target state failed: {observed['targetStatesError']}", attachments)
+    states = observed.get("targetStates") or {}
+    draining = sorted(k for k, state in states.items() if state not in elb_api.GONE_STATES)
+    waited = timefmt.seconds_since(request.annotations.get(names.SINCE), now) or 0
+    timed_out = request.finalizing and waited >= settings.finalize_drain_timeout_seconds
+    if draining and not timed_out:
+        return Plan(decorator_response(attachments=attachments, resync_after=settings.drain_poll_seconds,
+                                       finalized=False if request.finalizing else None))
+    annotations = {names.DETACHED_AT: timefmt.fmt(now)}
+    _clear_error(annotations, request)
+    message = "Every target finished draining" if not draining else f"Gave up waiting for {len(draining)} draining target(s)"
+    return Plan(
+        decorator_response(annotations=annotations, attachments=attachments,
+                           finalized=True if request.finalizing else None),
+        [_event(request, "Detached", message)],
+    )
+
+
+def _shutdown(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    if request.finalizing:  # the node is going; its pods go with it
+        return Plan(decorator_response(attachments=attachments, finalized=True))
+    if not _node_leaving(sit):  # a DaemonSet roll or a bare request: the node stays, so do its pods
+        return Plan(decorator_response(attachments=attachments))
+    if observed.get("podsError"):
+        return _failure(request, settings, f"listing pods failed: {observed['podsError']}", attachments)
+    refs = shutdown.prioritized(observed.get("pods") or [], observed.get("daemonsets") or {})
+    annotations: dict = {}
+    _clear_error(annotations, request)
+    if not refs:
+        return Plan(decorator_response(annotations=annotations, attachments=attachments))
+    priority, group = shutdown.next_group(refs)
+    actions = []
+    node_taints = fields.objects(request.parent, "spec", "taints")
+    if not any(t.get("key") == names.DETACHING_TAINT for t in node_taints):
+        # Keeps DaemonSet controllers from putting evicted pods straight back.
+        actions.append(Action("kube.taint", request.name, {"key": names.DETACHING_TAINT, "effect": "NoSchedule"}))
+    actions.extend(Action("kube.evict", r.key, {"priority": r.priority}) for r in group)
+    if group:
+        actions.append(_event(request, "EvictingPods",
+                              f"Evicting {len(group)} pod(s) of deletion priority {priority}: "
+                              + ", ".join(r.key for r in group)))
+    return Plan(decorator_response(annotations=annotations, attachments=attachments,
+                                   resync_after=settings.drain_poll_seconds), actions)
+
+
+def _node_leaving(sit: phases.Situation) -> bool:
+    """Ordered pod shutdown is for nodes on their way out, not for DaemonSet rolls."""
+    return any(r == "cordoned" or r.startswith("taint:") for r in sit.reasons)
+
+
+def _reattach(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    deregistered = list(sit.deregistered or ())
+    actions = []
+    if deregistered and sit.instance_id is None:
+        return _failure(request, settings, f"cannot re-attach: {sit.provider_error}", attachments)
+    for (lb_type, lb), ports in targets.group_by_load_balancer(deregistered).items():
+        covered = [m for m in deregistered if (m[0], m[1]) == (lb_type, lb)]
+        kind = "elbv2.register" if lb_type == "tg" else "elb.register"
+        actions.append(Action(kind, lb, {"instance": sit.instance_id, "region": sit.region, "ports": ports,
+                                         "memberships": [list(m) for m in covered]}))
+    if any(t.get("key") == names.DETACHING_TAINT for t in fields.objects(request.parent, "spec", "taints")):
+        actions.append(Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT}))
+    labels = {names.EXCLUDE_LABEL: None} if request.labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE else {}
+    annotations = {key: None for key in names.OUR_ANNOTATIONS if key in request.annotations}
+    node_status = fields.mapping(request.parent, "status")
+    status = conditions.remove(node_status, names.CONDITION) if conditions.find(node_status, names.CONDITION) else None
+    registered = sum(1 for a in actions if a.kind.endswith(".register"))
+    actions.append(_event(request, "Reattached",
+                          f"Registered again with {registered} load balancer(s)" if registered else "Back in service"))
+    return Plan(
+        decorator_response(labels=labels, annotations=annotations, status=status, attachments=attachments,
+                           finalized=True if request.finalizing else None),
+        actions,
+    )
+
+
+_DECIDERS = {
+    phases.SKIP: _skip,
+    phases.IDLE: _idle,
+    phases.EXCLUDE: _exclude,
+    phases.DEREGISTER: _deregister,
+    phases.DRAIN: _drain,
+    phases.SHUTDOWN: _shutdown,
+    phases.REATTACH: _reattach,
+}
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+    """The look-ups this call's phase needs; failures are recorded, never raised."""
+    if request.parent.get("kind") == "Pod":
+        return gather_pod(request, ctx)
+    settings = ctx.settings
+    sit = phases.assess(request, settings, ctx.now())
+    observed: dict = {}
+    if sit.needs_discovery:
+        try:
+            index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)
+            observed["discovery"] = {
+                "memberships": [list(m) for m in index.memberships(sit.instance_id)],
+                "discoveredAt": timefmt.fmt(ctx.now()),
+            }
+        except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
+            observed["discoveryError"] = aws_error(exc)
+    if sit.phase == phases.DRAIN:
+        try:
+            observed["targetStates"] = _target_states(ctx, sit)
+        except Exception as exc:  # noqa: BLE001
+            observed["targetStatesError"] = aws_error(exc)
+    if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
+        try:
+            node_pods = pods.on_node(ctx.kube, request.name)
+            daemonsets = {shutdown.daemonset_of(p) for p in node_pods} - {None}
+            observed["pods"] = node_pods
+            observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, daemonsets) if daemonsets else {}
+        except Exception as exc:  # noqa: BLE001
+            observed["podsError"] = kube_error(exc)
+    return observed
+
+
+def _target_states(ctx: runtime.Context, sit: phases.Situation) -> dict[str, str]:
+    states = {}
+    client = None
+    for (lb_type, arn), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
+        if lb_type != "tg":
+            continue  # classic ELBs stop sending at deregistration
+        client = client or ctx.aws.client("elbv2", sit.region)
+        for port, state in elb_api.target_states(client, arn, sit.instance_id, ports).items():
+            states[f"{arn}|{port}"] = state
+    return states
+
+
+# --------------------------------------------------------------------------- act
+
+
+def _run(action: Action, ctx: runtime.Context) -> None:
+    p = action.params
+    if action.kind in ("elbv2.deregister", "elbv2.register"):
+        client = ctx.aws.client("elbv2", p.get("region"))
+        fn = elb_api.deregister_targets if action.kind.endswith("deregister") else elb_api.register_targets
+        fn(client, action.target, p["instance"], p["ports"])
+    elif action.kind in ("elb.deregister", "elb.register"):
+        client = ctx.aws.client("elb", p.get("region"))
+        fn = elb_api.deregister_instance if action.kind.endswith("deregister") else elb_api.register_instance
+        fn(client, action.target, p["instance"])
+    elif action.kind == "kube.taint":
+        taints.add(ctx.kube, action.target, p["key"], p["effect"])
+    elif action.kind == "kube.untaint":
+        taints.remove(ctx.kube, action.target, p["key"])
+    elif action.kind == "kube.evict":
+        namespace, name = action.target.split("/", 1)
+        pods.evict(ctx.kube, namespace, name)
+    elif action.kind == "kube.annotate-node":
+        from lightkube.resources.core_v1 import Node
+
+        ctx.kube.merge_patch(Node, action.target, {"metadata": {"annotations": p["annotations"]}})
+    else:
+        raise ValueError(f"unknown action {action.kind}")
+
+
+def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
+    outcomes = []
+    for action in actions:
+        if action.kind == "event":
+            continue
+        try:
+            _run(action, ctx)
+            outcomes.append(Outcome(action, True))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
+            message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
+            outcomes.append(Outcome(action, False, error=f"{action.kind} {action.target}: {message}"))
+        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
+    return outcomes
+
+
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
+    """The response given what really happened: failed steps stay pending."""
+    failed = [o for o in outcomes if not o.ok]
+    response = plan.response
+    if not failed:
+        return response
+    annotations = dict(response.get("annotations") or {})
+    failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
+    if any(o.action.kind.endswith(".register") for o in failed):
+        # Re-attach incomplete: keep detach state, remember what still needs registering.
+        response = dict(response, labels={}, status=None)
+        annotations = {names.DEREGISTERED: targets.encode(failed_memberships)}
+        if "finalized" in response:
+            response["finalized"] = False
+    elif names.DEREGISTERED in annotations:
+        kept = set(targets.decode(annotations[names.DEREGISTERED]) or []) - failed_memberships
+        annotations[names.DEREGISTERED] = targets.encode(kept)
+    attempt = int(request.annotations.get(names.ATTEMPTS, "0") or 0) + 1
+    annotations[names.ERROR] = "; ".join(o.error for o in failed)[:2000]
+    annotations[names.ATTEMPTS] = str(attempt)
+    response = dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt))
+    return response
+
+
+def _emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
+    failed = [o for o in outcomes if not o.ok]
+    subject = request.parent
+    if request.parent.get("kind") == "Pod":  # pod-triggered detaches are reported on the Node
+        subject = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": plan.actions[0].target if plan.actions else ""}}
+    if failed:
+        events.emit(ctx.kube, subject, "DetachFailed", "; ".join(o.error for o in failed), warning=True,
+                    component=CONTROLLER)
+        return
+    for action in plan.actions:
+        if action.kind == "event":
+            events.emit(ctx.kube, subject, action.params["reason"], action.params["message"],
+                        warning=action.params.get("warning", False), component=CONTROLLER)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
+    ctx = ctx or runtime.current()
+    observed = gather(request, ctx)
+    plan = decide(request, ctx.settings, ctx.now(), observed)
+    outcomes = act(plan.actions, ctx)
+    if request.parent.get("kind") == "Pod":
+        # Never annotate users' pods with our errors: just try again later.
+        failed = any(not o.ok for o in outcomes)
+        response = decorator_response(resync_after=backoff(ctx.settings, 1)) if failed else plan.response
+    else:
+        response = settle(request, plan, outcomes, ctx.settings)
+    if any(a.kind == "event" for a in plan.actions) or any(not o.ok for o in outcomes):
+        _emit(request, plan, outcomes, ctx)
+    return response
+
+
+def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _serve(request, ctx)
+
+
+def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _serve(request, ctx)

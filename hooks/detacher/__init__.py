@@ -1,0 +1,1 @@
+"""node-detacher's pure pieces: names, triggers, targets, ordered pod shutdown."""

@@ -1,0 +1,109 @@
+"""Where a node stands in its detach/re-attach life (pure).
+
+Both the look-ups before deciding (what to observe) and the decision itself
+start from this one reading of the request, so they can never disagree.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from hooks import fields, timefmt
+from hooks.aws import providerid
+from hooks.config import Settings
+from hooks.contract import HookRequest
+from hooks.detacher import names, targets, triggers
+
+# Phases, in the order a detach walks through them.
+SKIP = "skip"  # control plane, not ours to touch
+IDLE = "idle"  # serving traffic; keep the Attachment fresh
+EXCLUDE = "exclude"  # detach wanted: label and annotate first
+DEREGISTER = "deregister"  # label is on: leave every load balancer
+DRAIN = "drain"  # wait for the targets to finish draining
+SHUTDOWN = "shutdown"  # detached: ordered pod shutdown
+REATTACH = "reattach"  # schedulable again: undo exactly what we did
+
+
+@dataclass(frozen=True)
+class Situation:
+    phase: str
+    reasons: tuple[str, ...]
+    instance_id: str | None
+    region: str | None
+    provider_error: str | None
+    attachment: dict | None  # the observed Attachment's spec
+    deregistered: tuple | None  # memberships recorded as deregistered
+    attachment_stale: bool
+
+    @property
+    def memberships(self) -> list[tuple] | None:
+        if self.attachment is None:
+            return None
+        return targets.from_attachment_spec(self.attachment)
+
+    @property
+    def pending(self) -> list[tuple]:
+        done = set(self.deregistered or ())
+        return [m for m in self.memberships or [] if m not in done]
+
+    @property
+    def needs_discovery(self) -> bool:
+        if self.instance_id is None or self.phase in (SKIP, EXCLUDE, REATTACH):
+            return False
+        if self.attachment is None:
+            return self.phase in (IDLE, DEREGISTER)
+        return self.phase == IDLE and self.attachment_stale
+
+
+def observed_attachment(request: HookRequest, settings: Settings) -> dict | None:
+    att = request.children.get(names.ATTACHMENT_KIND, request.name, settings.namespace)
+    if att is None:
+        return None
+    return fields.mapping(att, "spec", where="attachment")
+
+
+def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situation:
+    node = request.parent
+    annotations = fields.mapping(node, "metadata", "annotations")
+    labels = fields.mapping(node, "metadata", "labels")
+    attachment = observed_attachment(request, settings)
+    try:
+        pid = providerid.parse(fields.string(node, "spec", "providerID"))
+        instance_id, region, provider_error = pid.instance_id, pid.region or settings.aws_region or None, None
+    except providerid.ProviderIDError as exc:
+        instance_id, region, provider_error = None, None, str(exc)
+    if attachment and attachment.get("instanceID") not in (None, instance_id):
+        attachment = None  # the node was re-created on another instance: rediscover
+    age = timefmt.seconds_since((attachment or {}).get("discoveredAt"), now)
+    stale = age is None or age >= settings.discovery_refresh_seconds
+    deregistered = targets.decode(annotations.get(names.DEREGISTERED))
+    reasons = tuple(triggers.reasons(node, settings))
+    if request.finalizing and not request.deleting:
+        reasons = ()  # the node stopped matching our selector: hand it back as it was
+
+    def situation(phase: str) -> Situation:
+        return Situation(
+            phase=phase,
+            reasons=reasons,
+            instance_id=instance_id,
+            region=region,
+            provider_error=provider_error,
+            attachment=attachment,
+            deregistered=tuple(deregistered) if deregistered is not None else None,
+            attachment_stale=stale,
+        )
+
+    if triggers.is_control_plane(node) and not settings.detach_control_plane:
+        return situation(SKIP)
+    if not reasons:
+        return situation(REATTACH if triggers.ours_present(node) else IDLE)
+    if not annotations.get(names.SINCE) or names.EXCLUDE_LABEL not in labels:
+        return situation(EXCLUDE)
+    pending_or_new = deregistered is None or any(
+        m not in set(deregistered) for m in (targets.from_attachment_spec(attachment) if attachment else [])
+    )
+    if pending_or_new:
+        return situation(DEREGISTER)
+    if not annotations.get(names.DETACHED_AT):
+        return situation(DRAIN)
+    return situation(SHUTDOWN)

@@ -1,0 +1,31 @@
+"""Names kept from mumoshu/node-detacher (users migrate) and our own progress keys."""
+
+# From node-detacher: keep these exact names.
+DETACHING = "node-detacher.variant.run/detaching"
+POD_PRIORITY = "node-detacher.variant.run/deletion-priority"
+DAEMONSET_POD_PRIORITY = "node-detacher.variant.run/pod-deletion-priority"
+MANAGED_BY = "node-detacher.variant.run/managed-by"
+CONDITION = "NodeBeingDetached"
+# The taint that keeps evicted DaemonSet pods from coming back (the original's contract).
+DETACHING_TAINT = "node-detacher.variant.run/detaching"
+
+# Kubernetes: the service controller and the AWS Load Balancer Controller skip nodes with it.
+EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+EXCLUDE_VALUE = "nodewarden"
+
+# Our progress, recorded on the Node so the next call sees it.
+SINCE = "nodewarden.io/detaching-since"
+REASON = "nodewarden.io/detach-reason"
+DEREGISTERED = "nodewarden.io/deregistered"
+DETACHED_AT = "nodewarden.io/detached-at"
+ERROR = "nodewarden.io/detach-error"
+ATTEMPTS = "nodewarden.io/detach-attempts"
+FOR_POD = "nodewarden.io/detach-for-pod"
+
+OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DETACHED_AT, ERROR, ATTEMPTS)
+
+ATTACHMENT_API = "nodewarden.io/v1alpha1"
+ATTACHMENT_KIND = "Attachment"
+NODE_LABEL = "nodewarden.io/node"
+
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")

@@ -1,0 +1,28 @@
+"""Serve one hook call on a decoded body: the one path shared by the server and the CLI."""
+from __future__ import annotations
+
+from hooks import controllers, runtime
+from hooks.contract import HOOKS, parse_customize, parse_request, shape_response
+
+
+class UnknownHook(LookupError):
+    pass
+
+
+def resolve(controller_name: str, hook: str):
+    """(kind, hook function) or UnknownHook."""
+    loaded = controllers.load(controller_name)
+    fn = getattr(loaded[1], hook, None) if loaded and hook in HOOKS else None
+    if fn is None:
+        raise UnknownHook(f"no hook {hook!r} for controller {controller_name!r}")
+    return loaded[0], fn
+
+
+def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = None) -> dict:
+    """Validate, run and shape. Raises UnknownHook or RequestError."""
+    kind, fn = resolve(controller_name, hook)
+    ctx = ctx or runtime.current()
+    if hook == "customize":
+        return fn(parse_customize(body), ctx=ctx)
+    response = fn(parse_request(body, kind, hook), ctx=ctx)
+    return shape_response(kind, response)

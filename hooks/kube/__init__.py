@@ -1,0 +1,1 @@
+"""Kubernetes actuators: what a decorator's response cannot do (spec, events, pods)."""

@@ -1,0 +1,76 @@
+"""A lazily connected lightkube client that fails clearly when no API is reachable."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable
+
+import httpx2 as httpx
+from lightkube import Client
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError, ConfigError
+from lightkube.types import PatchType
+
+FIELD_MANAGER = "nodewarden"
+
+
+class KubeUnavailable(RuntimeError):
+    """No Kubernetes API configured or reachable; the action is retried later."""
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, ApiError):
+        status = exc.status
+        return f"{status.code} {status.reason}: {status.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return isinstance(exc, ApiError) and exc.status.code == 404
+
+
+class Kube:
+    """Thin wrapper: one client per process, created on first use."""
+
+    def __init__(self, client: Client | None = None, timeout: float = 3.0):
+        self._client = client
+        self._timeout = timeout
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        with self._lock:
+            if self._client is None:
+                try:
+                    config = KubeConfig.from_env()
+                except (ConfigError, OSError, ValueError) as exc:
+                    raise KubeUnavailable(f"no Kubernetes configuration: {exc}") from exc
+                self._client = Client(
+                    config, timeout=httpx.Timeout(self._timeout), field_manager=FIELD_MANAGER
+                )
+            return self._client
+
+    def call(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run a client method, turning transport failures into KubeUnavailable."""
+        try:
+            return getattr(self.client, fn_name)(*args, **kwargs)
+        except httpx.TransportError as exc:
+            raise KubeUnavailable(f"Kubernetes API unreachable: {exc}") from exc
+
+    # Generic verbs on lightkube resource classes -------------------------
+    def get(self, res, name: str, namespace: str | None = None):
+        return self.call("get", res, name, namespace=namespace)
+
+    def list(self, res, namespace: str | None = None, labels=None, fields=None) -> list:
+        return list(self.call("list", res, namespace=namespace, labels=labels, fields=fields))
+
+    def merge_patch(self, res, name: str, patch: dict, namespace: str | None = None):
+        return self.call("patch", res, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
+
+    def json_patch(self, res, name: str, ops: Iterable[dict], namespace: str | None = None):
+        return self.call("patch", res, name, list(ops), namespace=namespace, patch_type=PatchType.JSON)
+
+    def delete(self, res, name: str, namespace: str | None = None, grace_period: int | None = None):
+        return self.call("delete", res, name, namespace=namespace, grace_period=grace_period)
+
+    def create(self, obj, name: str | None = None, namespace: str | None = None):
+        return self.call("create", obj, name, namespace=namespace)

@@ -1,0 +1,27 @@
+"""Pods on a node: list them, evict them through policy/v1."""
+from __future__ import annotations
+
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Pod
+
+
+def on_node(kube, node_name: str) -> list[dict]:
+    """Every pod bound to the node (the API filters; our payload never grows with the cluster)."""
+    return [p.to_dict() for p in kube.list(Pod, namespace="*", fields={"spec.nodeName": node_name})]
+
+
+def daemonset_annotations(kube, keys: set[str]) -> dict[str, dict]:
+    """Annotations of the named DaemonSets (``namespace/name``)."""
+    found = {}
+    for ns in sorted({k.split("/", 1)[0] for k in keys}):
+        for ds in kube.list(DaemonSet, namespace=ns):
+            key = f"{ns}/{ds.metadata.name}"
+            if key in keys:
+                found[key] = {"annotations": dict(ds.metadata.annotations or {})}
+    return found
+
+
+def evict(kube, namespace: str, name: str) -> None:
+    """Ask for an eviction; PodDisruptionBudgets are honoured by the API server."""
+    kube.create(Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name, namespace=namespace)

@@ -1,0 +1,59 @@
+"""Add and remove Node taints (spec, which no decorator response can change).
+
+A JSON patch with a ``test`` on resourceVersion makes the read-modify-write
+safe against concurrent writers (kubelet, cluster-autoscaler, Karpenter);
+on a conflict it re-reads and tries again.
+"""
+from __future__ import annotations
+
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node
+
+_ATTEMPTS = 4
+
+
+def _node_taints(node) -> list[dict]:
+    spec = node.spec
+    return [t.to_dict() for t in (spec.taints or [])] if spec else []
+
+
+def _write(kube, name: str, change) -> bool:
+    """Apply ``change(taints) -> new taints or None``; True when the node changed."""
+    for attempt in range(_ATTEMPTS):
+        node = kube.get(Node, name)
+        taints = _node_taints(node)
+        new = change(taints)
+        if new is None:
+            return False
+        ops = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resourceVersion},
+            {"op": "add", "path": "/spec/taints", "value": new},
+        ]
+        try:
+            kube.json_patch(Node, name, ops)
+            return True
+        except ApiError as exc:
+            # 409 Conflict / 422 failed test: somebody else wrote first; re-read.
+            if exc.status.code not in (409, 422) or attempt == _ATTEMPTS - 1:
+                raise
+    return False
+
+
+def add(kube, node_name: str, key: str, effect: str, value: str | None = None) -> bool:
+    def change(taints):
+        if any(t.get("key") == key and t.get("effect") == effect for t in taints):
+            return None
+        taint = {"key": key, "effect": effect}
+        if value is not None:
+            taint["value"] = value
+        return taints + [taint]
+
+    return _write(kube, node_name, change)
+
+
+def remove(kube, node_name: str, key: str, effect: str | None = None) -> bool:
+    def change(taints):
+        kept = [t for t in taints if not (t.get("key") == key and (effect is None or t.get("effect") == effect))]
+        return None if len(kept) == len(taints) else kept
+
+    return _write(kube, node_name, change)

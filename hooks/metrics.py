@@ -1,0 +1,46 @@
+"""Prometheus metrics shared by every controller.
+
+Under gunicorn each worker is a process; set PROMETHEUS_MULTIPROC_DIR to an
+empty writable directory and /metrics aggregates all workers.
+"""
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess
+
+HOOK_LATENCY = Histogram(
+    "nodewarden_hook_duration_seconds",
+    "Time to serve one Metacontroller hook call.",
+    ["controller", "hook", "code"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+)
+AWS_CALLS = Counter(
+    "nodewarden_aws_calls_total",
+    "AWS API calls by service, operation and outcome (ok, or the error code).",
+    ["service", "operation", "outcome"],
+)
+ACTIONS = Counter(
+    "nodewarden_actions_total",
+    "Side effects carried out by controllers.",
+    ["controller", "kind", "outcome"],
+)
+STORM_GUARD = Gauge(
+    "nodewarden_fencing_storm_guard_active",
+    "1 while a NodeFencingPolicy holds new fencing back because too many nodes are unhealthy.",
+    ["policy"],
+    multiprocess_mode="max",
+)
+
+
+def record_action(controller: str, kind: str, ok: bool) -> None:
+    ACTIONS.labels(controller, kind, "ok" if ok else "error").inc()
+
+
+def exposition() -> bytes:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest()

@@ -1,0 +1,63 @@
+"""What a hook needs besides the request: settings, clients and the clock.
+
+One Context per process; tests build their own. Clients are created lazily
+so the server starts, and answers, with no AWS or Kubernetes API reachable.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hooks.config import Settings, load_settings
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@dataclass
+class Context:
+    settings: Settings
+    clock: Callable[[], dt.datetime] = utcnow
+    _aws: object | None = field(default=None, repr=False)
+    _kube: object | None = field(default=None, repr=False)
+
+    @property
+    def aws(self):
+        if self._aws is None:
+            from hooks.aws.clients import AwsClients
+
+            self._aws = AwsClients(self.settings)
+        return self._aws
+
+    @property
+    def kube(self):
+        if self._kube is None:
+            from hooks.kube.client import Kube
+
+            self._kube = Kube()
+        return self._kube
+
+    def now(self) -> dt.datetime:
+        return self.clock()
+
+
+_lock = threading.Lock()
+_current: Context | None = None
+
+
+def current() -> Context:
+    global _current
+    with _lock:
+        if _current is None:
+            _current = Context(load_settings())
+        return _current
+
+
+def install(ctx: Context | None) -> None:
+    """Replace the process context (the app factory and tests do this)."""
+    global _current
+    with _lock:
+        _current = ctx

@@ -1,0 +1,23 @@
+"""RFC 3339 timestamps as Kubernetes writes them."""
+from __future__ import annotations
+
+import datetime as dt
+
+
+def fmt(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse(value: str | None) -> dt.datetime | None:
+    """Parse a Kubernetes timestamp; None for absent or unreadable values."""
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def seconds_since(value: str | None, now: dt.datetime) -> float | None:
+    moment = parse(value)
+    return None if moment is None else (now - moment).total_seconds()

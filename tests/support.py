@@ -1,0 +1,62 @@
+"""Test helpers shared by several test modules."""
+from __future__ import annotations
+
+import copy
+
+
+class RecordingKube:
+    """Stands in for the Kubernetes API where a test has no API server.
+
+    Used only in moto/unit tests of AWS behaviour; the real API server is
+    exercised by tests/e2e. It records what the hooks asked for and can be
+    told to fail, to prove failures are reported and retried.
+    """
+
+    def __init__(self, fail: bool = False):
+        self.calls: list[tuple] = []
+        self.fail = fail
+
+    def _record(self, *call):
+        self.calls.append(call)
+        if self.fail:
+            from hooks.kube.client import KubeUnavailable
+
+            raise KubeUnavailable("Kubernetes API unreachable (test)")
+
+    def create(self, obj, name=None, namespace=None):
+        self._record("create", getattr(obj, "kind", type(obj).__name__), name, namespace, obj)
+
+    def merge_patch(self, res, name, patch, namespace=None):
+        self._record("merge_patch", res.__name__, name, patch)
+
+    def json_patch(self, res, name, ops, namespace=None):
+        self._record("json_patch", res.__name__, name, list(ops))
+
+    def list(self, res, namespace=None, labels=None, fields=None):
+        self._record("list", res.__name__, namespace, fields)
+        return []
+
+    def get(self, res, name, namespace=None):
+        self._record("get", res.__name__, name)
+        raise AssertionError("RecordingKube.get is not scripted for this test")
+
+    def events(self) -> list[str]:
+        return [c[4].reason for c in self.calls if c[0] == "create" and c[1] == "Event"]
+
+
+def apply_decorator_response(obj: dict, response: dict) -> dict:
+    """What Metacontroller does with a decorator response to the parent (labels,
+    annotations merged, null removes; status replaced when not null)."""
+    obj = copy.deepcopy(obj)
+    meta = obj.setdefault("metadata", {})
+    for key in ("labels", "annotations"):
+        current = dict(meta.get(key) or {})
+        for k, v in (response.get(key) or {}).items():
+            if v is None:
+                current.pop(k, None)
+            else:
+                current[k] = v
+        meta[key] = current
+    if response.get("status") is not None:
+        obj["status"] = response["status"]
+    return obj

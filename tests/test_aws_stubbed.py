@@ -1,0 +1,79 @@
+"""AWS behaviour moto does not have, injected with botocore's Stubber (said per test)."""
+from __future__ import annotations
+
+import boto3
+from botocore.stub import Stubber
+
+from hooks.aws import elb as elb_api
+from hooks.aws import lb_discovery
+from hooks.config import load_settings
+
+ACCOUNT = "arn:aws:elasticloadbalancing:us-east-1:123456789012"
+
+
+def _client(service):
+    return boto3.client(service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+
+
+def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
+    """moto types classic ELBs differently in the tagging API, so real AWS answers are stubbed."""
+    tagging = _client("resourcegroupstaggingapi")
+    settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "prod", "NODEWARDEN_INCLUDE_LB_CONTROLLER": "false"})
+    with Stubber(tagging) as stub:
+        stub.add_response("get_resources", {
+            "PaginationToken": "page-2",
+            "ResourceTagMappingList": [
+                {"ResourceARN": f"{ACCOUNT}:targetgroup/k8s-web/abc"},
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3"},  # classic
+            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod"}],
+                 "ResourceTypeFilters": ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"],
+                 "ResourcesPerPage": 100})
+        stub.add_response("get_resources", {
+            "PaginationToken": "",
+            "ResourceTagMappingList": [
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/net/k8s-nlb/def"},  # NLB: its TGs are tagged instead
+                {"ResourceARN": f"{ACCOUNT}:targetgroup/k8s-api/def"},
+            ]})
+        tgs, elbs = lb_discovery.tagged_load_balancers(tagging, settings)
+        stub.assert_no_pending_responses()
+    assert tgs == {f"{ACCOUNT}:targetgroup/k8s-web/abc", f"{ACCOUNT}:targetgroup/k8s-api/def"}
+    assert elbs == {"a1b2c3"}
+
+
+def test_several_ports_leave_in_one_call_per_target_group():
+    """moto keys targets by instance only; the exact request AWS would get is checked here."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    with Stubber(elbv2) as stub:
+        stub.add_response("deregister_targets", {}, {
+            "TargetGroupArn": arn, "Targets": [{"Id": "i-0123456789abcdef0", "Port": 30080},
+                                               {"Id": "i-0123456789abcdef0", "Port": 30443}]})
+        elb_api.deregister_targets(elbv2, arn, "i-0123456789abcdef0", [30443, 30080])
+        stub.assert_no_pending_responses()
+
+
+def test_more_than_200_targets_are_split_into_batches():
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    ports = list(range(20000, 20250))
+    with Stubber(elbv2) as stub:
+        stub.add_response("deregister_targets", {}, {
+            "TargetGroupArn": arn, "Targets": [{"Id": "i-0123456789abcdef0", "Port": p} for p in ports[:200]]})
+        stub.add_response("deregister_targets", {}, {
+            "TargetGroupArn": arn, "Targets": [{"Id": "i-0123456789abcdef0", "Port": p} for p in ports[200:]]})
+        elb_api.deregister_targets(elbv2, arn, "i-0123456789abcdef0", ports)
+        stub.assert_no_pending_responses()
+
+
+def test_draining_target_is_reported_until_unused():
+    """moto deregisters at once; real ELBv2 drains for deregistration_delay first."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    target = {"Id": "i-0123456789abcdef0", "Port": 30080}
+    with Stubber(elbv2) as stub:
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": target, "TargetHealth": {"State": "draining", "Reason": "Target.DeregistrationInProgress"}}]})
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": target, "TargetHealth": {"State": "unused", "Reason": "Target.NotRegistered"}}]})
+        assert elb_api.target_states(elbv2, arn, target["Id"], [30080]) == {30080: "draining"}
+        assert elb_api.target_states(elbv2, arn, target["Id"], [30080]) == {30080: "unused"}

@@ -1,0 +1,147 @@
+"""The real WSGI app: routes, every error path, metrics, and no 500 for any body."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hooks import runtime
+from hooks.app import create_app
+from hooks.config import load_settings
+from tests.support import RecordingKube
+
+NODE = {"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "uid": "u1", "labels": {}, "annotations": {}},
+        "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+ATT = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "Attachment",
+       "metadata": {"name": "n1", "namespace": "nodewarden-system"},
+       "spec": {"nodeName": "n1", "instanceID": "i-0123456789abcdef0", "awsTargets": [], "awsLoadBalancers": [],
+                "discoveredAt": "2999-01-01T00:00:00Z"}}
+BODY = {"controller": {}, "parent": NODE, "children": {"Attachment.nodewarden.io/v1alpha1": {"nodewarden-system/n1": ATT}},
+        "related": {}, "finalizing": False}
+
+
+@pytest.fixture(scope="module")
+def client():
+    env = {"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_MAX_BODY_BYTES": "65536", "AWS_REGION": "us-east-1",
+           # Nothing listens here: any AWS call fails fast instead of reaching the internet.
+           "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    ctx = runtime.Context(load_settings(env))
+    ctx._kube = RecordingKube(fail=True)
+    app = create_app(ctx)
+    return app.test_client()
+
+
+def test_sync_answers_with_a_decorator_response(client):
+    r = client.post("/node-detacher/sync", json=BODY, headers={"X-Request-Id": "abc123"})
+    assert r.status_code == 200
+    assert r.headers["X-Request-Id"] == "abc123"
+    body = r.get_json()
+    assert body["attachments"][0]["metadata"]["name"] == "n1"
+    assert set(body) <= {"labels", "annotations", "status", "attachments", "resyncAfterSeconds", "finalized"}
+
+
+def test_health_readiness_and_metrics(client):
+    assert client.get("/healthz").status_code == 200
+    assert "node-detacher" in client.get("/readyz").get_json()["controllers"]
+    client.post("/node-detacher/sync", json=BODY)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'nodewarden_hook_duration_seconds_count{code="200",controller="node-detacher",hook="sync"}' in text
+
+
+@pytest.mark.parametrize("path", ["/nope/sync", "/node-detacher/customize", "/node-detacher/delete"])
+def test_unknown_controller_or_hook_is_404(client, path):
+    r = client.post(path, json=BODY)
+    assert r.status_code == 404 and "error" in r.get_json()
+
+
+def test_wrong_content_type_is_415(client):
+    r = client.post("/node-detacher/sync", data=json.dumps(BODY), content_type="text/plain")
+    assert r.status_code == 415 and "application/json" in r.get_json()["error"]
+
+
+def test_malformed_json_is_400(client):
+    r = client.post("/node-detacher/sync", data="{not json", content_type="application/json")
+    assert r.status_code == 400 and r.get_json()["error"].startswith("malformed JSON")
+
+
+def test_missing_field_is_400_naming_it(client):
+    r = client.post("/node-detacher/sync", json={"children": {}})
+    assert r.status_code == 400 and r.get_json()["field"] == "parent"
+
+
+def test_mistyped_field_is_400_naming_it(client):
+    bad = json.loads(json.dumps(BODY))
+    bad["parent"]["spec"]["taints"] = "ToBeDeletedByClusterAutoscaler"
+    r = client.post("/node-detacher/sync", json=bad)
+    assert r.status_code == 400 and r.get_json()["field"] == "parent.spec.taints"
+
+
+def test_body_over_the_limit_is_413(client):
+    r = client.post("/node-detacher/sync", data=b"{" + b" " * 70000 + b"}", content_type="application/json")
+    assert r.status_code == 413 and "error" in r.get_json()
+
+
+def test_wrong_method_is_json_405(client):
+    r = client.get("/node-detacher/sync")
+    assert r.status_code == 405 and "error" in r.get_json()
+
+
+def test_aws_unreachable_is_still_200_with_the_error_recorded(client):
+    cordoned = json.loads(json.dumps(BODY))
+    cordoned["children"] = {}
+    cordoned["parent"]["spec"]["unschedulable"] = True
+    cordoned["parent"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "x"}
+    cordoned["parent"]["metadata"]["annotations"] = {"nodewarden.io/detaching-since": "2026-01-01T00:00:00Z",
+                                                     "node-detacher.variant.run/detaching": "true"}
+    r = client.post("/node-detacher/sync", json=cordoned)
+    assert r.status_code == 200
+    body = r.get_json()
+    assert "discovery failed" in body["annotations"]["nodewarden.io/detach-error"]
+    assert body["resyncAfterSeconds"] >= 5
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+CORDONED = json.loads(json.dumps(BODY))
+CORDONED["parent"]["spec"]["unschedulable"] = True
+CORDONED["parent"]["spec"]["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+PATHS = [p for p in _paths(CORDONED) if p]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(PATHS), value=json_values)
+def test_no_mutated_request_yields_a_500(client, path, value):
+    body = json.loads(json.dumps(CORDONED))
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    r = client.post("/node-detacher/sync", json=body)
+    assert r.status_code in (200, 400), r.get_data(as_text=True)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_no_arbitrary_body_yields_a_500(client, body):
+    r = client.post("/node-detacher/sync", data=body, content_type="application/json")
+    assert r.status_code in (200, 400)
+    assert "Traceback" not in r.get_data(as_text=True)
