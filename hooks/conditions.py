@@ -5,7 +5,6 @@ start from the complete observed status.
 """
 from __future__ import annotations
 
-import copy
 from typing import Mapping
 
 
@@ -18,8 +17,9 @@ def find(status: Mapping | None, ctype: str) -> dict | None:
 
 def upsert(status: Mapping | None, condition: Mapping, now_str: str, *, heartbeat: bool = False) -> dict:
     """A copy of ``status`` with ``condition`` set; lastTransitionTime moves only on a status change."""
-    new_status = copy.deepcopy(dict(status or {}))
-    conditions = [c for c in new_status.get("conditions") or [] if isinstance(c, Mapping)]
+    # Shallow: only the conditions list changes, and the big rest (images) is shared, not copied.
+    new_status = dict(status or {})
+    conditions = [dict(c) for c in new_status.get("conditions") or [] if isinstance(c, Mapping)]
     previous = find(new_status, condition["type"])
     cond = dict(condition)
     if previous and previous.get("status") == cond.get("status") and previous.get("lastTransitionTime"):
@@ -40,7 +40,7 @@ def upsert(status: Mapping | None, condition: Mapping, now_str: str, *, heartbea
 
 
 def remove(status: Mapping | None, ctype: str) -> dict:
-    new_status = copy.deepcopy(dict(status or {}))
+    new_status = dict(status or {})
     new_status["conditions"] = [
         c for c in new_status.get("conditions") or [] if not (isinstance(c, Mapping) and c.get("type") == ctype)
     ]

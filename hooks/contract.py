@@ -38,7 +38,7 @@ class RequestError(ValueError):
 def _require_mapping(value: Any, path: str, *, optional: bool = False) -> dict:
     if value is None and optional:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):  # JSON objects decode to dict; cheaper than Mapping
         expected = "an object or null" if optional else "an object"
         raise RequestError(path, f"must be {expected}, got {type(value).__name__}")
     return dict(value)

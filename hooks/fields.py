@@ -18,7 +18,7 @@ def _walk(obj: Mapping, path: tuple[str, ...], where: str) -> Any:
     for key in path:
         if current is None:
             return None
-        if not isinstance(current, Mapping):
+        if not isinstance(current, dict):
             raise RequestError(walked, f"must be an object, got {type(current).__name__}")
         current = current.get(key)
         walked = f"{walked}.{key}"
@@ -49,7 +49,7 @@ def number(obj: Mapping, *path: str, where: str = "parent", default: float | Non
 
 
 def mapping(obj: Mapping, *path: str, where: str = "parent") -> dict:
-    return dict(_typed(obj, path, where, Mapping, "an object", {}))
+    return dict(_typed(obj, path, where, dict, "an object", {}))
 
 
 def objects(obj: Mapping, *path: str, where: str = "parent") -> list[dict]:
@@ -57,9 +57,9 @@ def objects(obj: Mapping, *path: str, where: str = "parent") -> list[dict]:
     items = _typed(obj, path, where, list, "a list", [])
     full = ".".join((where,) + path)
     for i, item in enumerate(items):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             raise RequestError(f"{full}[{i}]", f"must be an object, got {type(item).__name__}")
-    return [dict(i) for i in items]
+    return items
 
 
 def item_string(item: Mapping, key: str, where: str, default: str | None = None) -> str | None:

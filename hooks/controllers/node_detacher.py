@@ -49,10 +49,11 @@ _LABEL_SETTLE_SECONDS = 1.0
 # --------------------------------------------------------------------------- decide
 
 
-def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict,
+           sit: phases.Situation | None = None) -> Plan:
     if request.parent.get("kind") == "Pod":
         return decide_pod(request, settings, observed)
-    sit = phases.assess(request, settings, now)
+    sit = sit or phases.assess(request, settings, now)
     return _DECIDERS[sit.phase](request, sit, settings, now, observed)
 
 
@@ -294,12 +295,12 @@ _DECIDERS = {
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, sit: phases.Situation | None = None) -> dict:
     """The look-ups this call's phase needs; failures are recorded, never raised."""
     if request.parent.get("kind") == "Pod":
         return gather_pod(request, ctx)
     settings = ctx.settings
-    sit = phases.assess(request, settings, ctx.now())
+    sit = sit or phases.assess(request, settings, ctx.now())
     observed: dict = {}
     if sit.needs_discovery:
         try:
@@ -425,8 +426,10 @@ def _emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtim
 
 def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
     ctx = ctx or runtime.current()
-    observed = gather(request, ctx)
-    plan = decide(request, ctx.settings, ctx.now(), observed)
+    now = ctx.now()
+    sit = None if request.parent.get("kind") == "Pod" else phases.assess(request, ctx.settings, now)
+    observed = gather(request, ctx, sit)
+    plan = decide(request, ctx.settings, now, observed, sit)
     outcomes = act(plan.actions, ctx)
     if request.parent.get("kind") == "Pod":
         # Never annotate users' pods with our errors: just try again later.

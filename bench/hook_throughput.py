@@ -1,0 +1,156 @@
+"""node-detacher sync throughput and latency through gunicorn, beside a bare echo app.
+
+    .venv/bin/python bench/hook_throughput.py [--seconds 10] [--clients 4]
+
+Both servers run under the same gunicorn settings (gunicorn.conf.py: 2 gthread
+workers x 4 threads) on loopback, and the same keep-alive client load hits
+each in turn. Prints a Markdown table for docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import http.client
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "node-detacher"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(app: str, port: int, env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"), "--bind", f"127.0.0.1:{port}", app],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{app} did not start")
+
+
+def load(port: int, body: bytes, seconds: float, clients: int) -> dict:
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        mine = []
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            conn.request("POST", "/node-detacher/sync", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            mine.append(time.perf_counter() - t0)
+            if resp.status != 200:
+                errors[0] += 1
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start_t = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start_t
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+        "errors": errors[0],
+    }
+
+
+def realistic(node: dict) -> dict:
+    """What a kubelet-managed Node looks like on the wire: images, capacity, managedFields."""
+    node = copy.deepcopy(node)
+    status = node["status"]
+    status["capacity"] = {"cpu": "8", "memory": "32386164Ki", "pods": "58", "ephemeral-storage": "104845292Ki"}
+    status["allocatable"] = {"cpu": "7910m", "memory": "31369332Ki", "pods": "58", "ephemeral-storage": "95551679989"}
+    status["addresses"] = [{"type": "InternalIP", "address": "10.0.1.23"}, {"type": "Hostname", "address": node["metadata"]["name"]},
+                           {"type": "InternalDNS", "address": node["metadata"]["name"]}]
+    status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+    status["images"] = [{"names": [f"123456789012.dkr.ecr.us-east-1.amazonaws.com/team-{i}/service@sha256:{i:064x}",
+                                   f"123456789012.dkr.ecr.us-east-1.amazonaws.com/team-{i}/service:v1.{i}.0"],
+                         "sizeBytes": 50_000_000 + i} for i in range(40)]
+    for cond in ("MemoryPressure", "DiskPressure", "PIDPressure"):
+        status["conditions"].insert(0, {"type": cond, "status": "False", "reason": f"KubeletHasNo{cond}",
+                                        "message": "kubelet has sufficient resources",
+                                        "lastHeartbeatTime": "2026-11-21T11:59:50Z", "lastTransitionTime": "2026-11-20T08:00:00Z"})
+    node["metadata"]["labels"].update({"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                                       "node.kubernetes.io/instance-type": "m6i.2xlarge",
+                                       "topology.kubernetes.io/region": "us-east-1", "eks.amazonaws.com/nodegroup": "general"})
+    node["metadata"]["managedFields"] = [{"manager": m, "operation": "Update", "apiVersion": "v1",
+                                          "time": "2026-11-21T11:59:50Z", "fieldsType": "FieldsV1",
+                                          "fieldsV1": {"f:status": {"f:conditions": {".": {}}}}}
+                                         for m in ("kubelet", "kube-controller-manager", "aws-cloud-controller-manager")]
+    return node
+
+
+def scenarios() -> dict[str, bytes]:
+    idle = json.loads((FIXTURES / "idle-warm-cache-no-action.json").read_text())["request"]
+    idle["parent"] = realistic(idle["parent"])
+    # Cache fresh for the whole run: the no-action path does no I/O at all.
+    idle["children"]["Attachment.nodewarden.io/v1alpha1"][
+        "nodewarden-system/ip-10-0-1-23.ec2.internal"]["spec"]["discoveredAt"] = "2999-01-01T00:00:00Z"
+    cordon = json.loads((FIXTURES / "trigger-cordon.json").read_text())["request"]
+    cordon["parent"] = realistic(cordon["parent"])
+    return {"schedulable (no action)": json.dumps(idle).encode(),
+            "cordoned, cache warm (first step)": json.dumps(cordon).encode()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--clients", type=int, default=4)
+    args = parser.parse_args()
+    env = {"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": "/nonexistent",
+           "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "NODEWARDEN_LOG_LEVEL": "ERROR",
+           "PROMETHEUS_MULTIPROC_DIR": "", "PYTHONPATH": str(ROOT)}
+    rows = []
+    for name, body in scenarios().items():
+        for label, app in (("nodewarden", "hooks.app:create_app()"), ("bare echo", "bench.echo_app:create_app()")):
+            port = free_port()
+            proc = start(app, port, env)
+            try:
+                load(port, body, 1.0, args.clients)  # warm-up
+                result = load(port, body, args.seconds, args.clients)
+            finally:
+                proc.terminate()
+                proc.wait(10)
+            rows.append((name, label, result, len(body)))
+    print(f"| scenario | server | body bytes | req/s | p50 ms | p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|")
+    for name, label, r, size in rows:
+        print(f"| {name} | {label} | {size} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |")
+    print()
+    for name in scenarios():
+        ours = next(r for n, l, r, _ in rows if n == name and l == "nodewarden")
+        echo = next(r for n, l, r, _ in rows if n == name and l == "bare echo")
+        print(f"- {name}: nodewarden / bare echo = {ours['rps'] / echo['rps']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

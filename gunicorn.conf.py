@@ -1,0 +1,31 @@
+"""gunicorn settings for the hook server (used by the image and `make up`)."""
+import os
+import pathlib
+
+bind = os.environ.get("NODEWARDEN_BIND", "0.0.0.0:8080")
+workers = int(os.environ.get("NODEWARDEN_WORKERS", "2"))
+threads = int(os.environ.get("NODEWARDEN_THREADS", "4"))
+worker_class = "gthread"
+# Metacontroller's hook timeout is 10 s; a hook taking longer is already lost.
+timeout = 30
+graceful_timeout = 20
+keepalive = 30
+accesslog = None  # the app logs each request as JSON itself
+worker_tmp_dir = "/dev/shm" if pathlib.Path("/dev/shm").is_dir() else None
+
+
+def on_starting(server):
+    # prometheus-client multiprocess mode needs an empty directory at start.
+    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if metrics_dir:
+        path = pathlib.Path(metrics_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+
+
+def child_exit(server, worker):
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,63 @@
+"""docs/iam-policy.json lists exactly the AWS actions the code calls.
+
+The code's calls are found by reading hooks/ for ``.<operation>(`` and
+``get_paginator("<operation>")`` of the services we use, with the operation
+names botocore itself knows, so a new call without a policy line fails here.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import botocore.session
+from botocore import xform_name
+
+ROOT = pathlib.Path(__file__).parents[1]
+# boto3 service name -> IAM action prefix
+SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2": "ec2",
+            "resourcegroupstaggingapi": "tag"}
+
+
+def _operations():
+    session = botocore.session.get_session()
+    ops = {}
+    for service, prefix in SERVICES.items():
+        model = session.get_service_model(service)
+        for op in model.operation_names:
+            ops.setdefault(xform_name(op), set()).add(f"{prefix}:{op}")
+    return ops
+
+
+def _source():
+    return "\n".join(p.read_text() for p in sorted((ROOT / "hooks").rglob("*.py")))
+
+
+def called_operations() -> dict[str, set[str]]:
+    """Each operation name the code calls -> the IAM actions it may be (elb and ec2 share names)."""
+    source = _source()
+    ops = _operations()
+    used = set(re.findall(r"\.([a-z][a-z0-9_]+)\(", source))
+    used |= set(re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source))
+    return {name: ops[name] for name in used & set(ops)}
+
+
+def policy_actions() -> set[str]:
+    policy = json.loads((ROOT / "docs" / "iam-policy.json").read_text())
+    found = set()
+    for statement in policy["Statement"]:
+        acts = statement["Action"]
+        found |= set([acts] if isinstance(acts, str) else acts)
+    return found
+
+
+def test_every_called_operation_is_in_the_policy():
+    granted = policy_actions()
+    missing = {name: sorted(actions) for name, actions in called_operations().items() if not actions & granted}
+    assert not missing, f"docs/iam-policy.json lacks an action for {missing}"
+
+
+def test_the_policy_grants_nothing_the_code_does_not_call():
+    callable_actions = set().union(*called_operations().values())
+    extra = policy_actions() - callable_actions
+    assert not extra, f"docs/iam-policy.json grants unused {sorted(extra)}"
