@@ -1,0 +1,66 @@
+"""The kustomize output: what Metacontroller and the API server will be given."""
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).parents[1]
+KUSTOMIZE = ROOT / ".bin" / "kustomize"
+pytestmark = pytest.mark.skipif(not KUSTOMIZE.exists(), reason="kustomize not built yet (make controlplane-bins)")
+
+
+def build(overlay: str) -> list[dict]:
+    out = subprocess.run([str(KUSTOMIZE), "build", str(ROOT / "kustomize" / overlay)], capture_output=True,
+                         text=True, check=True)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def aws_objects():
+    return build("overlays/aws")
+
+
+def test_every_controller_uses_strict_v2_hooks_on_our_service(aws_objects):
+    controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
+    assert {c["metadata"]["name"] for c in controllers} >= {"node-detacher", "node-detacher-pods"}
+    for c in controllers:
+        for name, hook in c["spec"]["hooks"].items():
+            assert hook["version"] == "v2", (c["metadata"]["name"], name)
+            assert hook["webhook"]["url"].startswith("http://nodewarden.nodewarden-system/")
+
+
+def test_node_decorators_never_ignore_status_changes(aws_objects):
+    for c in aws_objects:
+        if c["kind"] == "DecoratorController" and any(r["resource"] == "nodes" for r in c["spec"]["resources"]):
+            assert not c["spec"].get("ignoreStatusChanges"), c["metadata"]["name"]
+
+
+def test_hook_server_runs_hardened_with_two_replicas(aws_objects):
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert any(o["kind"] == "PodDisruptionBudget" for o in aws_objects)
+
+
+def test_crds_have_status_subresource_and_printer_columns(aws_objects):
+    for crd in (o for o in aws_objects if o["kind"] == "CustomResourceDefinition"):
+        if crd["spec"]["group"] != "nodewarden.io":
+            continue
+        version = crd["spec"]["versions"][0]
+        assert version["subresources"].get("status") == {}, crd["metadata"]["name"]
+        assert version.get("additionalPrinterColumns"), crd["metadata"]["name"]
+
+
+def test_rbac_is_least_privilege(aws_objects):
+    for role in (o for o in aws_objects if o["kind"] == "ClusterRole"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]["name"]
