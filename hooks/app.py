@@ -54,9 +54,12 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     @app.after_request
     def _finish(response: Response):
         if g.get("controller", "-") != "-":
-            metrics.HOOK_LATENCY.labels(g.controller, g.hook, str(response.status_code)).observe(
-                time.perf_counter() - g.started
-            )
+            elapsed = time.perf_counter() - g.started
+            metrics.HOOK_LATENCY.labels(g.controller, g.hook, str(response.status_code)).observe(elapsed)
+            level = logging.DEBUG if response.status_code < 400 else logging.WARNING
+            if log.isEnabledFor(level):
+                log.log(level, "hook served", extra={"controller": g.controller, "hook": g.hook,
+                                                     "code": response.status_code, "ms": round(elapsed * 1000, 2)})
         response.headers["X-Request-Id"] = logs.request_id.get()
         return response
 

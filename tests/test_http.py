@@ -127,7 +127,7 @@ CORDONED["parent"]["spec"]["taints"] = [{"key": "karpenter.sh/disrupted", "effec
 PATHS = [p for p in _paths(CORDONED) if p]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(PATHS), value=json_values)
 def test_no_mutated_request_yields_a_500(client, path, value):
     body = json.loads(json.dumps(CORDONED))

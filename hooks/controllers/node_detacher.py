@@ -379,6 +379,8 @@ def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
             message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
             outcomes.append(Outcome(action, False, error=f"{action.kind} {action.target}: {message}"))
         record_action(CONTROLLER, action.kind, outcomes[-1].ok)
+        log.info("action", extra={"kind": action.kind, "target": action.target, "ok": outcomes[-1].ok,
+                                  "error": outcomes[-1].error or None})
     return outcomes
 
 

@@ -67,6 +67,7 @@ def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situat
     annotations = fields.mapping(node, "metadata", "annotations")
     labels = fields.mapping(node, "metadata", "labels")
     attachment = observed_attachment(request, settings)
+    fields.objects(node, "status", "conditions")  # validated once: conditions.* read it unchecked
     try:
         pid = providerid.parse(fields.string(node, "spec", "providerID"))
         instance_id, region, provider_error = pid.instance_id, pid.region or settings.aws_region or None, None
