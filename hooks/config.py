@@ -70,6 +70,12 @@ class Settings:
     gc_call_budget_seconds: float = 1.0
     gc_max_deletes_per_call: int = 50
     gc_progress_resync_seconds: float = 1
+    # fencing: node-fencing, node-fencing-policy, fencing-request
+    fencing_poll_seconds: float = 2
+    fencing_recovery_poll_seconds: float = 5
+    fencing_recovery_timeout_seconds: float = 600
+    fencing_resync_seconds: float = 30
+    fencing_release_timeout_seconds: float = 600
     # shared
     error_backoff_seconds: float = 5
     error_backoff_max_seconds: float = 300
@@ -102,6 +108,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         gc_call_budget_seconds=_number(env, "NODEWARDEN_GC_CALL_BUDGET_SECONDS", 1.0, minimum=0.1),
         gc_max_deletes_per_call=int(_number(env, "NODEWARDEN_GC_MAX_DELETES_PER_CALL", 50, minimum=1)),
         gc_progress_resync_seconds=_number(env, "NODEWARDEN_GC_PROGRESS_RESYNC_SECONDS", 1, minimum=0.1),
+        fencing_poll_seconds=_number(env, "NODEWARDEN_FENCING_POLL_SECONDS", 2, minimum=0.1),
+        fencing_recovery_poll_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_POLL_SECONDS", 5, minimum=0.1),
+        fencing_recovery_timeout_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS", 600, minimum=1),
+        fencing_resync_seconds=_number(env, "NODEWARDEN_FENCING_RESYNC_SECONDS", 30, minimum=1),
+        fencing_release_timeout_seconds=_number(env, "NODEWARDEN_FENCING_RELEASE_TIMEOUT_SECONDS", 600, minimum=1),
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
         error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
         extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},

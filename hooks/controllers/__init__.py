@@ -12,6 +12,9 @@ from hooks.contract import COMPOSITE, DECORATOR
 
 CONTROLLERS: dict[str, tuple[str, str]] = {
     "node-detacher": (DECORATOR, "hooks.controllers.node_detacher"),
+    "node-fencing": (DECORATOR, "hooks.controllers.node_fencing"),
+    "node-fencing-policy": (COMPOSITE, "hooks.controllers.node_fencing_policy"),
+    "fencing-request": (COMPOSITE, "hooks.controllers.fencing_request"),
     "cluster-gc": (DECORATOR, "hooks.controllers.cluster_gc"),
 }
 

@@ -72,5 +72,20 @@ class Kube:
     def delete(self, res, name: str, namespace: str | None = None, grace_period: int | None = None):
         return self.call("delete", res, name, namespace=namespace, grace_period=grace_period)
 
+    def delete_with_options(self, res, name: str, options: dict, namespace: str | None = None):
+        """DELETE with a DeleteOptions body, for ``preconditions`` (lightkube's delete sends none).
+
+        A force delete names the pod's uid, so a StatefulSet's replacement,
+        which has the same name, can never be the pod that goes.
+        """
+        generic = self.client._client  # lightkube's request builder; its public delete has no body
+        request = generic.prepare_request("delete", res=res, name=name, namespace=namespace)
+        request.data = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+        try:
+            response = generic.send(generic.build_adapter_request(request))
+        except httpx.TransportError as exc:
+            raise KubeUnavailable(f"Kubernetes API unreachable: {exc}") from exc
+        generic.raise_for_status(response)
+
     def create(self, obj, name: str | None = None, namespace: str | None = None):
         return self.call("create", obj, name, namespace=namespace)

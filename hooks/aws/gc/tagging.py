@@ -1,0 +1,32 @@
+"""The Resource Groups Tagging API: every resource carrying one tag, every page.
+
+No ResourceTypeFilters: resources are classified by ARN afterwards (as CAPA
+does), which also keeps classic ELBs, whatever type an implementation files
+them under. The API may still list resources deleted moments ago, so
+discovery checks that what it lists exists.
+"""
+from __future__ import annotations
+
+from hooks.aws.gc.resources import tags_to_dict
+
+PAGE_SIZE = 100  # the API's maximum ResourcesPerPage
+
+# The tagging API is refused (IAM policy without tag:GetResources, an SCP, a
+# partition without the API): discovery then lists each service instead.
+DENIED = (
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "UnauthorizedException",
+    "UnrecognizedClientException",
+)
+
+
+def resources_tagged(tagging, key: str, values: list[str]) -> dict[str, dict[str, str]]:
+    """{ARN: tags} of every resource with tag ``key`` set to one of ``values``."""
+    found: dict[str, dict[str, str]] = {}
+    paginator = tagging.get_paginator("get_resources")
+    for page in paginator.paginate(TagFilters=[{"Key": key, "Values": values}], ResourcesPerPage=PAGE_SIZE):
+        for mapping in page.get("ResourceTagMappingList", []):
+            found[mapping["ResourceARN"]] = tags_to_dict(mapping.get("Tags"))
+    return found

@@ -1,0 +1,232 @@
+"""cluster-gc end to end: CAPA's CRDs, Metacontroller's finalizer, moto's resources.
+
+CAPA's CRDs for AWSCluster and AWSManagedControlPlane come from CAPA's Go
+module in the module cache (hack/capa-crds/crd-dir.sh, release pinned in
+hack/capa-crds/go.mod), never a copy. A deleted AWSCluster stays, held by
+Metacontroller's finalizer, until moto shows its load balancers, target
+groups and security groups gone; then it is gone. No CAPA controller runs:
+only Metacontroller's finalizer holds the objects.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gc_world as w
+from devcluster.api import ApiError, wait_for
+from devcluster.layout import REPO
+
+pytestmark = pytest.mark.e2e
+
+CRD_FILES = {
+    "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
+    "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
+}
+FINALIZER = "metacontroller.io/decoratorcontroller-cluster-gc"
+DECORATOR = "/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers/cluster-gc"
+LAST_ERROR = "cluster-gc.nodewarden.io/last-error"
+GC = "aws.cluster.x-k8s.io/external-resource-gc"
+TASKS = "aws.cluster.x-k8s.io/external-resource-tasks-gc"
+
+
+def aws_clusters(namespace: str) -> str:
+    return f"/apis/infrastructure.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/awsclusters"
+
+
+def control_planes(namespace: str) -> str:
+    return f"/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/awsmanagedcontrolplanes"
+
+
+def capa_crds() -> list[dict]:
+    result = subprocess.run([str(REPO / "hack" / "capa-crds" / "crd-dir.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, f"CAPA's CRDs from its Go module: {result.stderr}"
+    crd_dir = Path(result.stdout.strip())
+    return [yaml.safe_load((crd_dir / name).read_text()) for name in CRD_FILES.values()]
+
+
+def aws_cluster_manifest(name: str, cluster_name: str, annotations: dict | None = None) -> dict:
+    return {
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+        "kind": "AWSCluster",
+        "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster_name},
+                     "annotations": dict(annotations or {})},
+        "spec": {"region": w.REGION},
+    }
+
+
+@pytest.fixture(scope="module")
+def capa(cluster, api):
+    """CAPA's CRDs installed, and cluster-gc's DecoratorController running on them."""
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e-capa", "-f", "-",
+                    input=yaml.safe_dump_all(capa_crds()))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in CRD_FILES])
+    # The launcher applied the DecoratorController before these kinds existed,
+    # so Metacontroller has been retrying it with a growing backoff. Touching
+    # it queues it at once; a probe object shows when its finalizer is added.
+    probe_ns = "default"
+    probe = aws_cluster_manifest(f"gc-probe-{int(time.time())}", "gc-probe", {GC: "false"})
+    api.create(aws_clusters(probe_ns), probe)
+    path = f"{aws_clusters(probe_ns)}/{probe['metadata']['name']}"
+    deadline = time.monotonic() + 90
+    while FINALIZER not in (api.get(path)["metadata"].get("finalizers") or []):
+        assert time.monotonic() < deadline, "Metacontroller never started cluster-gc on AWSCluster"
+        api.patch(DECORATOR, {"metadata": {"annotations": {"e2e.nodewarden.io/nudge": str(time.monotonic())}}})
+        time.sleep(2)
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the opted-out probe to go", timeout=30)
+    yield
+
+
+@pytest.fixture
+def cloud_client(cloud):
+    return lambda service: getattr(cloud, service)
+
+
+def _annotations(api, path: str) -> dict:
+    obj = api.get_or_none(path)
+    return (obj or {}).get("metadata", {}).get("annotations") or {}
+
+
+def _events(api, namespace: str, name: str) -> list[dict]:
+    items = api.get(f"/api/v1/namespaces/{namespace}/events",
+                    params={"fieldSelector": f"involvedObject.name={name}"})["items"]
+    return [e for e in items if e.get("source", {}).get("component") == "nodewarden"]
+
+
+def _prefix(namespace: str, letter: str) -> str:
+    """Resource names unique in the session's moto (load balancer names are per region)."""
+    return f"{namespace.rsplit('-', 1)[-1]}{letter}"
+
+
+def test_a_deleted_aws_cluster_is_held_until_its_resources_are_gone(capa, api, cloud, cloud_client, namespace):
+    cluster_name = f"{namespace}-wl"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(cloud_client, net, _prefix(namespace, "g"), w.cluster_tags(cluster_name), load_balancers=2, classic_elbs=1,
+                           target_groups=2, security_groups=2)
+    # A target group of the cluster still used by a listener of a load balancer
+    # nobody collects: AWS (and moto) refuse to delete it while that lasts.
+    blocked = w.build_cluster(cloud_client, net, _prefix(namespace, "h"), w.cluster_tags(cluster_name), target_groups=1)
+    foreign = cloud.elbv2.create_load_balancer(Name=f"{namespace}-foreign"[:32], Subnets=net.subnets,
+                                               Type="network")["LoadBalancers"][0]
+    listener = cloud.elbv2.create_listener(
+        LoadBalancerArn=foreign["LoadBalancerArn"], Protocol="TCP", Port=80,
+        DefaultActions=[{"Type": "forward", "TargetGroupArn": blocked.target_groups[0]}],
+    )["Listeners"][0]["ListenerArn"]
+    kept = w.build_cluster(cloud_client, net, _prefix(namespace, "k"), w.cluster_tags(f"{cluster_name}-other"), load_balancers=1,
+                           security_groups=1)
+
+    api.create(aws_clusters(namespace), aws_cluster_manifest("infra", cluster_name))
+    path = f"{aws_clusters(namespace)}/infra"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    before = api.get(path)
+    assert "status" not in before or before["status"] == {}  # sync never writes CAPA's status
+
+    api.delete(path)
+    # Held: the object stays while the blocked target group cannot go.
+    held = wait_for(lambda: "ResourceInUse" in _annotations(api, path).get(LAST_ERROR, ""),
+                    "cluster-gc to report the target group in use", timeout=60)
+    obj = api.get(path)
+    assert obj["metadata"].get("deletionTimestamp") and FINALIZER in obj["metadata"]["finalizers"]
+    assert held
+    now = w.existing(cloud_client, made)
+    assert not now.load_balancers and not now.classic_elbs and not now.target_groups
+    # Security groups wait for every target group (task order).
+    assert now.security_groups == made.security_groups
+    assert w.existing(cloud_client, blocked) == blocked
+    reasons = {e["reason"] for e in _events(api, namespace, "infra")}
+    assert {"ExternalResourcesDeleted", "ExternalResourceGCRetrying"} <= reasons
+
+    cloud.elbv2.delete_listener(ListenerArn=listener)  # whatever held it lets go
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=120, interval=0.5)
+    assert w.existing(cloud_client, made).count() == 0
+    assert w.existing(cloud_client, blocked).count() == 0
+    assert w.existing(cloud_client, kept) == kept
+
+
+def test_managed_control_plane_collects_its_eks_cluster(capa, api, cloud, cloud_client, namespace):
+    eks_name = f"{namespace}_eks"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(cloud_client, net, _prefix(namespace, "e"), w.cluster_tags(eks_name), load_balancers=1, target_groups=1,
+                           security_groups=1)
+    manifest = {
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2",
+        "kind": "AWSManagedControlPlane",
+        "metadata": {"name": "cp", "labels": {"cluster.x-k8s.io/cluster-name": "capi-name"}},
+        "spec": {"region": w.REGION, "eksClusterName": eks_name},
+    }
+    api.create(control_planes(namespace), manifest)
+    path = f"{control_planes(namespace)}/cp"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSManagedControlPlane to be gone", timeout=60,
+             interval=0.5)
+    assert w.existing(cloud_client, made).count() == 0
+
+
+def _cli(cluster, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hooks.cli", "gc", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_cli_opt_out_and_task_selection_through_the_api(capa, api, cluster, cloud, cloud_client, namespace):
+    cluster_name = f"{namespace}-cli"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(cloud_client, net, _prefix(namespace, "c"), w.cluster_tags(cluster_name), load_balancers=1,
+                           security_groups=1)
+    api.create(aws_clusters(namespace), aws_cluster_manifest("infra-cli", cluster_name))
+    path = f"{aws_clusters(namespace)}/infra-cli"
+
+    # No Cluster API Cluster here: the CLI finds the AWSCluster by its cluster-name label.
+    result = _cli(cluster, "disable", "--cluster-name", cluster_name, "--namespace", namespace)
+    assert result.returncode == 0, result.stderr
+    assert _annotations(api, path)[GC] == "false"
+    result = _cli(cluster, "enable", "--cluster-name", cluster_name, "--namespace", namespace)
+    assert result.returncode == 0 and _annotations(api, path)[GC] == "true"
+    result = _cli(cluster, "configure", "--cluster-name", cluster_name, "--namespace", namespace,
+                  "--gc-task", "load-balancer")
+    assert result.returncode == 0 and _annotations(api, path)[TASKS] == "load-balancer"
+    missing = _cli(cluster, "enable", "--cluster-name", "no-such-cluster", "--namespace", namespace)
+    assert missing.returncode == 1 and "no Cluster, AWSCluster or AWSManagedControlPlane" in missing.stderr
+
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=60, interval=0.5)
+    # Only the selected task ran.
+    assert w.existing(cloud_client, made) == w.Made(security_groups=made.security_groups)
+
+
+def test_opted_out_cluster_goes_at_once_and_leaves_its_resources(capa, api, cloud, cloud_client, namespace):
+    cluster_name = f"{namespace}-out"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(cloud_client, net, _prefix(namespace, "o"), w.cluster_tags(cluster_name), load_balancers=1,
+                           security_groups=1)
+    api.create(aws_clusters(namespace), aws_cluster_manifest("infra-out", cluster_name, {GC: "false"}))
+    path = f"{aws_clusters(namespace)}/infra-out"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=30, interval=0.2)
+    assert w.existing(cloud_client, made) == made
+
+
+def test_an_unreadable_opt_out_value_blocks_deletion_until_fixed(capa, api, cloud_client, namespace):
+    api.create(aws_clusters(namespace), aws_cluster_manifest("infra-bad", f"{namespace}-bad", {GC: "maybe"}))
+    path = f"{aws_clusters(namespace)}/infra-bad"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    api.delete(path)
+    wait_for(lambda: "is not a boolean" in _annotations(api, path).get(LAST_ERROR, ""), "the blocked annotation",
+             timeout=30)
+    assert "ExternalResourceGCBlocked" in {e["reason"] for e in _events(api, namespace, "infra-bad")}
+    time.sleep(2)
+    assert api.get_or_none(path) is not None  # still held
+    try:
+        api.patch(path, {"metadata": {"annotations": {GC: "false"}}})
+    except ApiError as exc:  # already gone: nothing to fix
+        assert exc.status == 404
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=30, interval=0.2)
