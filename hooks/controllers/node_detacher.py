@@ -256,7 +256,13 @@ def _node_leaving(sit: phases.Situation) -> bool:
 
 def _reattach(request, sit, settings, now, observed) -> Plan:
     attachments = _attachment(request, sit, settings, observed)
-    deregistered = list(sit.deregistered or ())
+    deregistered = set(sit.deregistered or ())
+    if request.annotations.get(names.SINCE):
+        # A deregistration may have happened whose record never landed (Metacontroller's
+        # Node update lost a race with the uncordon): restore all the frozen Attachment
+        # lists too. Registering a registered target changes nothing.
+        deregistered |= set(sit.memberships or ())
+    deregistered = sorted(deregistered)
     actions = []
     if deregistered and sit.instance_id is None:
         return _failure(request, settings, f"cannot re-attach: {sit.provider_error}", attachments)

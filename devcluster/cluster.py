@@ -1,0 +1,264 @@
+"""A local control plane: etcd, the Kubernetes control plane, Metacontroller,
+moto and the hook server, started in order, each waited for, all stopped on exit.
+
+    with Cluster(Layout(workdir=...)) as cluster:
+        cluster.kubectl("get", "nodes")
+
+`make up` and the e2e tests both use this class.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from . import components, kubeconfig, manifests, pki
+from .components import Ports
+from .layout import Layout
+from .procs import Supervisor
+from .waits import free_port, http_ok, wait_until
+
+log = logging.getLogger("devcluster")
+
+REGION = "us-east-1"
+CLUSTER_NAME = "devcluster"
+
+
+class MissingBinaries(RuntimeError):
+    pass
+
+
+class KubectlFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Cluster:
+    layout: Layout = field(default_factory=Layout)
+    # "preferred": the well-known ports when free (make up); "dynamic": any free port (tests).
+    port_mode: str = "dynamic"
+    # Extra environment for the hook server (NODEWARDEN_* settings).
+    hook_env: Mapping[str, str] = field(default_factory=dict)
+    ports: Ports | None = None
+    hooks_namespace: str = "nodewarden-system"
+    hooks_service_account: str = "nodewarden"
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.supervisor = Supervisor(self.layout.logs)
+        self._children: dict[str, object] = {}
+
+    # -- public ------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.kubeconfig
+
+    @property
+    def api_server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def moto_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports.moto}"
+
+    @property
+    def hooks_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.hooks}"
+
+    def aws_env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.moto_endpoint,
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig_path: Path | None = None) -> subprocess.CompletedProcess:
+        argv = [str(self.layout.binary("kubectl")),
+                f"--kubeconfig={kubeconfig_path or self.kubeconfig}", *args]
+        result = subprocess.run(argv, input=input, capture_output=True, text=True)
+        if check and result.returncode != 0:
+            raise KubectlFailed(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+        return result
+
+    def __enter__(self) -> "Cluster":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        missing = self.layout.missing_binaries()
+        if missing:
+            raise MissingBinaries(
+                f"missing in {self.layout.bin_dir}: {', '.join(missing)}; run `make controlplane-bins`"
+            )
+        self._fresh_workdir()
+        self.ports = self._allocate_ports()
+        self._pki = pki.generate(self.layout.pki_dir)
+
+        self._step("etcd", self._start_etcd)
+        self._step("kube-apiserver", self._start_apiserver)
+        self._step("moto", self._start_moto)
+        self._step("metacontroller", self._start_metacontroller)
+        self._step("manifests", self._apply_manifests)
+        # After the CRDs: kube-controller-manager's garbage collector looks for
+        # new resource types only every 30 s, and Attachments are owned by Nodes.
+        self._step("controllers", self._start_kcm_and_scheduler)
+        self._step("hook server", self._start_hooks)
+        self._step("health", self._wait_all_healthy)
+        self._write_state()
+
+    def stop(self) -> None:
+        self.supervisor.stop_all()
+        for path in (self.layout.state_file,):
+            path.unlink(missing_ok=True)
+
+    def check_running(self) -> None:
+        """Raise if any component has exited."""
+        self.supervisor.check_all()
+
+    # -- steps ---------------------------------------------------------------
+    def _step(self, name: str, fn) -> None:
+        started = time.monotonic()
+        log.info("starting %s", name)
+        fn()
+        self.timings[name] = round(time.monotonic() - started, 2)
+        log.info("%s ready in %.1fs", name, self.timings[name])
+
+    def _fresh_workdir(self) -> None:
+        self.layout.workdir.mkdir(parents=True, exist_ok=True)
+        for stale in (self.layout.etcd_data, self.layout.pki_dir, self.layout.logs,
+                      self.layout.workdir / "metrics"):
+            shutil.rmtree(stale, ignore_errors=True)
+        self.layout.logs.mkdir(parents=True)
+
+    def _allocate_ports(self) -> Ports:
+        chosen: dict[str, int] = {}
+        for name, preferred in Ports.PREFERRED.items():
+            port = free_port(preferred if self.port_mode == "preferred" else None)
+            while port in chosen.values():
+                port = free_port()
+            chosen[name] = port
+        return Ports(**chosen)
+
+    def _start(self, name: str, argv: list[str], **kwargs):
+        child = self.supervisor.start(name, argv, **kwargs)
+        self._children[name] = child
+        return child
+
+    def _start_etcd(self) -> None:
+        child = self._start("etcd", components.etcd(self.layout, self.ports))
+        wait_until(http_ok(f"http://127.0.0.1:{self.ports.etcd_client}/health", expect='"true"'),
+                   "etcd", timeout=30, watch=[child])
+
+    def _admin_tls(self) -> dict:
+        return {"verify": str(self._pki.ca_cert),
+                "cert": (str(self._pki.admin_cert), str(self._pki.admin_key))}
+
+    def _start_apiserver(self) -> None:
+        child = self._start("kube-apiserver", components.kube_apiserver(self.layout, self.ports, self._pki))
+        wait_until(http_ok(f"{self.api_server}/readyz", **self._admin_tls()),
+                   "kube-apiserver", timeout=90, watch=[child])
+        kubeconfig.write_admin(self.layout.kubeconfig, self.api_server, self._pki.ca_cert,
+                               self._pki.admin_cert, self._pki.admin_key)
+
+    def _start_kcm_and_scheduler(self) -> None:
+        # Their health is checked at the end, so they start while the rest comes up.
+        self._start("kube-controller-manager",
+                    components.kube_controller_manager(self.layout, self.ports, self._pki))
+        self._start("kube-scheduler", components.kube_scheduler(self.layout, self.ports))
+
+    def _start_moto(self) -> None:
+        child = self._start("moto", components.moto(self.ports))
+        wait_until(http_ok(f"{self.moto_endpoint}/moto-api/"), "moto", timeout=60, watch=[child])
+
+    def _start_metacontroller(self) -> None:
+        crds = manifests.metacontroller_crds(self.layout)
+        self._hook_fields = manifests.hook_fields_known(crds)
+        self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
+                     input=manifests.to_yaml(crds))
+        names = [f"crd/{c['metadata']['name']}" for c in crds]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        child = self._start("metacontroller", components.metacontroller(self.layout, self.ports))
+        wait_until(http_ok(f"http://127.0.0.1:{self.ports.metacontroller_metrics}/metrics"),
+                   "metacontroller", timeout=60, watch=[child])
+
+    def _apply_manifests(self) -> None:
+        docs = manifests.kustomize_build(self.layout)
+        manifests.point_hooks_at(docs, self.hooks_url)
+        dropped = manifests.drop_unknown_hook_fields(docs, self._hook_fields)
+        if dropped:
+            fields = sorted({d.rsplit(".", 1)[1] for d in dropped})
+            log.warning("the built Metacontroller's CRDs have no spec.hooks.*.%s; dropped it from "
+                        "%d hooks (docs/local-stack.md)", "/".join(fields), len(dropped))
+        (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
+        self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
+                     input=manifests.to_yaml(docs))
+        crds = [f"crd/{d['metadata']['name']}" for d in docs if d.get("kind") == "CustomResourceDefinition"]
+        if crds:
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+        accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
+        if accounts:
+            self.hooks_service_account = accounts[0]["metadata"]["name"]
+            self.hooks_namespace = accounts[0]["metadata"].get("namespace", self.hooks_namespace)
+
+    def _start_hooks(self) -> None:
+        token = self.kubectl("create", "token", self.hooks_service_account,
+                             f"--namespace={self.hooks_namespace}", "--duration=720h").stdout.strip()
+        kubeconfig.write_token(self.layout.hooks_kubeconfig, self.api_server, self._pki.ca_cert,
+                               f"system:serviceaccount:{self.hooks_namespace}:{self.hooks_service_account}",
+                               token)
+        env = {
+            **os.environ,
+            **self.aws_env(),
+            "NODEWARDEN_CLUSTER_NAME": CLUSTER_NAME,
+            "NODEWARDEN_NAMESPACE": self.hooks_namespace,
+            "KUBECONFIG": str(self.layout.hooks_kubeconfig),
+            # As in the image: /metrics adds up every gunicorn worker.
+            "PROMETHEUS_MULTIPROC_DIR": str(self.layout.workdir / "metrics"),
+            "PYTHONUNBUFFERED": "1",
+            # The hooks package from this checkout, installed or not.
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(self.layout.repo), os.environ.get("PYTHONPATH")])),
+            **self.hook_env,
+        }
+        child = self._start("hooks", components.hook_server(self.layout, self.ports), env=env,
+                            cwd=self.layout.workdir)
+        wait_until(http_ok(f"{self.hooks_url}/readyz"), "hook server", timeout=60, watch=[child])
+
+    def _wait_all_healthy(self) -> None:
+        for name, port in (("kube-controller-manager", self.ports.controller_manager),
+                           ("kube-scheduler", self.ports.scheduler)):
+            wait_until(http_ok(f"https://127.0.0.1:{port}/healthz", verify=False), name,
+                       timeout=60, watch=[self._children[name]])
+        self.supervisor.check_all()
+
+    def _write_state(self) -> None:
+        state = {
+            "launcher_pid": os.getpid(),
+            "ports": asdict(self.ports),
+            "kubeconfig": str(self.kubeconfig),
+            "moto": self.moto_endpoint,
+            "hooks": self.hooks_url,
+            "children": {c.name: c.pid for c in self.supervisor.children},
+        }
+        self.layout.state_file.write_text(json.dumps(state, indent=2))
+
+
+def configure_logging() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s devcluster %(message)s", datefmt="%H:%M:%S")

@@ -1,0 +1,157 @@
+"""Command lines of the control-plane components, all bound to 127.0.0.1."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .layout import Layout
+from .pki import Pki
+
+# What kube-controller-manager runs: what pods and nodes need to behave as in
+# a real cluster (ownership, namespaces, tokens, pod GC, evictions and PDBs),
+# plus node lifecycle and attach/detach for the out-of-service taint.
+KCM_CONTROLLERS = (
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+    "pod-garbage-collector-controller",
+    "taint-eviction-controller",
+    "node-lifecycle-controller",
+    "persistentvolume-attach-detach-controller",
+    "disruption-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "statefulset-controller",
+)
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    metacontroller_metrics: int
+    moto: int
+    hooks: int
+
+    # `make up` prefers these, so a user's AWS_ENDPOINT_URL or bookmarks keep working.
+    PREFERRED = {
+        "etcd_client": 2379, "etcd_peer": 2380, "apiserver": 6443,
+        "controller_manager": 10257, "scheduler": 10259,
+        "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080,
+    }
+
+
+def etcd(layout: Layout, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd_client}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [
+        str(layout.binary("etcd")),
+        "--name=devcluster",
+        f"--data-dir={layout.etcd_data}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=devcluster={peer}",
+        # A throw-away cluster: durability buys nothing, fsync costs latency.
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def kube_apiserver(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
+    return [
+        str(layout.binary("kube-apiserver")),
+        f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports.apiserver}",
+        f"--tls-cert-file={pki.serving_cert}",
+        f"--tls-private-key-file={pki.serving_key}",
+        f"--client-ca-file={pki.ca_cert}",
+        "--authorization-mode=RBAC",
+        f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+        f"--service-account-key-file={pki.sa_pub}",
+        f"--service-account-signing-key-file={pki.sa_key}",
+        "--service-cluster-ip-range=10.96.0.0/16",
+        # No kubelet or Service traffic here, and loopback is not a valid
+        # endpoint for the `kubernetes` Service.
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--v=1",
+    ]
+
+
+def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
+    kubeconfig = str(layout.kubeconfig)
+    return [
+        str(layout.binary("kube-controller-manager")),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.controller_manager}",
+        "--leader-elect=false",
+        f"--controllers={','.join(KCM_CONTROLLERS)}",
+        f"--service-account-private-key-file={pki.sa_key}",
+        f"--root-ca-file={pki.ca_cert}",
+        "--v=1",
+    ]
+
+
+def kube_scheduler(layout: Layout, ports: Ports) -> list[str]:
+    kubeconfig = str(layout.kubeconfig)
+    return [
+        str(layout.binary("kube-scheduler")),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports.scheduler}",
+        "--leader-elect=false",
+        "--v=1",
+    ]
+
+
+def metacontroller(layout: Layout, ports: Ports) -> list[str]:
+    return [
+        str(layout.binary("metacontroller")),
+        # Metacontroller v1.5.20 overwrites --kubeconfig with this (deprecated)
+        # flag's value even when unset, so this is the one that works.
+        f"--client-config-path={layout.kubeconfig}",
+        # New controllers and CRDs are found within a couple of seconds.
+        "--discovery-interval=2s",
+        f"--debug-addr=127.0.0.1:{ports.metacontroller_metrics}",
+        # The client-go default (5 QPS) would queue the writes of a busy test
+        # and add latency that a real deployment tunes away.
+        "--client-go-qps=100",
+        "--client-go-burst=200",
+        "--workers=5",
+        "--v=4",
+    ]
+
+
+def moto(ports: Ports) -> list[str]:
+    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports.moto)]
+
+
+def hook_server(layout: Layout, ports: Ports) -> list[str]:
+    argv = [sys.executable, "-m", "gunicorn"]
+    config = layout.repo / "gunicorn.conf.py"
+    if config.exists():  # the same settings as the image; the address is ours
+        argv.append(f"--config={config}")
+    return argv + [
+        f"--bind=127.0.0.1:{ports.hooks}",
+        # Its default control socket lives in $HOME: two stacks would collide.
+        "--no-control-socket",
+        "hooks.app:create_app()",
+    ]

@@ -1,0 +1,372 @@
+"""The node-failure scenario of fencing, on the local control plane.
+
+A StatefulSet pod with a ReadWriteOnce volume (a CSI PersistentVolume and the
+VolumeAttachment an external attacher would have made) and a Deployment pod
+run on a node backed by a moto instance. The node dies: its Ready condition
+turns Unknown and its Lease stops being renewed, exactly what the node
+lifecycle controller sees when a kubelet goes silent. Then we time how long
+the StatefulSet's replacement takes to be bound to a healthy node by the real
+scheduler, with a NodeFencingPolicy selecting the node (nodewarden fences it)
+or without one (the baseline: Kubernetes alone).
+
+There is no kubelet: Nodes are API objects whose Leases a heartbeat thread
+renews, so the node lifecycle controller keeps the healthy ones Ready.
+The e2e test (tests/e2e/test_fencing.py) and the benchmark
+(bench/fencing_failover.py) both drive this module.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from . import fleet
+from .api import AdminApi, ApiError, wait_for
+
+STRATEGIC = "application/strategic-merge-patch+json"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
+REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/fencingrequests"
+VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
+CSI_DRIVER = "ebs.csi.aws.com"
+SCENARIO_LABEL = "nodewarden.io/e2e-scenario"
+# Every node of these scenarios carries it and every pod selects it, so nothing
+# lands on another test's nodes.
+POOL_LABEL = "nodewarden.io/e2e-pool"
+POOL = "fencing"
+# The kubelet sets it; without it the attach/detach controller ignores the node.
+ADC_ANNOTATION = "volumes.kubernetes.io/controller-managed-attach-detach"
+PAUSE = "registry.k8s.io/pause:3.10"
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _stamp() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Heartbeats:
+    """Renews each live node's Lease every ``period`` seconds, like a kubelet."""
+
+    def __init__(self, api: AdminApi, period: float = 5.0):
+        self.api, self.period = api, period
+        self._nodes: dict[str, str] = {}  # name -> uid
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-heartbeats", daemon=True)
+
+    def start(self) -> "Heartbeats":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def add(self, name: str, uid: str) -> None:
+        with self._lock:
+            self._nodes[name] = uid
+        self._renew(name, uid)
+
+    def silence(self, name: str) -> None:
+        with self._lock:
+            self._nodes.pop(name, None)
+
+    def _renew(self, name: str, uid: str) -> None:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_rfc3339()}}
+        try:
+            self.api.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now_rfc3339()}})
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            self.api.create(LEASES, body)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            with self._lock:
+                nodes = dict(self._nodes)
+            for name, uid in nodes.items():
+                try:
+                    self._renew(name, uid)
+                except Exception:  # noqa: BLE001 - a missed beat is retried next period
+                    pass
+
+
+def create_node(api: AdminApi, heartbeats: Heartbeats, name: str, instance_id: str, *,
+                labels: dict | None = None, unschedulable: bool = False) -> dict:
+    """A Node as a kubelet would register it: Ready, with capacity and a renewed Lease."""
+    manifest = fleet.node_manifest(name, instance_id, {POOL_LABEL: POOL, **(labels or {})})
+    manifest["metadata"]["annotations"] = {ADC_ANNOTATION: "true"}
+    if unschedulable:
+        manifest["spec"]["unschedulable"] = True
+    node = api.create("/api/v1/nodes", manifest)
+    heartbeats.add(name, node["metadata"]["uid"])
+    resources = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    api.patch(f"/api/v1/nodes/{name}/status", {"status": {
+        "capacity": resources, "allocatable": resources,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status", "lastHeartbeatTime": _stamp(),
+                        "lastTransitionTime": _stamp()}],
+    }}, content_type=STRATEGIC)
+    return node
+
+
+def set_ready(api: AdminApi, name: str, status: str) -> str:
+    """Set the node's Ready condition (the other conditions stay); returns the transition time."""
+    stamp = _stamp()
+    reason = {"True": "KubeletReady", "Unknown": "NodeStatusUnknown", "False": "KubeletNotReady"}[status]
+    api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
+        {"type": "Ready", "status": status, "reason": reason, "message": "Kubelet stopped posting node status.",
+         "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}, content_type=STRATEGIC)
+    return stamp
+
+
+def cordon(api: AdminApi, name: str, unschedulable: bool) -> None:
+    api.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": unschedulable}})
+
+
+def attachment_name(volume_handle: str, node: str) -> str:
+    """The name the CSI attacher gives a VolumeAttachment, so the attach/detach controller adopts ours."""
+    return "csi-" + hashlib.sha256(f"{volume_handle}{CSI_DRIVER}{node}".encode()).hexdigest()
+
+
+def policy_manifest(name: str, scenario: str, duration: str = "30s", max_unhealthy=1) -> dict:
+    return {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
+            "metadata": {"name": name},
+            "spec": {"nodeSelector": {"matchLabels": {SCENARIO_LABEL: scenario}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": duration},
+                                             {"type": "Ready", "status": "False", "duration": duration}],
+                     "maxUnhealthy": max_unhealthy, "action": "Off", "recoveryStrategy": "OutOfServiceTaint"}}
+
+
+@dataclass
+class Workloads:
+    """One StatefulSet (RWO volume) and one Deployment in a namespace, pinned to a node at first."""
+
+    api: AdminApi
+    namespace: str
+    node: str
+    prefix: str
+    statefulset: str = ""
+    deployment: str = ""
+    pv: str = ""
+    volume_handle: str = ""
+    va_name: str = ""
+    original_uids: dict = field(default_factory=dict)
+
+    def create(self, failover_label: bool = True) -> None:
+        ns = self.namespace
+        self.statefulset, self.deployment = f"{self.prefix}-db", f"{self.prefix}-web"
+        self.pv = f"pv-{self.prefix}-{uuid.uuid4().hex[:4]}"
+        self.volume_handle = f"vol-{uuid.uuid4().hex[:17]}"
+        claim = f"data-{self.statefulset}-0"
+        # Bound both ways, as the PV controller would leave them (no binder runs here):
+        # the attach/detach controller only acts on a Bound claim whose volume names it by uid.
+        pvc = self.api.create(f"/api/v1/namespaces/{ns}/persistentvolumeclaims", {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "labels": {"app": self.statefulset},
+                         "annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                                         "pv.kubernetes.io/bound-by-controller": "yes"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": self.pv,
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+        self.api.create("/api/v1/persistentvolumes", {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": self.pv},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                     "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns,
+                                  "name": claim, "uid": pvc["metadata"]["uid"]},
+                     "csi": {"driver": CSI_DRIVER, "volumeHandle": self.volume_handle, "fsType": "ext4"}}})
+        self.api.patch(f"/api/v1/persistentvolumes/{self.pv}/status", {"status": {"phase": "Bound"}})
+        self.api.patch(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}/status", {"status": {
+            "phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})
+        container = {"name": "app", "image": PAUSE, "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}
+        pool = {POOL_LABEL: POOL}
+        self.api.create(f"/apis/apps/v1/namespaces/{ns}/statefulsets", {
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": self.statefulset},
+            "spec": {"replicas": 1, "serviceName": self.statefulset,
+                     "selector": {"matchLabels": {"app": self.statefulset}},
+                     "template": {"metadata": {"labels": {"app": self.statefulset}},
+                                  "spec": {"nodeSelector": pool, "containers": [{**container, "volumeMounts": [
+                                      {"name": "data", "mountPath": "/data"}]}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                         "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                         "resources": {"requests": {"storage": "1Gi"}}}}]}})
+        labels = {"app": self.deployment}
+        if failover_label:
+            labels["nodewarden.io/failover"] = "immediate"
+        self.api.create(f"/apis/apps/v1/namespaces/{ns}/deployments", {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": self.deployment},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": self.deployment}},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"nodeSelector": pool, "containers": [container]}}}})
+
+    def pods(self, app: str) -> list[dict]:
+        return self.api.get(f"/api/v1/namespaces/{self.namespace}/pods",
+                            params={"labelSelector": f"app={app}"})["items"]
+
+    def bound(self, app: str) -> dict | None:
+        """The app's live pod bound to a node (not terminating), if any."""
+        for pod in self.pods(app):
+            if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp"):
+                return pod
+        return None
+
+    def wait_placed(self, timeout: float = 60) -> None:
+        for app in (self.statefulset, self.deployment):
+            pod = wait_for(lambda a=app: self.bound(a), f"{app} bound", timeout=timeout)
+            assert pod["spec"]["nodeName"] == self.node, f"{app} landed on {pod['spec']['nodeName']}"
+            self.original_uids[app] = pod["metadata"]["uid"]
+
+    def attach_volume(self) -> None:
+        """What the external attacher would leave behind: an attached VolumeAttachment."""
+        self.va_name = attachment_name(self.volume_handle, self.node)
+        try:
+            self.api.create(VOLUME_ATTACHMENTS, {
+                "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": self.va_name},
+                "spec": {"attacher": CSI_DRIVER, "nodeName": self.node,
+                         "source": {"persistentVolumeName": self.pv}}})
+        except ApiError as exc:  # the attach/detach controller may have made it first
+            if exc.status != 409:
+                raise
+        self.api.patch(f"{VOLUME_ATTACHMENTS}/{self.va_name}/status", {"status": {"attached": True}})
+
+    def volume_attachment(self) -> dict | None:
+        return self.api.get_or_none(f"{VOLUME_ATTACHMENTS}/{self.va_name}")
+
+    def replaced_elsewhere(self, app: str) -> dict | None:
+        """The app's replacement: a new pod, bound to a node other than the dead one."""
+        pod = self.bound(app)
+        if pod and pod["metadata"]["uid"] != self.original_uids.get(app) and pod["spec"]["nodeName"] != self.node:
+            return pod
+        return None
+
+    def cleanup(self) -> None:
+        for pod in self.pods(self.statefulset) + self.pods(self.deployment):
+            self.api.delete(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}",
+                            body={"gracePeriodSeconds": 0})
+        if self.va_name:
+            self.api.delete(f"{VOLUME_ATTACHMENTS}/{self.va_name}")
+        if self.pv:
+            self.api.delete(f"/api/v1/persistentvolumes/{self.pv}")
+
+
+@dataclass
+class Trial:
+    """One node failure, timed from Ready turning Unknown."""
+
+    api: AdminApi
+    aws: fleet.Aws
+    heartbeats: Heartbeats
+    namespace: str
+    healthy: list[str]
+    fenced: bool  # a NodeFencingPolicy selects the node
+    duration: str = "30s"
+    name: str = field(default_factory=lambda: f"fo-{uuid.uuid4().hex[:6]}")
+    instance_id: str = ""
+    workloads: Workloads | None = None
+    failed_at: float = 0.0  # epoch seconds when Ready turned Unknown
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def node(self) -> str:
+        return f"{self.name}-node"
+
+    def create_node(self) -> None:
+        """The node (cordoned until its workloads are placed) and, when fenced, its policy."""
+        (self.instance_id,) = fleet.launch_instances(self.aws, 1)
+        if self.fenced:
+            self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration))
+        create_node(self.api, self.heartbeats, self.node, self.instance_id, labels={SCENARIO_LABEL: self.name},
+                    unschedulable=True)
+
+    def place(self) -> None:
+        """Workloads on this node only, and the attached volume."""
+        cordon(self.api, self.node, False)
+        self.workloads = Workloads(self.api, self.namespace, self.node, self.name)
+        self.workloads.create()
+        self.workloads.wait_placed()
+        self.workloads.attach_volume()
+        cordon(self.api, self.node, True)
+
+    def fail(self) -> None:
+        """Ready turns Unknown on a whole second, so the condition's lastTransitionTime
+        (second precision) and the clock the timings start from agree."""
+        self.heartbeats.silence(self.node)
+        time.sleep(1 - (time.time() % 1))
+        self.failed_at = float(int(time.time()))
+        set_ready(self.api, self.node, "Unknown")
+
+    def instance_state(self) -> str:
+        reservations = self.aws.ec2.describe_instances(InstanceIds=[self.instance_id])["Reservations"]
+        return reservations[0]["Instances"][0]["State"]["Name"]
+
+    def node_taints(self) -> list[dict]:
+        return (self.api.get(f"/api/v1/nodes/{self.node}").get("spec") or {}).get("taints") or []
+
+    def observe(self) -> None:
+        """Record when each milestone is first seen (call it in a polling loop).
+
+        Each mark is the time of the look that saw it, so a slow look at one
+        thing never shifts the time of another.
+        """
+        marks, wl = self.timings, self.workloads
+
+        def mark(name: str, seen) -> None:
+            if name not in marks and seen():
+                marks[name] = round(time.time() - self.failed_at, 2)
+
+        mark("statefulset_bound_elsewhere", lambda: wl.replaced_elsewhere(wl.statefulset))
+        mark("deployment_bound_elsewhere", lambda: wl.replaced_elsewhere(wl.deployment))
+        mark("statefulset_pod_gone", lambda: not any(
+            p["metadata"]["uid"] == wl.original_uids[wl.statefulset] for p in wl.pods(wl.statefulset)))
+        if self.fenced:
+            mark("instance_stopped", lambda: self.instance_state() in ("stopped", "terminated"))
+            mark("out_of_service_taint", lambda: any(
+                t["key"] == "node.kubernetes.io/out-of-service" for t in self.node_taints()))
+        mark("volume_attachment_gone", lambda: wl.volume_attachment() is None)
+
+    def fencing_request(self) -> dict | None:
+        return self.api.get_or_none(f"{REQUESTS}/fence-{self.node}")
+
+    def cleanup(self) -> None:
+        self.heartbeats.silence(self.node)
+        if self.workloads:
+            self.workloads.cleanup()
+        if self.fenced:
+            self.api.delete(f"{POLICIES}/{self.name}")
+        self.api.delete(f"/api/v1/nodes/{self.node}")
+
+
+def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeout: float,
+               stop_when=None, poll: float = 0.25) -> None:
+    """Prepare every trial with the healthy nodes cordoned, fail them all at once, then watch.
+
+    Watching ends at ``timeout`` seconds after the failure, or earlier once
+    ``stop_when(trials)`` holds (by default: every StatefulSet pod moved).
+    """
+    stop_when = stop_when or (lambda ts: all("statefulset_bound_elsewhere" in t.timings for t in ts))
+    for node in healthy:
+        cordon(api, node, True)
+    try:
+        for trial in trials:
+            trial.create_node()
+        for trial in trials:
+            trial.place()
+    finally:
+        for node in healthy + [t.node for t in trials]:
+            cordon(api, node, False)
+    for trial in trials:
+        trial.fail()
+    deadline = time.time() + timeout
+    while time.time() < deadline and not stop_when(trials):
+        for trial in trials:
+            trial.observe()
+        time.sleep(poll)

@@ -1,0 +1,127 @@
+"""EC2 instances in moto behind a target group and a classic ELB, and the Nodes
+that name them: the world node-detacher acts on, for the demo, tests and bench.
+
+Target groups carry the cloud controller's cluster tag, so node-detacher finds
+them through the tagging API. Classic ELBs are named in its configuration
+(NODEWARDEN_STATIC_CLASSIC_ELBS) instead: moto files them under the resource
+type `elb:loadbalancer`, so a real-AWS type filter does not see them there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import boto3
+
+REGION = "us-east-1"
+ZONE = "us-east-1a"
+NODE_PORT = 30080
+# An image moto knows; the instances never boot anyway.
+IMAGE_ID = "ami-12c6146b"
+
+
+class Aws:
+    """boto3 clients bound to one endpoint (moto) and region."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self._kwargs = {
+            "region_name": env.get("AWS_REGION", REGION),
+            "endpoint_url": env["AWS_ENDPOINT_URL"],
+            "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID", "testing"),
+            "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        }
+        self.ec2 = boto3.client("ec2", **self._kwargs)
+        self.elbv2 = boto3.client("elbv2", **self._kwargs)
+        self.elb = boto3.client("elb", **self._kwargs)
+
+
+def cluster_tag(cluster_name: str) -> list[dict]:
+    return [{"Key": f"kubernetes.io/cluster/{cluster_name}", "Value": "owned"}]
+
+
+def create_classic_elb(aws: Aws, name: str, cluster_name: str) -> str:
+    aws.elb.create_load_balancer(
+        LoadBalancerName=name,
+        Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": NODE_PORT}],
+        AvailabilityZones=[ZONE],
+        Tags=cluster_tag(cluster_name),
+    )
+    return name
+
+
+def create_target_group(aws: Aws, name: str, cluster_name: str) -> str:
+    vpc = aws.ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    group = aws.elbv2.create_target_group(
+        Name=name, Protocol="TCP", Port=NODE_PORT, VpcId=vpc, TargetType="instance",
+        Tags=cluster_tag(cluster_name),
+    )
+    return group["TargetGroups"][0]["TargetGroupArn"]
+
+
+def launch_instances(aws: Aws, count: int) -> list[str]:
+    reservation = aws.ec2.run_instances(
+        ImageId=IMAGE_ID, MinCount=count, MaxCount=count, InstanceType="t3.micro",
+        Placement={"AvailabilityZone": ZONE},
+    )
+    return [i["InstanceId"] for i in reservation["Instances"]]
+
+
+def register(aws: Aws, instance_ids: list[str], target_group_arn: str, classic_elb: str) -> None:
+    aws.elbv2.register_targets(
+        TargetGroupArn=target_group_arn,
+        Targets=[{"Id": i, "Port": NODE_PORT} for i in instance_ids],
+    )
+    aws.elb.register_instances_with_load_balancer(
+        LoadBalancerName=classic_elb, Instances=[{"InstanceId": i} for i in instance_ids]
+    )
+
+
+def targets(aws: Aws, target_group_arn: str) -> set[tuple[str, int]]:
+    """(instance id, port) of every target still in the group and not leaving it."""
+    descriptions = aws.elbv2.describe_target_health(TargetGroupArn=target_group_arn)
+    return {
+        (d["Target"]["Id"], d["Target"].get("Port"))
+        for d in descriptions["TargetHealthDescriptions"]
+        if d.get("TargetHealth", {}).get("State") not in ("draining", "unused")
+    }
+
+
+def elb_instances(aws: Aws, classic_elb: str) -> set[str]:
+    described = aws.elb.describe_load_balancers(LoadBalancerNames=[classic_elb])
+    return {i["InstanceId"] for i in described["LoadBalancerDescriptions"][0].get("Instances", [])}
+
+
+def node_manifest(name: str, instance_id: str, labels: Mapping[str, str] | None = None) -> dict:
+    """A Node as a kubelet would register it, minus the kubelet: no status heartbeats."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "topology.kubernetes.io/region": REGION,
+                "topology.kubernetes.io/zone": ZONE,
+                **(labels or {}),
+            },
+        },
+        "spec": {"providerID": f"aws:///{ZONE}/{instance_id}"},
+    }
+
+
+@dataclass
+class Fleet:
+    """Instances and the load balancers that hold them."""
+
+    instance_ids: list[str]
+    target_group_arn: str
+    classic_elb: str
+
+
+def create_fleet(aws: Aws, *, count: int, target_group: str, classic_elb: str,
+                 cluster_name: str) -> Fleet:
+    """Launch ``count`` instances into a new tagged target group and an existing classic ELB."""
+    arn = create_target_group(aws, target_group, cluster_name)
+    ids = launch_instances(aws, count)
+    register(aws, ids, arn, classic_elb)
+    return Fleet(ids, arn, classic_elb)

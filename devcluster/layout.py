@@ -1,0 +1,67 @@
+"""Where things are: the repo, the built binaries, and a cluster's working directory."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Every binary the launcher runs; hack/controlplane/build.sh makes them.
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+            "kubectl", "kustomize", "metacontroller")
+
+
+@dataclass(frozen=True)
+class Layout:
+    repo: Path = REPO
+    bin_dir: Path = REPO / ".bin"
+    workdir: Path = REPO / ".local"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.workdir / "etcd"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig users and tests pass to kubectl."""
+        return self.workdir / "kubeconfig"
+
+    @property
+    def hooks_kubeconfig(self) -> Path:
+        """The hook server's kubeconfig: the nodewarden ServiceAccount's token."""
+        return self.workdir / "hooks.kubeconfig"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.workdir / "devcluster.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "devcluster.json"
+
+    @property
+    def env_file(self) -> Path:
+        return self.workdir / "env.sh"
+
+    @property
+    def dev_overlay(self) -> Path:
+        return self.repo / "kustomize" / "overlays" / "dev"
+
+    @property
+    def metacontroller_module(self) -> Path:
+        return self.repo / "hack" / "controlplane" / "metacontroller"
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def missing_binaries(self) -> list[str]:
+        return [b for b in BINARIES if not os.access(self.binary(b), os.X_OK)]

@@ -1,0 +1,120 @@
+"""Render and apply manifests: Metacontroller's CRDs and our dev overlay.
+
+Hook URLs: the dev overlay keeps the in-cluster Service URL that the base
+writes (`http://nodewarden.nodewarden-system/<controller>/<hook>`), and
+`point_hooks_at` rewrites the scheme and host of every webhook URL of every
+DecoratorController/CompositeController to the local hook server. Doing it
+after `kustomize build` keeps it generic: kustomize replacements fail on a
+controller that lacks one of the listed hook fields, and they cannot iterate
+over the keys of `spec.hooks`, while controllers differ in the hooks they use.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+from .layout import Layout
+
+CONTROLLER_KINDS = ("DecoratorController", "CompositeController")
+GO_ENV = {"GOTOOLCHAIN": "local", "GOSUMDB": "off", "GONOSUMDB": "*", "GOFLAGS": "-mod=readonly"}
+
+
+def kustomize_build(layout: Layout, overlay: Path | None = None) -> list[dict]:
+    out = subprocess.run(
+        [str(layout.binary("kustomize")), "build", str(overlay or layout.dev_overlay)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def _webhooks(obj: dict) -> Iterable[dict]:
+    for hook in ((obj.get("spec") or {}).get("hooks") or {}).values():
+        webhook = (hook or {}).get("webhook")
+        if isinstance(webhook, dict):
+            yield webhook
+
+
+def point_hooks_at(docs: list[dict], base_url: str) -> list[dict]:
+    """Send every controller's webhooks to ``base_url``, keeping each path."""
+    base = urlsplit(base_url)
+    for obj in docs:
+        if obj.get("kind") not in CONTROLLER_KINDS:
+            continue
+        for webhook in _webhooks(obj):
+            if webhook.get("url"):
+                url = urlsplit(webhook["url"])
+                webhook["url"] = urlunsplit((base.scheme, base.netloc, url.path, url.query, ""))
+            elif webhook.get("service"):
+                # A Service reference with a path: same endpoint, local address.
+                path = webhook.pop("path", "") or ""
+                webhook.pop("service")
+                webhook["url"] = urlunsplit((base.scheme, base.netloc, path, "", ""))
+    return docs
+
+
+def hook_fields_known(crd_docs: list[dict]) -> set[str]:
+    """The fields a hook (`spec.hooks.<name>`) may have in Metacontroller's CRD schema."""
+    for crd in crd_docs:
+        if crd.get("spec", {}).get("names", {}).get("kind") != "DecoratorController":
+            continue
+        for version in crd["spec"].get("versions", []):
+            props = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {})
+            hooks = props.get("spec", {}).get("properties", {}).get("hooks", {}).get("properties", {})
+            sync = hooks.get("sync", {}).get("properties")
+            if sync:
+                return set(sync)
+    return set()
+
+
+def drop_unknown_hook_fields(docs: list[dict], known: set[str]) -> list[str]:
+    """Remove hook fields the running Metacontroller's schema lacks; say which."""
+    dropped = []
+    if not known:
+        return dropped
+    for obj in docs:
+        if obj.get("kind") not in CONTROLLER_KINDS:
+            continue
+        for name, hook in ((obj.get("spec") or {}).get("hooks") or {}).items():
+            for key in sorted(set(hook or {}) - known):
+                hook.pop(key)
+                dropped.append(f"{obj['kind']}/{obj['metadata']['name']} spec.hooks.{name}.{key}")
+    return dropped
+
+
+def to_yaml(docs: Iterable[dict]) -> str:
+    return yaml.safe_dump_all(list(docs), sort_keys=False)
+
+
+def metacontroller_source_dir(layout: Layout) -> Path:
+    """The Metacontroller module the binary was built from, in the Go module cache."""
+    env = {**os.environ, **GO_ENV}
+    cwd = layout.metacontroller_module
+    info = json.loads(subprocess.run(
+        ["go", "list", "-m", "-json", "metacontroller"],
+        cwd=cwd, env=env, check=True, capture_output=True, text=True,
+    ).stdout)
+    module = info.get("Replace") or info
+    if module.get("Dir"):
+        return Path(module["Dir"])
+    downloaded = json.loads(subprocess.run(
+        ["go", "mod", "download", "-json", f"{module['Path']}@{module['Version']}"],
+        cwd=cwd, env=env, check=True, capture_output=True, text=True,
+    ).stdout)
+    return Path(downloaded["Dir"])
+
+
+def metacontroller_crds(layout: Layout) -> list[dict]:
+    production = metacontroller_source_dir(layout) / "manifests" / "production"
+    files = sorted(p for p in production.glob("*crds*.yaml") if "v1beta1" not in p.name)
+    if not files:
+        raise FileNotFoundError(f"no Metacontroller CRDs under {production}")
+    docs: list[dict] = []
+    for path in files:
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs

@@ -1,0 +1,23 @@
+# Control-plane binaries for the local stack and the e2e tests, built from the
+# Go module proxy by the wrapper modules in hack/controlplane/<component>/.
+# build.sh rebuilds a component only when its pinned versions (go.mod/go.sum),
+# build.sh itself or the Go version change, or a binary is missing.
+CONTROLPLANE_COMPONENTS := kubernetes etcd kustomize metacontroller
+CONTROLPLANE_BIN := .bin
+
+.PHONY: controlplane-bins controlplane-clean controlplane-tidy
+
+controlplane-bins:
+	@command -v go >/dev/null || { echo "controlplane: Go is required (go.dev/dl); none on PATH" >&2; exit 1; }
+	@for c in $(CONTROLPLANE_COMPONENTS); do \
+	  bash hack/controlplane/build.sh $$c $(CONTROLPLANE_BIN) || exit 1; \
+	done
+
+controlplane-clean:
+	rm -rf $(CONTROLPLANE_BIN)
+
+# After editing a pinned version in a wrapper go.mod: refresh its go.sum.
+controlplane-tidy:
+	@for c in $(CONTROLPLANE_COMPONENTS); do \
+	  (cd hack/controlplane/$$c && GOTOOLCHAIN=local GOSUMDB=off GONOSUMDB='*' GOFLAGS=-mod=mod go mod tidy) || exit 1; \
+	done

@@ -1,0 +1,204 @@
+"""End-to-end fixtures: one real local control plane for the whole session.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Metacontroller,
+moto and the hook server start once (devcluster.Cluster) and every e2e test
+shares them; each test makes its own Nodes, instances and target group.
+
+The binaries come from `make controlplane-bins`. Without them the e2e tests
+skip, unless NODEWARDEN_E2E=required (CI), where a missing binary fails.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+from devcluster import Cluster, Layout
+from devcluster import fleet
+from devcluster.api import AdminApi, wait_for
+from devcluster.cluster import CLUSTER_NAME
+from devcluster.layout import REPO
+
+CLASSIC_ELB = "e2e-classic"
+ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
+
+# The hook server's settings for the tests: the classic ELB is named (moto's
+# tagging API types it apart from real AWS), each test's new target group must
+# be seen at once, and pod shutdown groups follow each other quickly.
+HOOK_ENV = {
+    "NODEWARDEN_STATIC_CLASSIC_ELBS": CLASSIC_ELB,
+    "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
+    "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
+}
+
+
+def _workdir() -> Layout:
+    """A directory of this test process's own: engineers and CI may run
+    several sessions (and pytest-xdist workers) in one checkout at once."""
+    root = REPO / ".local" / "e2e"
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.iterdir():  # stacks of finished sessions; their logs were for them
+        if old.name.isdigit() and not _alive(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Layout(workdir=root / str(os.getpid()))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    layout = _workdir()
+    missing = layout.missing_binaries()
+    if missing:
+        message = (f"issue 3: control-plane binaries missing in {layout.bin_dir} "
+                   f"({', '.join(missing)}); run `make controlplane-bins`")
+        if os.environ.get("NODEWARDEN_E2E") == "required":
+            pytest.fail(message)
+        pytest.skip(message)
+    with Cluster(layout, port_mode="dynamic", hook_env=HOOK_ENV) as running:
+        fleet.create_classic_elb(fleet.Aws(running.aws_env()), CLASSIC_ELB, CLUSTER_NAME)
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _components_alive(request):
+    """Fail a test at once, with the log, if a component died before it."""
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").check_running()
+
+
+@pytest.fixture(scope="session")
+def api(cluster) -> AdminApi:
+    return AdminApi(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def cloud(cluster) -> fleet.Aws:
+    return fleet.Aws(cluster.aws_env())
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class World:
+    """Nodes of one test, their instances, and the load balancers holding them."""
+
+    api: AdminApi
+    aws: fleet.Aws
+    nodes: dict[str, str]  # node name -> instance id
+    target_group_arn: str
+    classic_elb: str = CLASSIC_ELB
+
+    def node(self, name: str) -> dict:
+        return self.api.get(f"/api/v1/nodes/{name}")
+
+    def attachment(self, name: str) -> dict | None:
+        return self.api.get_or_none(f"{ATTACHMENTS}/{name}")
+
+    def in_target_group(self, name: str) -> bool:
+        return any(i == self.nodes[name] for i, _ in fleet.targets(self.aws, self.target_group_arn))
+
+    def in_classic_elb(self, name: str) -> bool:
+        return self.nodes[name] in fleet.elb_instances(self.aws, self.classic_elb)
+
+    def cordon(self, name: str, unschedulable: bool = True) -> None:
+        self.api.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": unschedulable}})
+
+
+@pytest.fixture
+def make_world(api, cloud):
+    """Create Nodes backed by fresh moto instances in a new target group and the classic ELB."""
+    created: list[str] = []
+
+    def build(count: int = 1) -> World:
+        prefix = unique("e2e")
+        group = fleet.create_fleet(cloud, count=count, target_group=prefix,
+                                   classic_elb=CLASSIC_ELB, cluster_name=CLUSTER_NAME)
+        nodes = {}
+        for index, instance_id in enumerate(group.instance_ids):
+            name = f"{prefix}-{index}"
+            api.create("/api/v1/nodes", fleet.node_manifest(name, instance_id))
+            created.append(name)
+            nodes[name] = instance_id
+        world = World(api, cloud, nodes, group.target_group_arn)
+        for name in nodes:  # node-detacher records the node's load balancers first
+            wait_for(lambda n=name: world.attachment(n), f"Attachment of {name}", timeout=30)
+        return world
+
+    yield build
+    for name in created:
+        api.delete(f"/api/v1/nodes/{name}")
+
+
+@dataclass
+class FakeKubelet:
+    """Plays the kubelet for one node: a pod marked for deletion is gone at once.
+
+    Records the order in which pods were marked, which is the eviction order.
+    """
+
+    api: AdminApi
+    node: str
+    marked: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> "FakeKubelet":
+        self._thread = threading.Thread(target=self._run, name=f"kubelet-{self.node}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pods = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})
+            for pod in pods["items"]:
+                meta = pod["metadata"]
+                key = f"{meta['namespace']}/{meta['name']}"
+                if meta.get("deletionTimestamp") and key not in self.marked:
+                    self.marked.append(key)
+                    self.api.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                                    body={"gracePeriodSeconds": 0})
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def fake_kubelet(api):
+    started: list[FakeKubelet] = []
+
+    def start(node: str) -> FakeKubelet:
+        kubelet = FakeKubelet(api, node).start()
+        started.append(kubelet)
+        return kubelet
+
+    yield start
+    for kubelet in started:
+        kubelet.stop()
+
+
+@pytest.fixture
+def namespace(api):
+    name = unique("e2e")
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # Pods need the namespace's default ServiceAccount, which a controller makes.
+    wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+             f"default ServiceAccount in {name}", timeout=30)
+    yield name
+    api.delete(f"/api/v1/namespaces/{name}")

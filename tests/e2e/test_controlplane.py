@@ -1,0 +1,94 @@
+"""The local control plane itself: real components, real RBAC, real controllers."""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from devcluster.api import ApiError, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_api_server_reports_the_pinned_release(api):
+    version = api.get("/version")
+    assert version["gitVersion"].startswith("v1.35.")
+    assert version["major"] == "1" and version["minor"] == "35"
+
+
+def _established(api, crd: str) -> bool:
+    obj = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+    return any(c["type"] == "Established" and c["status"] == "True"
+               for c in obj.get("status", {}).get("conditions", []))
+
+
+@pytest.mark.parametrize("crd", [
+    "decoratorcontrollers.metacontroller.k8s.io",
+    "compositecontrollers.metacontroller.k8s.io",
+    "controllerrevisions.metacontroller.k8s.io",
+    "attachments.nodewarden.io",
+])
+def test_crds_are_established(api, crd):
+    assert _established(api, crd)
+
+
+def test_controllers_point_at_the_local_hook_server(api, cluster):
+    decorators = api.get("/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers")["items"]
+    assert decorators, "the dev overlay applied no DecoratorController"
+    for controller in decorators:
+        for hook in controller["spec"]["hooks"].values():
+            assert hook["webhook"]["url"].startswith(cluster.hooks_url + "/")
+
+
+def test_metacontroller_and_hook_server_answer(cluster):
+    assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_metrics}/metrics", timeout=5).ok
+    assert requests.get(f"{cluster.hooks_url}/readyz", timeout=5).ok
+
+
+def _can_i(cluster, verb: str, resource: str, *, subresource: str = "", namespace: str = "") -> bool:
+    """Ask the API server as the hook server's ServiceAccount (its own token)."""
+    args = ["auth", "can-i", verb, resource]
+    args += [f"--subresource={subresource}"] if subresource else []
+    args += [f"--namespace={namespace}"] if namespace else []
+    result = cluster.kubectl(*args, check=False, kubeconfig_path=cluster.layout.hooks_kubeconfig)
+    assert result.stdout.strip() in ("yes", "no"), result.stderr
+    return result.stdout.strip() == "yes"
+
+
+def test_hook_server_runs_with_the_service_account_rbac(cluster):
+    assert _can_i(cluster, "patch", "nodes")
+    assert _can_i(cluster, "create", "pods", subresource="eviction", namespace="default")
+    # Nothing the manifests do not grant.
+    assert not _can_i(cluster, "delete", "namespaces")
+    assert not _can_i(cluster, "create", "secrets", namespace="kube-system")
+
+
+def test_deployment_gets_a_pod_and_the_scheduler_sees_it(api, namespace):
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]}},
+        },
+    }
+    api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment)
+
+    def scheduled_condition():
+        pods = api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+        conditions = [c for p in pods for c in p.get("status", {}).get("conditions", [])]
+        return [c for c in conditions if c["type"] == "PodScheduled"]
+
+    # Deployment and ReplicaSet controllers made the pod; the scheduler judged it.
+    assert wait_for(scheduled_condition, "a PodScheduled condition", timeout=30)
+
+
+def test_deleting_a_namespace_empties_and_removes_it(api):
+    name = "e2e-ns-deletion"
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    api.create(f"/api/v1/namespaces/{name}/configmaps",
+               {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    api.delete(f"/api/v1/namespaces/{name}")
+    wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{name}") is None, "namespace deleted", timeout=60)
+    with pytest.raises(ApiError):
+        api.get(f"/api/v1/namespaces/{name}/configmaps/c")

@@ -1,0 +1,115 @@
+"""node-detacher through the real Metacontroller, API server and (moto) AWS."""
+from __future__ import annotations
+
+import pytest
+
+from devcluster import fleet
+from devcluster.api import wait_for
+
+pytestmark = pytest.mark.e2e
+
+EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+DETACHING = "node-detacher.variant.run/detaching"
+PRIORITY = "node-detacher.variant.run/deletion-priority"
+CONDITION = "NodeBeingDetached"
+
+
+def _condition(node: dict, kind: str) -> dict | None:
+    return next((c for c in node.get("status", {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def _detached(world, name: str) -> bool:
+    node = world.node(name)
+    condition = _condition(node, CONDITION) or {}
+    return (
+        node["metadata"].get("labels", {}).get(EXCLUDE_LABEL) is not None
+        and node["metadata"].get("annotations", {}).get(DETACHING) == "true"
+        and condition.get("status") == "True"
+    )
+
+
+def test_cordon_detaches_the_node_and_uncordon_brings_it_back(make_world):
+    world = make_world(count=2)
+    leaving, staying = sorted(world.nodes)
+    before = {name: world.node(name)["metadata"] for name in world.nodes}
+    assert world.in_target_group(leaving) and world.in_classic_elb(leaving)
+
+    world.cordon(leaving)
+    wait_for(lambda: not world.in_target_group(leaving), "instance out of the target group", timeout=20)
+    wait_for(lambda: not world.in_classic_elb(leaving), "instance out of the classic ELB", timeout=20)
+    wait_for(lambda: _detached(world, leaving), "exclude label, detaching annotation and condition", timeout=20)
+    assert world.attachment(leaving) is not None
+    # Only the cordoned node left.
+    assert world.in_target_group(staying) and world.in_classic_elb(staying)
+    assert EXCLUDE_LABEL not in world.node(staying)["metadata"].get("labels", {})
+
+    world.cordon(leaving, unschedulable=False)
+    wait_for(lambda: world.in_target_group(leaving), "instance back in the target group", timeout=20)
+    wait_for(lambda: world.in_classic_elb(leaving), "instance back in the classic ELB", timeout=20)
+
+    def as_before() -> bool:
+        meta = world.node(leaving)["metadata"]
+        condition = _condition(world.node(leaving), CONDITION)
+        return (meta.get("labels") == before[leaving].get("labels")
+                and (meta.get("annotations") or {}) == (before[leaving].get("annotations") or {})
+                and (condition is None or condition["status"] != "True"))
+
+    wait_for(as_before, "labels, annotations and condition as before the cordon", timeout=20)
+    port = {p for i, p in fleet.targets(world.aws, world.target_group_arn) if i == world.nodes[leaving]}
+    assert port == {30080}, "re-registered on the port it was registered with"
+    assert world.attachment(leaving) is not None
+
+
+def test_uncordon_right_after_the_deregistration_brings_the_node_back(make_world):
+    """An uncordon may reach the API server before node-detacher's record of
+    the deregistration lands on the Node (Metacontroller's update then fails
+    on the changed resourceVersion); the instance must come back all the same."""
+    world = make_world(count=1)
+    (node,) = world.nodes
+    world.cordon(node)
+    wait_for(lambda: not world.in_target_group(node), "instance out of the target group",
+             timeout=20, interval=0.005)
+    world.cordon(node, unschedulable=False)
+    wait_for(lambda: world.in_target_group(node) and world.in_classic_elb(node),
+             "instance back in the target group and the classic ELB", timeout=10)
+
+
+def _pod(name: str, node: str, priority: int | None) -> dict:
+    annotations = {PRIORITY: str(priority)} if priority is not None else {}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"nodeName": node,
+                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+
+
+def test_priority_pods_are_evicted_highest_priority_first(make_world, api, namespace, fake_kubelet):
+    world = make_world(count=1)
+    (node,) = world.nodes
+    pods = {"fluentd": 1, "istio-a": 10, "istio-b": 10, "app": 5, "no-priority": None}
+    for name, priority in pods.items():
+        api.create(f"/api/v1/namespaces/{namespace}/pods", _pod(name, node, priority))
+    kubelet = fake_kubelet(node)
+
+    world.cordon(node)
+    prioritized = {f"{namespace}/{n}" for n, p in pods.items() if p is not None}
+    wait_for(lambda: prioritized <= set(kubelet.marked), "every prioritized pod evicted", timeout=60)
+
+    order = [kubelet.marked.index(f"{namespace}/{n}") for n in ("istio-a", "istio-b", "app", "fluentd")]
+    assert max(order[:2]) < order[2] < order[3], f"eviction order was {kubelet.marked}"
+    # A pod without a priority is left to whatever drains the node.
+    assert f"{namespace}/no-priority" not in kubelet.marked
+    assert api.get_or_none(f"/api/v1/namespaces/{namespace}/pods/no-priority") is not None
+
+
+def test_deleting_the_node_removes_its_attachment(make_world, api):
+    world = make_world(count=1)
+    (node,) = world.nodes
+    assert world.attachment(node) is not None
+
+    api.delete(f"/api/v1/nodes/{node}")
+    wait_for(lambda: api.get_or_none(f"/api/v1/nodes/{node}") is None, "Node gone", timeout=30)
+    wait_for(lambda: world.attachment(node) is None, "Attachment gone", timeout=30)
+    # The node left its load balancers on the way out.
+    assert not world.in_target_group(node)
