@@ -4,7 +4,6 @@ FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY requirements.txt pyproject.toml ./
 COPY hooks ./hooks
-COPY templates ./templates
 RUN python -m venv /opt/nodewarden \
  && /opt/nodewarden/bin/pip install --no-cache-dir --upgrade pip==25.3 \
  && /opt/nodewarden/bin/pip install --no-cache-dir -r requirements.txt \
@@ -15,11 +14,13 @@ FROM python:3.11-slim-bookworm
 RUN groupadd --system --gid 10001 nodewarden \
  && useradd --system --uid 10001 --gid nodewarden --no-create-home nodewarden
 COPY --from=build /opt/nodewarden /opt/nodewarden
+COPY templates /opt/nodewarden/templates
 COPY gunicorn.conf.py /etc/nodewarden/gunicorn.conf.py
 ENV PATH=/opt/nodewarden/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PROMETHEUS_MULTIPROC_DIR=/tmp/metrics
+    PROMETHEUS_MULTIPROC_DIR=/tmp/metrics \
+    NODEWARDEN_TEMPLATES_DIR=/opt/nodewarden/templates
 USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["gunicorn", "--config", "/etc/nodewarden/gunicorn.conf.py", "hooks.app:create_app()"]

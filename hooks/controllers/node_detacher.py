@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from hooks import conditions, fields, runtime, timefmt
+from hooks import conditions, fields, runtime, templates, timefmt
 from hooks.aws import elb as elb_api
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.lb_discovery import CACHE as LB_INDEX
@@ -70,17 +70,18 @@ def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings,
         discovered_at = sit.attachment.get("discoveredAt")
     else:
         return []
-    spec = {"nodeName": request.name, "instanceID": sit.instance_id, "region": sit.region or ""}
-    spec.update(targets.to_attachment_spec(memberships))
-    if discovered_at:
-        spec["discoveredAt"] = discovered_at
+    spec = targets.to_attachment_spec(memberships)
     return [
-        {
-            "apiVersion": names.ATTACHMENT_API,
-            "kind": names.ATTACHMENT_KIND,
-            "metadata": {"name": request.name, "namespace": settings.namespace, "labels": {names.NODE_LABEL: request.name}},
-            "spec": spec,
-        }
+        templates.render(
+            "attachment.json.j2",
+            node=request.name,
+            namespace=settings.namespace,
+            instance_id=sit.instance_id,
+            region=sit.region or "",
+            targets=spec["awsTargets"],
+            classic_elbs=[lb["name"] for lb in spec["awsLoadBalancers"]],
+            discovered_at=discovered_at,
+        )
     ]
 
 
