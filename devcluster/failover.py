@@ -269,6 +269,9 @@ class Trial:
     healthy: list[str]
     fenced: bool  # a NodeFencingPolicy selects the node
     duration: str = "30s"
+    # A zone of its own keeps the node lifecycle controller's zone disruption
+    # logic (it stops evicting in a zone mostly NotReady) out of a baseline.
+    zone: str | None = None
     name: str = field(default_factory=lambda: f"fo-{uuid.uuid4().hex[:6]}")
     instance_id: str = ""
     workloads: Workloads | None = None
@@ -284,8 +287,10 @@ class Trial:
         (self.instance_id,) = fleet.launch_instances(self.aws, 1)
         if self.fenced:
             self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration))
-        create_node(self.api, self.heartbeats, self.node, self.instance_id, labels={SCENARIO_LABEL: self.name},
-                    unschedulable=True)
+        labels = {SCENARIO_LABEL: self.name}
+        if self.zone:
+            labels["topology.kubernetes.io/zone"] = self.zone
+        create_node(self.api, self.heartbeats, self.node, self.instance_id, labels=labels, unschedulable=True)
 
     def place(self) -> None:
         """Workloads on this node only, and the attached volume."""
@@ -346,11 +351,12 @@ class Trial:
 
 
 def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeout: float,
-               stop_when=None, poll: float = 0.25) -> None:
+               stop_when=None, poll: float = 0.25, delay: float = 0.0) -> None:
     """Prepare every trial with the healthy nodes cordoned, fail them all at once, then watch.
 
     Watching ends at ``timeout`` seconds after the failure, or earlier once
     ``stop_when(trials)`` holds (by default: every StatefulSet pod moved).
+    ``delay`` seconds pass between the placement and the failure.
     """
     stop_when = stop_when or (lambda ts: all("statefulset_bound_elsewhere" in t.timings for t in ts))
     for node in healthy:
@@ -363,6 +369,9 @@ def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeou
     finally:
         for node in healthy + [t.node for t in trials]:
             cordon(api, node, False)
+    # A delay before the failure samples kube-controller-manager's periodic loops
+    # (pod GC runs every 20 s) at a random phase instead of the same one each trial.
+    time.sleep(delay)
     for trial in trials:
         trial.fail()
     deadline = time.time() + timeout

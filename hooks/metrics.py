@@ -30,7 +30,9 @@ STORM_GUARD = Gauge(
     "nodewarden_fencing_storm_guard_active",
     "1 while a NodeFencingPolicy holds new fencing back because too many nodes are unhealthy.",
     ["policy"],
-    multiprocess_mode="max",
+    # Each gunicorn worker sets it when it serves the policy's sync; the latest
+    # write is the truth ("max" would keep a released guard at 1 forever).
+    multiprocess_mode="mostrecent",
 )
 
 

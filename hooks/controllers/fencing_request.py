@@ -1,0 +1,564 @@
+"""fencing-request: power a node off through AWS, confirm it, recover its workloads.
+
+CompositeController on FencingRequest (no children; the Node is related by
+name through customize). The status is the whole record, Job-like as the KEP
+writes it, and each call moves one step:
+
+  Pending/PoweringOff  StopInstances(Force=True), then DescribeInstances until
+                       the state is stopped or terminated: only that sets
+                       FencingSucceeded. Each attempt has a timeout; after the
+                       last one fails, errorReason/errorMessage, Failed, and
+                       nothing is recovered.
+  Recovering           OutOfServiceTaint: taint the node out-of-service and let
+                       kube-controller-manager force-delete its pods and detach
+                       its volumes. ResourceDeletion: force-delete every pod on
+                       the node and delete its VolumeAttachments. Either way,
+                       wait until nothing is left (bounded by a timeout).
+  PoweringOn           Reboot only: StartInstances until the state is running.
+  Succeeded            and, whatever the phase, the out-of-service taint comes
+                       off once the node is Ready again with no terminating pod
+                       and no VolumeAttachment left.
+
+The finalize hook takes the out-of-service taint off when a request is
+deleted half-way, unless another live request for the node still holds it.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import logging
+
+from hooks import conditions, fields, runtime, timefmt
+from hooks.aws import power
+from hooks.aws import providerid
+from hooks.aws.clients import describe_error as aws_error
+from hooks.config import Settings
+from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.fencing import health, names
+from hooks.fencing import request as fr
+from hooks.kube import events, pods, taints
+from hooks.kube import fencing as kube_fencing
+from hooks.kube.client import describe_error as kube_error
+from hooks.metrics import record_action
+from hooks.plan import Action, Outcome, Plan, backoff
+
+CONTROLLER = "fencing-request"
+log = logging.getLogger(__name__)
+
+_OP = {"stop": ("Stop", "PowerOff", names.POWERING_OFF), "start": ("Start", "PowerOn", names.POWERING_ON)}
+
+
+# --------------------------------------------------------------------------- customize
+
+
+def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
+    """The one Node the request names."""
+    try:
+        spec = fr.parse_spec(parent)
+    except RequestError:
+        return {"relatedResources": []}
+    return {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "names": [spec.node_name]}]}
+
+
+# --------------------------------------------------------------------------- situation
+
+
+def _node(request: HookRequest, spec: fr.Spec) -> dict | None:
+    return request.related.get("Node", spec.node_name)
+
+
+def _has_out_of_service_taint(node: dict | None) -> bool:
+    return any(t.get("key") == names.OUT_OF_SERVICE_TAINT
+               for t in fields.objects(node or {}, "spec", "taints", where="related.Node"))
+
+
+def _ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
+    """Whether this request put the out-of-service taint that the node carries.
+
+    Also true when the taint went on but the status saying so was never
+    written (the request was deleted in between): fenced, strategy taint,
+    and not recorded as removed.
+    """
+    if not _has_out_of_service_taint(node):
+        return False
+    recorded = (status.get("recovery") or {}).get("outOfServiceTaint")
+    if recorded == names.TAINT_APPLIED:
+        return True
+    fenced = (conditions.find(status, names.FENCING_SUCCEEDED) or {}).get("status") == "True"
+    return fenced and spec.strategy == names.OUT_OF_SERVICE and recorded != names.TAINT_REMOVED
+
+
+def _in_aftercare(status: dict, node: dict | None) -> bool:
+    """Recovered, our taint on, and the node Ready *again*: it turned Ready after the power-off
+    (a Ready=True from before the node was fenced is stale, not a return)."""
+    rec = status.get("recovery") or {}
+    if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime") or node is None:
+        return False
+    node_status = node.get("status") or {}
+    if not health.is_ready(node_status):
+        return False
+    ready_since = timefmt.parse((conditions.find(node_status, "Ready") or {}).get("lastTransitionTime"))
+    powered_off = timefmt.parse((status.get("providerStatus") or {}).get("poweredOffTime"))
+    return ready_since is None or powered_off is None or ready_since >= powered_off
+
+
+# --------------------------------------------------------------------------- decide
+
+
+class _Step:
+    """One call's walk through the phases: a working copy of the status, actions, resyncs."""
+
+    def __init__(self, request: HookRequest, spec: fr.Spec, settings: Settings, now: dt.datetime, observed: dict):
+        self.request, self.spec, self.settings, self.now, self.observed = request, spec, settings, now, observed
+        self.status = copy.deepcopy(fields.mapping(request.parent, "status"))
+        self.status["observedGeneration"] = request.meta.get("generation") or 0
+        self.node = _node(request, spec)
+        self.actions: list[Action] = []
+        self.resyncs: list[float] = []
+
+    # small helpers ------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        return self.status.get("phase") or names.PENDING
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self.status["phase"] = value
+
+    @property
+    def provider(self) -> dict:
+        return self.status.setdefault("providerStatus", {})
+
+    @property
+    def recovery(self) -> dict:
+        return self.status.setdefault("recovery", {})
+
+    def stamp(self) -> str:
+        return timefmt.fmt(self.now)
+
+    def resync(self, seconds: float) -> None:
+        self.resyncs.append(max(1.0, seconds))
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        params = {"reason": reason, "message": message}
+        if warning:
+            params["warning"] = True
+        self.actions.append(Action("event", f"FencingRequest/{self.request.name}", params))
+
+    def condition(self, ctype: str, status: str, reason: str, message: str) -> None:
+        self.status = conditions.upsert(self.status, {"type": ctype, "status": status, "reason": reason,
+                                                      "message": message}, self.stamp())
+
+    def fail(self, reason: str, message: str) -> None:
+        self.phase = names.FAILED
+        self.status["errorReason"] = reason
+        self.status["errorMessage"] = message
+        self.status["completionTime"] = self.stamp()
+        self.condition(names.FAILED_CONDITION, "True", reason, message)
+        self.event("FencingFailed", f"{reason}: {message}", warning=True)
+
+    def succeed(self) -> None:
+        self.phase = names.SUCCEEDED
+        self.status["completionTime"] = self.stamp()
+        what = "powered off, recovered" + (" and powered on again" if self.spec.action == names.ACTION_REBOOT else "")
+        self.condition(names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
+        self.event("FencingComplete", f"Node {self.spec.node_name} {what}")
+
+    # phases -------------------------------------------------------------
+    def start(self) -> None:
+        if not self.status.get("startTime"):
+            self.status["startTime"] = self.stamp()
+            self.phase = names.PENDING
+            self.event("FencingStarted", f"Fencing node {self.spec.node_name}: action {self.spec.action}, "
+                                         f"recovery {self.spec.strategy}")
+
+    def locate(self) -> bool:
+        """Instance and region from the node; False (and Failed) when it cannot be found."""
+        if self.node is None:
+            self.fail("NodeNotFound", f"Node {self.spec.node_name} does not exist")
+            return False
+        uid = self.node["metadata"].get("uid")
+        if self.spec.node_uid and uid and uid != self.spec.node_uid:
+            self.fail("NodeReplaced", f"Node {self.spec.node_name} is now uid {uid}, not the {self.spec.node_uid} "
+                                      "this request was made for")
+            return False
+        try:
+            pid = providerid.parse(fields.string(self.node, "spec", "providerID", where="related.Node"))
+        except providerid.ProviderIDError as exc:
+            self.fail("InvalidProviderID", str(exc))
+            return False
+        self.provider["instanceID"] = pid.instance_id
+        self.provider["region"] = pid.region or self.settings.aws_region
+        return True
+
+    def observe_instance(self) -> str | None:
+        seen = self.observed.get("instance") or {}
+        if seen.get("state"):
+            self.provider["instanceState"] = seen["state"]
+            self.provider.pop("lastDescribeError", None)
+        elif seen.get("error"):
+            # Unreadable is not confirmed: keep polling; the attempt timeout decides.
+            self.provider["lastDescribeError"] = seen["error"]
+        return seen.get("state")
+
+    def attempt(self, op: str) -> None:
+        """One step of a power operation with the spec's retries, interval and timeout."""
+        title, what, phase = _OP[op]
+        ps = self.provider
+        count = int(ps.get(f"{op}Attempts") or 0)
+        last = timefmt.parse(ps.get(f"last{title}Time"))
+        error = ps.get(f"last{title}Error")
+        elapsed = (self.now - last).total_seconds() if last else None
+        if count == 0 or elapsed is None:
+            return self.issue(op, count + 1)
+        if error:
+            if count >= self.spec.retries:
+                return self.fail(f"{what}Failed", f"{op} of instance {ps.get('instanceID')} failed "
+                                                  f"{count} time(s); last: {error}")
+            if elapsed >= self.spec.retry_interval:
+                return self.issue(op, count + 1)
+            return self.resync(self.spec.retry_interval - elapsed)
+        if elapsed >= self.spec.timeout:
+            if count >= self.spec.retries:
+                return self.fail(f"{what}Timeout", f"instance {ps.get('instanceID')} still "
+                                                   f"{ps.get('instanceState', 'unknown')} {self.spec.timeout:g}s after "
+                                                   f"attempt {count} of {self.spec.retries}")
+            return self.issue(op, count + 1)
+        self.phase = phase
+        self.resync(min(self.settings.fencing_poll_seconds, self.spec.timeout - elapsed))
+
+    def issue(self, op: str, number: int) -> None:
+        title, _, phase = _OP[op]
+        ps = self.provider
+        ps[f"{op}Attempts"] = number
+        ps[f"last{title}Time"] = self.stamp()
+        ps.pop(f"last{title}Error", None)
+        self.phase = phase
+        self.actions.append(Action(f"aws.{op}", ps["instanceID"], {"region": ps.get("region"), "attempt": number}))
+        verb = "Force-stopping" if op == "stop" else "Starting"
+        self.event(f"{title}Requested", f"{verb} instance {ps['instanceID']} (attempt {number} of {self.spec.retries})")
+        self.resync(self.settings.fencing_poll_seconds)
+
+    def power_off(self) -> None:
+        if not self.locate():
+            return
+        state = self.observe_instance()
+        if state in names.POWERED_OFF_STATES:
+            self.provider["poweredOffTime"] = self.stamp()
+            self.condition(names.FENCING_SUCCEEDED, "True", "PoweredOff",
+                           f"instance {self.provider['instanceID']} is {state}")
+            self.phase = names.RECOVERING
+            self.event("PoweredOff", f"Instance {self.provider['instanceID']} is {state}: node "
+                                     f"{self.spec.node_name} can no longer write")
+            return
+        self.attempt("stop")
+
+    def recover(self) -> None:
+        rec = self.recovery
+        rec["strategy"] = self.spec.strategy
+        rec.setdefault("startTime", self.stamp())
+        if self.spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED:
+            self.actions.append(Action("kube.taint", self.spec.node_name, {
+                "key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
+                "effect": names.OUT_OF_SERVICE_EFFECT}))
+            rec["outOfServiceTaint"] = names.TAINT_APPLIED
+            self.event("OutOfServiceTaintApplied",
+                       f"Tainted node {self.spec.node_name} {names.OUT_OF_SERVICE_TAINT}={names.OUT_OF_SERVICE_VALUE}:"
+                       f"{names.OUT_OF_SERVICE_EFFECT}: kube-controller-manager recovers its pods and volumes")
+            return self.resync(self.settings.fencing_recovery_poll_seconds)
+        error = self.observed.get("podsError") or self.observed.get("volumeAttachmentsError")
+        if error or "nodePods" not in self.observed or "volumeAttachments" not in self.observed:
+            rec["lastError"] = error or "the node's pods and VolumeAttachments were not observed"
+            return self.resync(backoff(self.settings, 1))
+        node_pods = self.observed["nodePods"]
+        attachments = self.observed["volumeAttachments"]
+        if self.spec.strategy == names.RESOURCE_DELETION and (node_pods or any(not v["deleting"] for v in attachments)):
+            self.delete_resources(node_pods, attachments)
+            return self.resync(self.settings.fencing_recovery_poll_seconds)
+        waiting = fr.waiting_pods(node_pods, self.spec.strategy)
+        rec["remainingPods"] = len(waiting)
+        rec["remainingVolumeAttachments"] = len(attachments)
+        if not waiting and not attachments:
+            return self.recovered("Recovered", "no pod or VolumeAttachment of the node is left")
+        waited = timefmt.seconds_since(rec["startTime"], self.now) or 0
+        if waited >= self.settings.fencing_recovery_timeout_seconds:
+            rec["timedOut"] = True
+            message = (f"gave up waiting after {waited:.0f}s: {len(waiting)} pod(s) and "
+                       f"{len(attachments)} VolumeAttachment(s) still on the node")
+            self.event("RecoveryTimedOut", message, warning=True)
+            return self.recovered("TimedOut", message)
+        self.resync(self.settings.fencing_recovery_poll_seconds)
+
+    def delete_resources(self, node_pods: list[dict], attachments: list[dict]) -> None:
+        rec = self.recovery
+        for pod in sorted(node_pods, key=lambda p: (p["namespace"], p["name"])):
+            self.actions.append(Action("kube.force-delete-pod", f"{pod['namespace']}/{pod['name']}",
+                                       {"uid": pod.get("uid"), "node": self.spec.node_name}))
+        fresh = [v for v in attachments if not v["deleting"]]
+        for va in fresh:
+            self.actions.append(Action("kube.delete-volume-attachment", va["name"], {"node": self.spec.node_name}))
+        rec["podsDeleted"] = int(rec.get("podsDeleted") or 0) + len(node_pods)
+        rec["volumeAttachmentsDeleted"] = int(rec.get("volumeAttachmentsDeleted") or 0) + len(fresh)
+        self.event("ResourcesDeleted", f"Force-deleted {len(node_pods)} pod(s) and deleted {len(fresh)} "
+                                       f"VolumeAttachment(s) of node {self.spec.node_name}")
+
+    def recovered(self, reason: str, message: str) -> None:
+        self.recovery["completionTime"] = self.stamp()
+        self.condition(names.RECOVERED, "True", reason, message)
+        if self.spec.action == names.ACTION_REBOOT:
+            self.phase = names.POWERING_ON
+        else:
+            self.succeed()
+
+    def power_on(self) -> None:
+        state = self.observe_instance() if self.observed.get("instance") else None
+        if state == "running" and int(self.provider.get("startAttempts") or 0) > 0:
+            self.provider["poweredOnTime"] = self.stamp()
+            self.event("PoweredOn", f"Instance {self.provider['instanceID']} is running again")
+            return self.succeed()
+        self.attempt("start")
+
+    def aftercare(self) -> None:
+        """Take the out-of-service taint off once the node is back and nothing is left to recover."""
+        rec = self.status.get("recovery") or {}
+        if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime"):
+            return
+        if self.node is None:
+            rec["outOfServiceTaint"] = names.TAINT_REMOVED  # no node, no taint
+            return
+        if not _in_aftercare(self.status, self.node):
+            return self.resync(self.settings.fencing_resync_seconds)
+        if "nodePods" not in self.observed or "volumeAttachments" not in self.observed:
+            return self.resync(backoff(self.settings, 1))
+        terminating = fr.terminating_pods(self.observed["nodePods"])
+        attachments = self.observed["volumeAttachments"]
+        if terminating or attachments:
+            return self.resync(self.settings.fencing_recovery_poll_seconds)
+        self.actions.append(Action("kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
+        rec["outOfServiceTaint"] = names.TAINT_REMOVED
+        self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} is Ready again with nothing left to "
+                                               "recover: out-of-service taint removed")
+
+    def plan(self, finalized: bool | None = None) -> Plan:
+        resync = min(self.resyncs) if self.resyncs else None
+        return Plan(composite_response(status=self.status, resync_after=resync, finalized=finalized), self.actions)
+
+
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    spec = fr.parse_spec(request.parent)
+    step = _Step(request, spec, settings, now, observed)
+    (step.status.get("recovery") or {}).pop("lastError", None)
+    if request.finalizing:
+        return _finalize(step)
+    step.start()
+    if step.phase in (names.PENDING, names.POWERING_OFF):
+        step.power_off()
+    if step.phase == names.RECOVERING:
+        step.recover()
+    if step.phase == names.POWERING_ON:
+        step.power_on()
+    step.aftercare()
+    return step.plan()
+
+
+def _finalize(step: _Step) -> Plan:
+    if not _ours_to_remove(step.status, step.spec, step.node):
+        return step.plan(finalized=True)
+    holders = step.observed.get("otherHolders") or []
+    if holders:
+        step.event("OutOfServiceTaintKept", f"Deleted half-way; the out-of-service taint stays for "
+                                            f"{', '.join(holders)}")
+        return step.plan(finalized=True)
+    step.actions.append(Action("kube.untaint", step.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
+    step.recovery["outOfServiceTaint"] = names.TAINT_REMOVED
+    step.event("OutOfServiceTaintRemoved", f"FencingRequest deleted: out-of-service taint removed from node "
+                                           f"{step.spec.node_name}")
+    return step.plan(finalized=True)
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+    """Only what this call's phase looks at; failures are recorded, never raised."""
+    try:
+        spec = fr.parse_spec(request.parent)
+    except RequestError:
+        return {}
+    status = fields.mapping(request.parent, "status")
+    node = _node(request, spec)
+    observed: dict = {}
+    if request.finalizing:
+        if _ours_to_remove(status, spec, node):
+            observed["otherHolders"] = _other_holders(request, spec, ctx)
+        return observed
+    phase = status.get("phase") or names.PENDING
+    rec = status.get("recovery") or {}
+    if phase in (names.PENDING, names.POWERING_OFF, names.POWERING_ON) and node is not None:
+        try:
+            pid = providerid.parse((node.get("spec") or {}).get("providerID"))
+            ec2 = ctx.aws.client("ec2", pid.region)
+            observed["instance"] = {"state": power.state(ec2, pid.instance_id)}
+        except providerid.ProviderIDError:
+            pass  # decide fails the request with the reason
+        except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
+            observed["instance"] = {"error": aws_error(exc)}
+    powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
+        (observed.get("instance") or {}).get("state") in names.POWERED_OFF_STATES
+    recovering = phase == names.RECOVERING or powered_off_now
+    taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
+    if (recovering and not taint_first) or _in_aftercare(status, node):
+        _observe_node_objects(ctx, spec.node_name, observed)
+    return observed
+
+
+def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) -> None:
+    try:
+        observed["nodePods"] = [fr.pod_summary(p) for p in pods.on_node(ctx.kube, node_name)]
+    except Exception as exc:  # noqa: BLE001
+        observed["podsError"] = kube_error(exc)
+    try:
+        observed["volumeAttachments"] = kube_fencing.volume_attachments_on(ctx.kube, node_name)
+    except Exception as exc:  # noqa: BLE001
+        observed["volumeAttachmentsError"] = kube_error(exc)
+
+
+def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context) -> list[str]:
+    """Other live requests for the same node that still count on the out-of-service taint."""
+    try:
+        others = kube_fencing.fencing_requests(ctx.kube, request.meta.get("namespace") or ctx.settings.namespace)
+    except Exception as exc:  # noqa: BLE001 - unknown: take the taint off, as asked
+        log.warning("listing FencingRequests failed", extra={"error": kube_error(exc)})
+        return []
+    holders = []
+    for other in others:
+        meta = other.get("metadata") or {}
+        if meta.get("uid") == request.meta.get("uid") or meta.get("deletionTimestamp"):
+            continue
+        if ((other.get("spec") or {}).get("nodeRef") or {}).get("name") != spec.node_name:
+            continue
+        if ((other.get("status") or {}).get("recovery") or {}).get("outOfServiceTaint") == names.TAINT_APPLIED:
+            holders.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(holders)
+
+
+# --------------------------------------------------------------------------- act
+
+
+def _run(action: Action, ctx: runtime.Context) -> None:
+    p = action.params
+    if action.kind == "aws.stop":
+        power.stop(ctx.aws.client("ec2", p.get("region") or None), action.target)
+    elif action.kind == "aws.start":
+        power.start(ctx.aws.client("ec2", p.get("region") or None), action.target)
+    elif action.kind == "kube.taint":
+        taints.add(ctx.kube, action.target, p["key"], p["effect"], p.get("value"))
+    elif action.kind == "kube.untaint":
+        taints.remove(ctx.kube, action.target, p["key"])
+    elif action.kind == "kube.force-delete-pod":
+        namespace, name = action.target.split("/", 1)
+        kube_fencing.force_delete_pod(ctx.kube, namespace, name, p.get("uid"))
+    elif action.kind == "kube.delete-volume-attachment":
+        kube_fencing.delete_volume_attachment(ctx.kube, action.target)
+    else:
+        raise ValueError(f"unknown action {action.kind}")
+
+
+def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
+    outcomes = []
+    for action in actions:
+        if action.kind == "event":
+            continue
+        try:
+            _run(action, ctx)
+            outcomes.append(Outcome(action, True))
+        except Exception as exc:  # noqa: BLE001 - recorded in the status, retried
+            message = aws_error(exc) if action.kind.startswith("aws.") else kube_error(exc)
+            outcomes.append(Outcome(action, False, error=message))
+        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
+    return outcomes
+
+
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
+    """Fold failed actions back into the status, so the next call retries exactly them."""
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return plan.response
+    response = copy.deepcopy(plan.response)
+    status = response["status"]
+    previous = (fields.mapping(request.parent, "status").get("recovery") or {}).get("outOfServiceTaint")
+    resync = backoff(settings, 1)
+    recovery_errors = []
+    for outcome in failed:
+        kind = outcome.action.kind
+        if kind in ("aws.stop", "aws.start"):
+            title = _OP[kind.split(".")[1]][0]
+            status.setdefault("providerStatus", {})[f"last{title}Error"] = outcome.error
+            spec = fr.parse_spec(request.parent)
+            resync = min(resync, max(1.0, spec.retry_interval))
+            continue
+        rec = status.setdefault("recovery", {})
+        if kind == "kube.taint":
+            if previous is None:
+                rec.pop("outOfServiceTaint", None)
+            else:
+                rec["outOfServiceTaint"] = previous
+        elif kind == "kube.untaint":
+            rec["outOfServiceTaint"] = names.TAINT_APPLIED
+            if request.finalizing:
+                response["finalized"] = False
+        elif kind == "kube.force-delete-pod":
+            rec["podsDeleted"] = max(0, int(rec.get("podsDeleted") or 0) - 1)
+        elif kind == "kube.delete-volume-attachment":
+            rec["volumeAttachmentsDeleted"] = max(0, int(rec.get("volumeAttachmentsDeleted") or 0) - 1)
+        recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")
+    if recovery_errors:
+        status["recovery"]["lastError"] = "; ".join(recovery_errors)[:2000]
+    response["resyncAfterSeconds"] = resync
+    return response
+
+
+# The Event that reports each action: not sent when the action failed.
+_REPORTED_BY = {
+    "aws.stop": "StopRequested",
+    "aws.start": "StartRequested",
+    "kube.taint": "OutOfServiceTaintApplied",
+    "kube.untaint": "OutOfServiceTaintRemoved",
+    "kube.force-delete-pod": "ResourcesDeleted",
+    "kube.delete-volume-attachment": "ResourcesDeleted",
+}
+
+
+def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
+    failed = [o for o in outcomes if not o.ok]
+    untrue = {_REPORTED_BY.get(o.action.kind) for o in failed}
+    for action in plan.actions:
+        if action.kind == "event" and action.params["reason"] not in untrue:
+            events.emit(ctx.kube, request.parent, action.params["reason"], action.params["message"],
+                        warning=action.params.get("warning", False), component=CONTROLLER)
+    for outcome in failed:
+        events.emit(ctx.kube, request.parent, "FencingActionFailed",
+                    f"{outcome.action.kind} {outcome.action.target}: {outcome.error}", warning=True,
+                    component=CONTROLLER)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
+    ctx = ctx or runtime.current()
+    observed = gather(request, ctx)
+    plan = decide(request, ctx.settings, ctx.now(), observed)
+    outcomes = act(plan.actions, ctx)
+    response = settle(request, plan, outcomes, ctx.settings)
+    if plan.actions:
+        emit(request, plan, outcomes, ctx)
+    return response
+
+
+def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _serve(request, ctx)
+
+
+def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _serve(request, ctx)

@@ -1,0 +1,463 @@
+"""node-fencing: the Node Fencing KEP's timeline on every Node, and fast failover.
+
+DecoratorController on Nodes. NodeFencingPolicies arrive as related objects
+(customize); the node's FencingRequest is its attachment. Judged from the
+NodeConditions only, each call moves the node to where it should be:
+
+  healthy    nothing written; leftovers of an earlier fencing are cleared
+             (conditions, taints) and the FencingRequest goes once it is done
+  triaged    an unhealthy condition of the policy: FencingTriaged=True and the
+             node.kubernetes.io/fencingtriaged PreferNoSchedule taint
+  required   it lasted the policy's duration, the node is not control plane
+             (unless allowed) and the storm guard allows: FencingRequired=True,
+             the node.kubernetes.io/fencingrequired NoSchedule taint, and a
+             FencingRequest; pods chosen for fast failover are force-deleted
+  complete   the FencingRequest confirmed the power-off: FencingComplete=True
+
+Conditions are written first and taints on the next call, so one call never
+races Metacontroller's own status write on the same Node.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from hooks import conditions, fields, runtime, timefmt
+from hooks.config import Settings
+from hooks.contract import HookRequest, decorator_response
+from hooks.fencing import failover, health, names, storm
+from hooks.fencing import policy as policies
+from hooks.fencing.health import Health
+from hooks.fencing.policy import Policy
+from hooks.kube import events, pods, taints
+from hooks.kube import fencing as kube_fencing
+from hooks.kube.client import describe_error as kube_error
+from hooks.metrics import record_action
+from hooks.plan import Action, Outcome, Plan, backoff
+
+CONTROLLER = "node-fencing"
+log = logging.getLogger(__name__)
+# After writing conditions, look again soon to lay the matching taints.
+_TAINT_SETTLE_SECONDS = 1.0
+_MAX_NAME = 253
+
+
+# --------------------------------------------------------------------------- customize
+
+
+def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
+    """Every NodeFencingPolicy is related to every Node (there are few policies)."""
+    return {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": "nodefencingpolicies"}]}
+
+
+# --------------------------------------------------------------------------- situation
+
+
+def request_name(node_name: str) -> str:
+    """The FencingRequest of a node: ``fence-<node>``, hashed when too long."""
+    name = f"fence-{node_name}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    return f"{name[: _MAX_NAME - 11].rstrip('.-')}-{digest}"
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Where a node stands on the timeline, before any side effect."""
+
+    policy: Policy | None
+    health: Health
+    fencing_request: dict | None
+    required: bool = False
+    hold_reason: str = ""
+    hold_message: str = ""
+    complete: bool = False
+    failed_message: str = ""
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.policy is not None and self.health.unhealthy
+
+
+def _condition_true(status: dict, ctype: str) -> bool:
+    cond = conditions.find(status, ctype)
+    return bool(cond) and cond.get("status") == "True"
+
+
+def _our_request(request: HookRequest) -> dict | None:
+    found = request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)
+    return found[0] if found else None
+
+
+def assess(request: HookRequest, now: dt.datetime) -> Situation:
+    node_status = fields.mapping(request.parent, "status")
+    valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
+    policy = policies.governing(valid, request.labels)
+    fencing_request = _our_request(request)
+    if policy is None:
+        return Situation(None, Health(False, ready=health.is_ready(node_status)), fencing_request)
+    state = health.assess(node_status, policy.rules, now)
+    if not state.unhealthy:
+        return Situation(policy, state, fencing_request)
+
+    fr_status = (fencing_request or {}).get("status") or {}
+    complete = _condition_true(fr_status, names.FENCING_SUCCEEDED)
+    failed = "" if complete or fr_status.get("phase") != names.FAILED else (
+        f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
+    # Fencing in flight is never abandoned half-way, even if the guard now holds.
+    if fencing_request is not None or _condition_true(node_status, names.REQUIRED):
+        return Situation(policy, state, fencing_request, required=True, complete=complete,
+                         failed_message=failed)
+    if not state.due(now):
+        return Situation(policy, state, fencing_request, hold_reason="WaitingForDuration",
+                         hold_message=f"{state.describe()}; fencing falls due at {timefmt.fmt(state.due_at)}")
+    if policy.exclude_control_plane and health.is_control_plane(request.labels):
+        return Situation(policy, state, fencing_request, hold_reason="ControlPlaneExcluded",
+                         hold_message=f"NodeFencingPolicy {policy.name} never fences control-plane nodes")
+    verdict = storm.verdict(policy, request.name)
+    if verdict.outcome == storm.HOLD:
+        return Situation(policy, state, fencing_request, hold_reason="StormGuard", hold_message=verdict.message)
+    if verdict.outcome == storm.PENDING:
+        return Situation(policy, state, fencing_request, hold_reason="PolicyCountPending",
+                         hold_message=verdict.message)
+    return Situation(policy, state, fencing_request, required=True)
+
+
+def needs_pods(sit: Situation) -> bool:
+    """Pods are listed only for a node whose fencing is due: no payload grows with pods."""
+    return sit.unhealthy and sit.required
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    sit = assess(request, now)
+    if not sit.unhealthy:
+        return _release(request, sit, settings, now)
+    return _fence(request, sit, settings, now, observed)
+
+
+def _node_event(request: HookRequest, reason: str, message: str, warning: bool = False) -> Action:
+    params = {"reason": reason, "message": message}
+    if warning:
+        params["warning"] = True
+    return Action("event", f"Node/{request.name}", params)
+
+
+def _status_changes(node_status: dict, desired: dict[str, tuple[str, str, str]], now: dt.datetime) -> dict | None:
+    """The complete status with our conditions set, or None when nothing would change.
+
+    A condition is rewritten only when its status, reason or message changes,
+    and both its times move only then: no churn on a node that stays put.
+    """
+    current = [c for c in node_status.get("conditions") or [] if isinstance(c, dict)]
+    updated = list(current)
+    for ctype, (status, reason, message) in desired.items():
+        previous = conditions.find(node_status, ctype)
+        if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason, message):
+            continue
+        same_status = bool(previous) and previous.get("status") == status and previous.get("lastTransitionTime")
+        cond = {
+            "type": ctype,
+            "status": status,
+            "lastHeartbeatTime": timefmt.fmt(now),
+            "lastTransitionTime": previous["lastTransitionTime"] if same_status else timefmt.fmt(now),
+            "reason": reason,
+            "message": message,
+        }
+        index = next((i for i, c in enumerate(updated) if c.get("type") == ctype), None)
+        if index is None:
+            updated.append(cond)
+        else:
+            updated[index] = cond
+    if updated == current:
+        return None
+    return {**node_status, "conditions": updated}
+
+
+def _taint_actions(request: HookRequest, want: dict[str, str]) -> list[Action]:
+    present = {t.get("key"): t.get("effect") for t in fields.objects(request.parent, "spec", "taints")}
+    actions = []
+    for key, effect in names.OUR_TAINTS.items():
+        if key in want and present.get(key) != effect:
+            actions.append(Action("kube.taint", request.name, {"key": key, "effect": effect}))
+        elif key not in want and key in present:
+            actions.append(Action("kube.untaint", request.name, {"key": key}))
+    return actions
+
+
+def _clear_error(request: HookRequest) -> dict:
+    return {names.ERROR_ANNOTATION: None} if names.ERROR_ANNOTATION in request.annotations else {}
+
+
+def _desired_request(request: HookRequest, sit: Situation, settings: Settings) -> dict:
+    """The node's FencingRequest; an existing one keeps its spec (fencing in flight never changes course)."""
+    existing = sit.fencing_request
+    if existing is not None:
+        meta = existing["metadata"]
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.REQUEST_KIND,
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
+            "spec": dict(existing.get("spec") or {}),
+        }
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.REQUEST_KIND,
+        "metadata": {
+            "name": request_name(request.name),
+            "namespace": settings.namespace,
+            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
+            "annotations": {names.POLICY_ANNOTATION: sit.policy.name},
+        },
+        "spec": {
+            "nodeRef": {"name": request.name, **({"uid": request.meta["uid"]} if request.meta.get("uid") else {})},
+            "action": sit.policy.action,
+            "recoveryStrategy": sit.policy.strategy,
+        },
+    }
+
+
+def _request_done(fr: dict) -> bool:
+    """Finished, and no out-of-service taint of its own left to take off."""
+    st = fr.get("status") or {}
+    return st.get("phase") in names.FINISHED_PHASES and \
+        (st.get("recovery") or {}).get("outOfServiceTaint") != names.TAINT_APPLIED
+
+
+def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime) -> Plan:
+    """Healthy (or no policy): take our conditions and taints away; the FencingRequest goes when done."""
+    node_status = fields.mapping(request.parent, "status")
+    ours = [c for c in names.OUR_CONDITIONS if conditions.find(node_status, c)]
+    status = None
+    if ours:
+        status = node_status
+        for ctype in ours:
+            status = conditions.remove(status, ctype)
+    attachments: list[dict] = []
+    resync = None
+    fr = sit.fencing_request
+    if fr is not None and not _request_done(fr):
+        ready = conditions.find(node_status, "Ready") or {}
+        healthy_for = timefmt.seconds_since(ready.get("lastTransitionTime"), now) \
+            if ready.get("status") == "True" else None
+        # A request that never finishes must not keep its node forever: its
+        # finalize hook still takes the out-of-service taint off.
+        if healthy_for is None or healthy_for < settings.fencing_release_timeout_seconds:
+            attachments = [_desired_request(request, sit, settings)]
+            resync = settings.fencing_resync_seconds
+    actions: list[Action] = []
+    if ours:
+        why = "no NodeFencingPolicy selects the node" if sit.policy is None else "the node is healthy again"
+        actions.append(_node_event(request, "FencingCleared", f"Fencing conditions cleared: {why}"))
+    else:
+        actions.extend(_taint_actions(request, {}))
+    if status is not None and any(t.get("key") in names.OUR_TAINTS for t in fields.objects(request.parent, "spec", "taints")):
+        resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
+    return Plan(decorator_response(annotations=_clear_error(request), status=status, attachments=attachments,
+                                   resync_after=resync), actions)
+
+
+def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    node_status = fields.mapping(request.parent, "status")
+    fr_name = request_name(request.name) if sit.fencing_request is None else sit.fencing_request["metadata"]["name"]
+    desired = {names.TRIAGED: ("True", "UnhealthyCondition", sit.health.describe())}
+    if sit.required:
+        desired[names.REQUIRED] = ("True", "FencingRequested",
+                                   f"FencingRequest {settings.namespace}/{fr_name} powers the node off")
+        if sit.complete:
+            desired[names.COMPLETE] = ("True", "PoweredOff", "the FencingRequest confirmed the power-off")
+        elif sit.failed_message:
+            desired[names.COMPLETE] = ("False", "FencingFailed", sit.failed_message)
+        else:
+            desired[names.COMPLETE] = ("False", "FencingInProgress", "waiting for the power-off to be confirmed")
+    else:
+        desired[names.REQUIRED] = ("False", sit.hold_reason, sit.hold_message)
+        desired[names.COMPLETE] = ("False", "NotRequired", "fencing has not been required")
+    status = _status_changes(node_status, desired, now)
+
+    actions: list[Action] = []
+    if status is not None:
+        actions.extend(_transition_events(request, node_status, desired))
+    else:
+        # Conditions are settled: lay the taints that go with them.
+        want = {names.TRIAGED_TAINT: "PreferNoSchedule"}
+        if sit.required:
+            want[names.REQUIRED_TAINT] = "NoSchedule"
+        actions.extend(_taint_actions(request, want))
+
+    annotations = _clear_error(request)
+    resync = sit.health.seconds_until_due(now) if not sit.required and sit.hold_reason == "WaitingForDuration" else None
+    if sit.required or sit.hold_reason in ("StormGuard", "PolicyCountPending"):
+        resync = settings.fencing_resync_seconds
+    if needs_pods(sit):
+        failover_actions, failover_error = _failover(request, sit, observed)
+        actions.extend(failover_actions)
+        if failover_error:
+            if request.annotations.get(names.ERROR_ANNOTATION) != failover_error:
+                annotations = {names.ERROR_ANNOTATION: failover_error}
+                actions.append(_node_event(request, "FailoverFailed", failover_error, warning=True))
+            else:
+                annotations = {}  # the same error again: no write, no new Event
+            resync = backoff(settings, 1)
+    if status is not None:
+        resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
+    attachments = [_desired_request(request, sit, settings)] if sit.required else []
+    return Plan(decorator_response(annotations=annotations, status=status, attachments=attachments,
+                                   resync_after=max(resync, 1.0) if resync is not None else None), actions)
+
+
+def _transition_events(request: HookRequest, before: dict, desired: dict) -> list[Action]:
+    events_out = []
+    for ctype, (status, reason, message) in desired.items():
+        previous = conditions.find(before, ctype) or {}
+        if previous.get("status") == status and previous.get("reason") == reason:
+            continue
+        if ctype == names.TRIAGED and status == "True":
+            events_out.append(_node_event(request, "FencingTriaged", f"Node is unhealthy: {message}"))
+        elif ctype == names.REQUIRED and status == "True":
+            events_out.append(_node_event(request, "FencingRequired", message))
+        elif ctype == names.REQUIRED and reason == "StormGuard":
+            events_out.append(_node_event(request, "FencingHeldBack", message, warning=True))
+        elif ctype == names.REQUIRED and reason == "ControlPlaneExcluded":
+            events_out.append(_node_event(request, "FencingSkipped", message))
+        elif ctype == names.COMPLETE and status == "True":
+            events_out.append(_node_event(request, "NodeFenced", "Power-off confirmed; the node's workloads may recover"))
+        elif ctype == names.COMPLETE and reason == "FencingFailed":
+            events_out.append(_node_event(request, "FencingFailed", message, warning=True))
+    return events_out
+
+
+def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[list[Action], str]:
+    if observed.get("podsError"):
+        return [], f"listing the node's pods for failover failed: {observed['podsError']}"
+    go, held = failover.select(observed.get("pods") or [], sit.policy, observed.get("claims") or {}, sit.complete)
+    actions = []
+    for choice in go:
+        meta = choice.pod["metadata"]
+        target = failover.key(choice.pod)
+        actions.append(Action("kube.force-delete-pod", target, {"uid": meta.get("uid"), "node": request.name}))
+        actions.append(Action("event", f"Pod/{target}", {
+            "reason": "FailedOver",
+            "message": f"Force-deleted from unhealthy node {request.name} ({sit.health.describe()}) "
+                       f"without waiting for fencing: {choice.why}",
+            "uid": meta.get("uid"),
+        }))
+    if held:
+        log.info("failover held until the node is fenced",
+                 extra={"node": request.name, "pods": [failover.key(c.pod) for c in held]})
+    return actions, ""
+
+
+# --------------------------------------------------------------------------- observe
+
+
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+    """Pods (and their claims) only for a node whose fencing is due."""
+    sit = assess(request, ctx.now())
+    if not needs_pods(sit):
+        return {}
+    observed: dict = {}
+    try:
+        node_pods = [failover.summarize(p) for p in pods.on_node(ctx.kube, request.name)]
+        observed["pods"] = node_pods
+        claims = {}
+        for pod in node_pods:
+            if failover.chosen(pod, sit.policy) is None:
+                continue
+            for key in failover.claim_keys(pod):
+                if key in claims:
+                    continue
+                namespace, name = key.split("/", 1)
+                try:
+                    claims[key] = {"accessModes": kube_fencing.claim_access_modes(ctx.kube, namespace, name)}
+                except Exception as exc:  # noqa: BLE001 - unknown counts as single-writer
+                    claims[key] = {"error": kube_error(exc)}
+        observed["claims"] = claims
+    except Exception as exc:  # noqa: BLE001
+        observed = {"podsError": kube_error(exc)}
+    return observed
+
+
+# --------------------------------------------------------------------------- act
+
+
+def _run(action: Action, ctx: runtime.Context) -> None:
+    p = action.params
+    if action.kind == "kube.taint":
+        taints.add(ctx.kube, action.target, p["key"], p["effect"])
+    elif action.kind == "kube.untaint":
+        taints.remove(ctx.kube, action.target, p["key"])
+    elif action.kind == "kube.force-delete-pod":
+        namespace, name = action.target.split("/", 1)
+        kube_fencing.force_delete_pod(ctx.kube, namespace, name, p.get("uid"))
+    else:
+        raise ValueError(f"unknown action {action.kind}")
+
+
+def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
+    outcomes = []
+    for action in actions:
+        if action.kind == "event":
+            continue
+        try:
+            _run(action, ctx)
+            outcomes.append(Outcome(action, True))
+        except Exception as exc:  # noqa: BLE001 - reported on the node, retried with backoff
+            outcomes.append(Outcome(action, False, error=f"{action.kind} {action.target}: {kube_error(exc)}"))
+        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
+    return outcomes
+
+
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
+    """A failed action: the error on the node, and a backoff; conditions already decided stay."""
+    failed = [o for o in outcomes if not o.ok]
+    if not failed:
+        return plan.response
+    message = "; ".join(o.error for o in failed)[:2000]
+    annotations = dict(plan.response.get("annotations") or {})
+    if request.annotations.get(names.ERROR_ANNOTATION) != message:
+        annotations[names.ERROR_ANNOTATION] = message
+    else:
+        annotations.pop(names.ERROR_ANNOTATION, None)  # same error: no write, no hot loop
+    return dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(settings, 1))
+
+
+def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
+    failed_pods = {o.action.target for o in outcomes if not o.ok and o.action.kind == "kube.force-delete-pod"}
+    for action in plan.actions:
+        if action.kind != "event":
+            continue
+        kind, _, target = action.target.partition("/")
+        if kind == "Pod":
+            if target in failed_pods:
+                continue
+            namespace, name = target.split("/", 1)
+            subject = {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "namespace": namespace, "uid": action.params.get("uid")}}
+        else:
+            subject = request.parent
+        events.emit(ctx.kube, subject, action.params["reason"], action.params["message"],
+                    warning=action.params.get("warning", False), component=CONTROLLER)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        events.emit(ctx.kube, request.parent, "FencingActionFailed", "; ".join(o.error for o in failed),
+                    warning=True, component=CONTROLLER)
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    ctx = ctx or runtime.current()
+    observed = gather(request, ctx)
+    plan = decide(request, ctx.settings, ctx.now(), observed)
+    outcomes = act(plan.actions, ctx)
+    response = settle(request, plan, outcomes, ctx.settings)
+    if plan.actions or outcomes:
+        emit(request, plan, outcomes, ctx)
+    return response

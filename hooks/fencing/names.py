@@ -1,0 +1,66 @@
+"""Names kept from the Node Fencing KEP and Kubernetes, and our own."""
+
+API_GROUP = "nodewarden.io"
+API_VERSION = "nodewarden.io/v1alpha1"
+POLICY_KIND = "NodeFencingPolicy"
+REQUEST_KIND = "FencingRequest"
+
+# The KEP's NodeConditions and taints: keep these exact names.
+TRIAGED = "FencingTriaged"
+REQUIRED = "FencingRequired"
+COMPLETE = "FencingComplete"
+OUR_CONDITIONS = (TRIAGED, REQUIRED, COMPLETE)
+TRIAGED_TAINT = "node.kubernetes.io/fencingtriaged"  # PreferNoSchedule
+REQUIRED_TAINT = "node.kubernetes.io/fencingrequired"  # NoSchedule
+OUR_TAINTS = {TRIAGED_TAINT: "PreferNoSchedule", REQUIRED_TAINT: "NoSchedule"}
+
+# Kubernetes (stable since 1.28): kube-controller-manager force-deletes the
+# terminating pods of a NotReady node with this taint and detaches its volumes.
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
+OUT_OF_SERVICE_VALUE = "nodeshutdown"
+OUT_OF_SERVICE_EFFECT = "NoExecute"
+
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+
+# Pods that may fail over at once, without waiting for fencing.
+FAILOVER_LABEL = "nodewarden.io/failover"
+FAILOVER_IMMEDIATE = "immediate"
+
+# On the Node: the last error of an action the node-fencing hook could not carry out.
+ERROR_ANNOTATION = "nodewarden.io/fencing-error"
+# On FencingRequests the node-fencing hook creates.
+POLICY_ANNOTATION = "nodewarden.io/fencing-policy"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "nodewarden"
+
+# FencingRequest: actions, strategies, phases and condition types.
+ACTION_OFF = "Off"
+ACTION_REBOOT = "Reboot"
+ACTIONS = (ACTION_OFF, ACTION_REBOOT)
+OUT_OF_SERVICE = "OutOfServiceTaint"
+RESOURCE_DELETION = "ResourceDeletion"
+STRATEGIES = (OUT_OF_SERVICE, RESOURCE_DELETION)
+
+PENDING = "Pending"
+POWERING_OFF = "PoweringOff"
+RECOVERING = "Recovering"
+POWERING_ON = "PoweringOn"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+FINISHED_PHASES = (SUCCEEDED, FAILED)
+
+FENCING_SUCCEEDED = "FencingSucceeded"  # power-off confirmed: the node can no longer write
+RECOVERED = "Recovered"
+COMPLETE_CONDITION = "Complete"
+FAILED_CONDITION = "Failed"
+
+# Taint bookkeeping on the FencingRequest status (recovery.outOfServiceTaint).
+TAINT_APPLIED = "Applied"
+TAINT_REMOVED = "Removed"
+
+# NodeFencingPolicy status condition.
+STORM_GUARD = "StormGuard"
+POLICY_VALID = "Valid"
+
+# EC2 states that prove a power-off (DESIGN.md §4).
+POWERED_OFF_STATES = ("stopped", "terminated")

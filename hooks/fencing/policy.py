@@ -1,0 +1,151 @@
+"""NodeFencingPolicy: parse, default, and decide which policy governs a node."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from hooks import fields
+from hooks.contract import RequestError
+from hooks.fencing import durations, names, selectors
+
+DEFAULT_DURATION = 60.0
+DEFAULT_MAX_UNHEALTHY = "40%"
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A node condition that makes a node unhealthy once it has lasted ``seconds``."""
+
+    type: str
+    status: str
+    seconds: float
+
+    def describe(self) -> str:
+        return f"{self.type}={self.status}"
+
+
+DEFAULT_RULES = (
+    Rule("Ready", "Unknown", DEFAULT_DURATION),
+    Rule("Ready", "False", DEFAULT_DURATION),
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    generation: int = 0
+    node_selector: dict = field(default_factory=dict)
+    rules: tuple[Rule, ...] = DEFAULT_RULES
+    max_unhealthy: int | str = DEFAULT_MAX_UNHEALTHY
+    exclude_control_plane: bool = True
+    action: str = names.ACTION_OFF
+    strategy: str = names.OUT_OF_SERVICE
+    failover_selector: dict | None = None
+    failover_namespaces: tuple[str, ...] = ()
+    status: dict = field(default_factory=dict)
+    deleting: bool = False
+
+    def selects(self, node_labels: dict) -> bool:
+        return selectors.matches(self.node_selector, node_labels)
+
+    def allowed_unhealthy(self, total: int) -> int:
+        """How many of ``total`` nodes may be unhealthy before the storm guard holds."""
+        if isinstance(self.max_unhealthy, int):
+            return self.max_unhealthy
+        percent = int(_PERCENT.match(self.max_unhealthy).group(1))
+        return math.floor(total * percent / 100)
+
+
+def _rules(obj: dict, where: str) -> tuple[Rule, ...]:
+    items = fields.objects(obj, "spec", "unhealthyConditions", where=where)
+    if not items:
+        return DEFAULT_RULES
+    rules = []
+    for i, item in enumerate(items):
+        path = f"{where}.spec.unhealthyConditions[{i}]"
+        ctype = fields.item_string(item, "type", path)
+        status = fields.item_string(item, "status", path)
+        if not ctype or not status:
+            raise RequestError(path, "needs a type and a status")
+        raw = item.get("duration", DEFAULT_DURATION)
+        try:
+            seconds = durations.parse(raw)
+        except durations.DurationError as exc:
+            raise RequestError(f"{path}.duration", str(exc)) from None
+        rules.append(Rule(ctype, status, seconds))
+    return tuple(rules)
+
+
+def _max_unhealthy(obj: dict, where: str) -> int | str:
+    raw = fields.mapping(obj, "spec", where=where).get("maxUnhealthy", DEFAULT_MAX_UNHEALTHY)
+    path = f"{where}.spec.maxUnhealthy"
+    if isinstance(raw, bool):
+        raise RequestError(path, "must be an integer or a percentage like '40%'")
+    if isinstance(raw, int):
+        if raw < 0:
+            raise RequestError(path, "must not be negative")
+        return raw
+    if isinstance(raw, str):
+        if raw.isdigit():
+            return int(raw)
+        match = _PERCENT.match(raw)
+        if match and int(match.group(1)) <= 100:
+            return raw
+    raise RequestError(path, f"must be an integer or a percentage from 0% to 100%, got {raw!r}")
+
+
+def _choice(obj: dict, key: str, allowed: tuple[str, ...], default: str, where: str) -> str:
+    value = fields.string(obj, "spec", key, where=where, default=default)
+    if value not in allowed:
+        raise RequestError(f"{where}.spec.{key}", f"must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def parse(obj: dict, where: str = "parent") -> Policy:
+    """A Policy from a NodeFencingPolicy object; RequestError names a bad field."""
+    meta = obj["metadata"]
+    spec = fields.mapping(obj, "spec", where=where)
+    failover = fields.mapping(obj, "spec", "failover", where=where)
+    failover_selector = None
+    if "podSelector" in failover:
+        failover_selector = selectors.validate(failover.get("podSelector"), f"{where}.spec.failover.podSelector")
+    namespaces = failover.get("namespaces") or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        raise RequestError(f"{where}.spec.failover.namespaces", "must be a list of namespace names")
+    generation = meta.get("generation") or 0
+    return Policy(
+        name=meta["name"],
+        generation=generation if isinstance(generation, int) else 0,
+        node_selector=selectors.validate(spec.get("nodeSelector"), f"{where}.spec.nodeSelector"),
+        rules=_rules(obj, where),
+        max_unhealthy=_max_unhealthy(obj, where),
+        exclude_control_plane=fields.boolean(obj, "spec", "excludeControlPlane", where=where, default=True),
+        action=_choice(obj, "action", names.ACTIONS, names.ACTION_OFF, where),
+        strategy=_choice(obj, "recoveryStrategy", names.STRATEGIES, names.OUT_OF_SERVICE, where),
+        failover_selector=failover_selector,
+        failover_namespaces=tuple(namespaces),
+        status=fields.mapping(obj, "status", where=where),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def parse_all(objs: list[dict]) -> tuple[list[Policy], dict[str, str]]:
+    """Valid policies sorted by name, and the problems of the invalid ones by name."""
+    valid, invalid = [], {}
+    for obj in objs:
+        name = obj["metadata"]["name"]
+        try:
+            valid.append(parse(obj, where=f"related.{names.POLICY_KIND}/{name}"))
+        except RequestError as exc:
+            invalid[name] = str(exc)
+    return sorted(valid, key=lambda p: p.name), invalid
+
+
+def governing(policies: list[Policy], node_labels: dict) -> Policy | None:
+    """The first policy by name that selects the node; None means never fence it."""
+    for policy in policies:
+        if not policy.deleting and policy.selects(node_labels):
+            return policy
+    return None

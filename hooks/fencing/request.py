@@ -1,0 +1,112 @@
+"""FencingRequest: its spec with defaults, and what recovery waits for."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hooks import fields
+from hooks.contract import RequestError
+from hooks.fencing import durations, names
+
+DEFAULT_RETRIES = 5
+DEFAULT_RETRY_INTERVAL = 5.0
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    node_name: str
+    node_uid: str | None
+    action: str
+    strategy: str
+    retries: int  # attempts of each power operation, the first included
+    retry_interval: float
+    timeout: float  # per attempt: how long a power-off may take to be confirmed
+
+
+def _duration(obj: dict, key: str, default: float) -> float:
+    raw = fields.mapping(obj, "spec").get(key)
+    if raw is None:
+        return default
+    try:
+        return durations.parse(raw)
+    except durations.DurationError as exc:
+        raise RequestError(f"parent.spec.{key}", str(exc)) from None
+
+
+def parse_spec(obj: dict) -> Spec:
+    node_name = fields.string(obj, "spec", "nodeRef", "name")
+    if not node_name:
+        raise RequestError("parent.spec.nodeRef.name", "is required: the Node to fence")
+    action = fields.string(obj, "spec", "action", default=names.ACTION_OFF)
+    if action not in names.ACTIONS:
+        raise RequestError("parent.spec.action", f"must be one of {', '.join(names.ACTIONS)}, got {action!r}")
+    strategy = fields.string(obj, "spec", "recoveryStrategy", default=names.OUT_OF_SERVICE)
+    if strategy not in names.STRATEGIES:
+        raise RequestError("parent.spec.recoveryStrategy",
+                           f"must be one of {', '.join(names.STRATEGIES)}, got {strategy!r}")
+    retries = fields.number(obj, "spec", "retries", default=DEFAULT_RETRIES)
+    if int(retries) != retries or retries < 1:
+        raise RequestError("parent.spec.retries", "must be a whole number of at least 1")
+    timeout = _duration(obj, "timeout", DEFAULT_TIMEOUT)
+    if timeout <= 0:
+        raise RequestError("parent.spec.timeout", "must be longer than 0s")
+    return Spec(
+        node_name=node_name,
+        node_uid=fields.string(obj, "spec", "nodeRef", "uid"),
+        action=action,
+        strategy=strategy,
+        retries=int(retries),
+        retry_interval=_duration(obj, "retryInterval", DEFAULT_RETRY_INTERVAL),
+        timeout=timeout,
+    )
+
+
+def tolerates(tolerations: list[dict], key: str, value: str, effect: str) -> bool:
+    """Whether a pod stays despite this taint: a toleration with tolerationSeconds only delays eviction."""
+    for tol in tolerations or []:
+        if tol.get("effect") and tol["effect"] != effect:
+            continue
+        if tol.get("tolerationSeconds") is not None:
+            continue
+        operator = tol.get("operator") or "Equal"
+        if operator == "Exists" and (not tol.get("key") or tol["key"] == key):
+            return True
+        if operator == "Equal" and tol.get("key") == key and (tol.get("value") or "") == value:
+            return True
+    return False
+
+
+def pod_summary(pod: dict) -> dict:
+    meta = pod.get("metadata") or {}
+    return {
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "terminating": bool(meta.get("deletionTimestamp")),
+        "phase": (pod.get("status") or {}).get("phase"),
+        "tolerations": (pod.get("spec") or {}).get("tolerations") or [],
+    }
+
+
+def waiting_pods(node_pods: list[dict], strategy: str) -> list[dict]:
+    """Pods recovery still waits for.
+
+    Out-of-service: a pod kube-controller-manager has yet to remove, i.e. one
+    that is terminating or does not tolerate the taint (the taint-eviction
+    controller will delete it, then pod GC force-deletes it). Resource
+    deletion: every pod still bound to the node. Finished pods never wait.
+    """
+    waiting = []
+    for pod in node_pods:
+        if pod.get("phase") in ("Succeeded", "Failed") and not pod.get("terminating"):
+            continue
+        if strategy == names.OUT_OF_SERVICE and not pod.get("terminating") and tolerates(
+                pod.get("tolerations"), names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE,
+                names.OUT_OF_SERVICE_EFFECT):
+            continue
+        waiting.append(pod)
+    return waiting
+
+
+def terminating_pods(node_pods: list[dict]) -> list[dict]:
+    return [p for p in node_pods if p.get("terminating")]

@@ -1,0 +1,75 @@
+"""What fencing does through the Kubernetes API: force deletes, VolumeAttachments,
+claims' access modes, and the FencingRequests of a namespace."""
+from __future__ import annotations
+
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
+from lightkube.resources.storage_v1 import VolumeAttachment
+
+from hooks.fencing import names
+from hooks.kube.client import is_not_found
+
+FencingRequest = create_namespaced_resource(
+    names.API_GROUP, "v1alpha1", names.REQUEST_KIND, "fencingrequests", verbs=["list"]
+)
+
+
+def force_delete_pod(kube, namespace: str, name: str, uid: str | None) -> bool:
+    """Delete now (grace period 0), only the pod with this uid; False if already gone."""
+    options: dict = {"gracePeriodSeconds": 0}
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    try:
+        kube.delete_with_options(Pod, name, options, namespace=namespace)
+        return True
+    except Exception as exc:  # noqa: BLE001 - gone already is success; the rest is reported
+        if is_not_found(exc) or _precondition_failed(exc):
+            return False
+        raise
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """409 with a uid precondition: the pod of that uid is gone, a namesake took its place."""
+    status = getattr(exc, "status", None)
+    return getattr(status, "code", None) == 409 and "precondition" in (getattr(status, "message", "") or "").lower()
+
+
+def volume_attachments_on(kube, node_name: str) -> list[dict]:
+    """VolumeAttachments of the node (the API has no field selector for spec.nodeName)."""
+    found = []
+    for va in kube.list(VolumeAttachment):
+        obj = va.to_dict() if hasattr(va, "to_dict") else va
+        if (obj.get("spec") or {}).get("nodeName") != node_name:
+            continue
+        meta = obj.get("metadata") or {}
+        found.append({
+            "name": meta.get("name"),
+            "deleting": bool(meta.get("deletionTimestamp")),
+            "attached": bool((obj.get("status") or {}).get("attached")),
+            "persistentVolumeName": ((obj.get("spec") or {}).get("source") or {}).get("persistentVolumeName"),
+        })
+    return sorted(found, key=lambda v: v["name"])
+
+
+def delete_volume_attachment(kube, name: str) -> bool:
+    try:
+        kube.delete(VolumeAttachment, name)
+        return True
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return False
+        raise
+
+
+def claim_access_modes(kube, namespace: str, name: str) -> list[str]:
+    """The access modes a claim asked for and got (spec and status together)."""
+    claim = kube.get(PersistentVolumeClaim, name, namespace=namespace)
+    obj = claim.to_dict() if hasattr(claim, "to_dict") else claim
+    modes = set((obj.get("spec") or {}).get("accessModes") or [])
+    modes |= set((obj.get("status") or {}).get("accessModes") or [])
+    return sorted(modes)
+
+
+def fencing_requests(kube, namespace: str) -> list[dict]:
+    items = kube.list(FencingRequest, namespace=namespace)
+    return [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in items]

@@ -1,0 +1,389 @@
+"""fencing-request and node-fencing against moto in server mode: real StopInstances,
+StartInstances and DescribeInstances, real instance state.
+
+The Kubernetes side is tests/fencing_support.FakeKube (no API server here;
+tests/e2e/test_fencing.py runs the same flow on the real one). The clock is
+the test's, so retries and timeouts are walked through without sleeping.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+
+import pytest
+from botocore.exceptions import ClientError
+
+from hooks.dispatch import serve
+from hooks.fencing import names
+from tests.fencing_support import FakeKube
+
+pytestmark = pytest.mark.moto
+
+NS = "nodewarden-system"
+T0 = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
+OOS = {"key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}
+
+
+def _fmt(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _launch(ec2) -> str:
+    return ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1,
+                             Placement={"AvailabilityZone": "us-east-1a"})["Instances"][0]["InstanceId"]
+
+
+def _state(ec2, instance_id: str) -> str:
+    return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
+
+
+def _node(instance_id: str, name: str = "node-a", ready: str = "Unknown", since: dt.datetime = T0) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "uid": "uid-node-a", "labels": {"pool": "workers"}, "annotations": {}},
+        "spec": {"providerID": f"aws:///us-east-1a/{instance_id}",
+                 "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+        "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "NodeStatusUnknown",
+                                   "lastHeartbeatTime": _fmt(since), "lastTransitionTime": _fmt(since)}]},
+    }
+
+
+def _set_ready(kube: FakeKube, node: str, status: str, at: dt.datetime) -> None:
+    """What the kubelet does on its return: the Ready condition changes, the others stay."""
+    others = [c for c in kube.nodes[node]["status"]["conditions"] if c["type"] != "Ready"]
+    kube.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": status, "reason": "x",
+                                                 "lastHeartbeatTime": _fmt(at), "lastTransitionTime": _fmt(at)}] + others
+
+
+class RequestHarness:
+    """Plays Metacontroller for one FencingRequest: related Node, status applied, the clock moved."""
+
+    def __init__(self, make_ctx, kube: FakeKube, spec: dict, env: dict | None = None):
+        self.kube, self.now = kube, T0
+        self.ctx = make_ctx(env or {}, kube=kube)
+        self.ctx.clock = lambda: self.now
+        self.fr = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                   "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr", "generation": 1},
+                   "spec": {"nodeRef": {"name": "node-a"}, **spec}}
+        self.responses: list[dict] = []
+
+    def call(self, hook: str = "sync", after: float = 0) -> dict:
+        self.now += dt.timedelta(seconds=after)
+        node = self.kube.nodes.get(self.fr["spec"]["nodeRef"]["name"])
+        hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
+        body = {"controller": {"spec": {"hooks": hooks}}, "parent": self.fr, "children": {},
+                "related": {"Node.v1": {node["metadata"]["name"]: node}} if node else {},
+                "finalizing": hook == "finalize"}
+        response = serve("fencing-request", hook, json.loads(json.dumps(body)), self.ctx)
+        self.fr["status"] = copy.deepcopy(response["status"])
+        self.responses.append(response)
+        return response
+
+    @property
+    def status(self) -> dict:
+        return self.fr.get("status") or {}
+
+    def condition(self, ctype: str) -> dict | None:
+        return next((c for c in self.status.get("conditions") or [] if c["type"] == ctype), None)
+
+    def run_until(self, done, *, step: float | None = None, limit: int = 40) -> None:
+        """Call again after each response's resyncAfterSeconds until ``done()``."""
+        for _ in range(limit):
+            if done():
+                return
+            wait = step if step is not None else self.responses[-1].get("resyncAfterSeconds", 1) if self.responses else 0
+            self.call(after=wait)
+        raise AssertionError(f"not done after {limit} calls; status: {json.dumps(self.status, indent=1)}")
+
+
+@pytest.fixture
+def kube():
+    return FakeKube()
+
+
+def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db"},
+                  "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
+    kube.volume_attachments["csi-1"] = {"metadata": {"name": "csi-1"}, "spec": {"nodeName": "node-a"},
+                                        "status": {"attached": True}}
+    h = RequestHarness(make_ctx, kube, {})
+
+    first = h.call()
+    assert h.status["phase"] == names.POWERING_OFF and h.status["providerStatus"]["stopAttempts"] == 1
+    assert first["resyncAfterSeconds"] == 2
+    assert h.condition(names.FENCING_SUCCEEDED) is None, "a stop request is not a confirmed power-off"
+    assert _state(ec2, instance) == "stopped"  # moto stops at once; real EC2 takes seconds
+
+    h.call(after=2)  # DescribeInstances confirms
+    assert h.condition(names.FENCING_SUCCEEDED)["status"] == "True"
+    assert h.status["phase"] == names.RECOVERING
+    assert OOS in kube.taints("node-a")
+
+    h.call(after=5)  # kube-controller-manager has not cleaned up yet
+    assert h.status["phase"] == names.RECOVERING
+    assert h.status["recovery"]["remainingPods"] == 1 and h.status["recovery"]["remainingVolumeAttachments"] == 1
+
+    kube.pods.clear()  # pod GC and the attach-detach controller did their part
+    kube.volume_attachments.clear()
+    h.call(after=5)
+    assert h.status["phase"] == names.SUCCEEDED and h.condition(names.COMPLETE_CONDITION)["status"] == "True"
+    assert OOS in kube.taints("node-a"), "the node is still down: the taint stays"
+
+    _set_ready(kube, "node-a", "True", h.now)  # an admin started it again
+    h.call(after=30)
+    assert OOS not in kube.taints("node-a")
+    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED
+    assert {"FencingStarted", "StopRequested", "PoweredOff", "OutOfServiceTaintApplied", "FencingComplete",
+            "OutOfServiceTaintRemoved"} <= set(kube.reasons())
+    # Nothing left to do: no resync, and the same status again (no hot loop).
+    again = h.call(after=30)
+    assert "resyncAfterSeconds" not in again and again["status"] == h.responses[-2]["status"]
+
+
+def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web"},
+                  "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
+    kube.add_pod({"metadata": {"name": "other", "namespace": "default", "uid": "u-o"},
+                  "spec": {"nodeName": "node-b"}, "status": {"phase": "Running"}})
+    kube.volume_attachments["csi-1"] = {"metadata": {"name": "csi-1"}, "spec": {"nodeName": "node-a"}}
+    h = RequestHarness(make_ctx, kube, {"action": "Reboot", "recoveryStrategy": "ResourceDeletion"})
+
+    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    assert _state(ec2, instance) == "running"
+    assert list(kube.pods) == ["default/other"], "only the fenced node's pods were force-deleted"
+    assert kube.volume_attachments == {}
+    deletes = [c for c in kube.calls if c[0] == "delete_with_options"]
+    assert deletes[0][4] == {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-web"}}
+    ps = h.status["providerStatus"]
+    assert ps["stopAttempts"] == 1 and ps["startAttempts"] == 1 and ps["poweredOnTime"] >= ps["poweredOffTime"]
+    assert h.condition(names.RECOVERED)["status"] == "True"
+    assert not any(t["key"] == names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
+
+
+def test_a_stop_that_never_completes_fails_after_the_last_retry(aws, make_ctx, kube):
+    """moto stops at once; a botocore event hook makes DescribeInstances say 'stopping' forever."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {"retries": 3, "timeout": "20s", "retryInterval": "1s"})
+    client = h.ctx.aws.client("ec2", "us-east-1")
+
+    def stuck(parsed=None, **_):
+        for reservation in parsed.get("Reservations") or []:
+            for inst in reservation.get("Instances") or []:
+                inst["State"] = {"Code": 64, "Name": "stopping"}
+
+    client.meta.events.register("after-call.ec2.DescribeInstances", stuck)
+    try:
+        h.run_until(lambda: h.status.get("phase") == names.FAILED, limit=60)
+    finally:
+        client.meta.events.unregister("after-call.ec2.DescribeInstances", stuck)
+    assert h.status["errorReason"] == "PowerOffTimeout"
+    assert "still stopping 20s after attempt 3 of 3" in h.status["errorMessage"]
+    assert h.status["providerStatus"]["stopAttempts"] == 3
+    assert h.condition(names.FAILED_CONDITION)["status"] == "True"
+    assert h.condition(names.FENCING_SUCCEEDED) is None
+    assert kube.taints("node-a") == [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}], \
+        "nothing is recovered when fencing failed"
+    assert (T0 + dt.timedelta(seconds=60)) <= h.now < (T0 + dt.timedelta(seconds=70))
+    assert "FencingFailed" in kube.reasons()
+
+
+def test_an_aws_error_ends_in_error_reason(aws, make_ctx, kube):
+    """An instance AWS does not know: every StopInstances fails; after the last retry, errorReason."""
+    kube.add_node(_node("i-0000000000000dead"))
+    h = RequestHarness(make_ctx, kube, {"retries": 2, "retryInterval": "3s"})
+    h.run_until(lambda: h.status.get("phase") == names.FAILED)
+    assert h.status["errorReason"] == "PowerOffFailed"
+    assert "InvalidInstanceID.NotFound" in h.status["errorMessage"]
+    assert h.status["providerStatus"]["stopAttempts"] == 2
+    assert "InvalidInstanceID.NotFound" in h.status["providerStatus"]["lastDescribeError"]
+    assert h.condition(names.FENCING_SUCCEEDED) is None
+    assert kube.reasons().count("FencingActionFailed") == 2
+    assert not any(t["key"] == names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
+
+
+def test_a_throttled_stop_is_retried_after_the_interval(aws, make_ctx, kube):
+    """moto never throttles: an injected RequestLimitExceeded on the first StopInstances only."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {"retryInterval": "4s"})
+    client = h.ctx.aws.client("ec2", "us-east-1")
+    calls = []
+
+    def throttle_once(**_):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}}, "StopInstances")
+
+    client.meta.events.register("before-call.ec2.StopInstances", throttle_once)
+    try:
+        first = h.call()
+        assert "RequestLimitExceeded" in h.status["providerStatus"]["lastStopError"]
+        assert first["resyncAfterSeconds"] == 4
+        h.call(after=1)  # inside the interval: no new attempt
+        assert len(calls) == 1
+        h.run_until(lambda: h.status.get("phase") == names.RECOVERING)
+    finally:
+        client.meta.events.unregister("before-call.ec2.StopInstances", throttle_once)
+    assert h.status["providerStatus"]["stopAttempts"] == 2
+    assert "lastStopError" not in h.status["providerStatus"]
+
+
+def test_deleting_a_request_half_way_leaves_no_taint(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db"},
+                  "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    assert OOS in kube.taints("node-a") and h.status["phase"] == names.RECOVERING
+
+    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    done = h.call("finalize", after=1)
+    assert done["finalized"] is True
+    assert OOS not in kube.taints("node-a")
+    assert "OutOfServiceTaintRemoved" in kube.reasons()
+
+
+def test_finalize_keeps_trying_while_the_api_is_down(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    kube.unavailable = True
+    held = h.call("finalize", after=1)
+    assert held["finalized"] is False and held["resyncAfterSeconds"] >= 1
+    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    kube.unavailable = False
+    assert h.call("finalize", after=5)["finalized"] is True
+    assert OOS not in kube.taints("node-a")
+
+
+# --------------------------------------------------------------------------- node-fencing
+
+
+class NodeHarness:
+    """Plays Metacontroller for one Node: status and annotations applied, attachments kept."""
+
+    def __init__(self, make_ctx, kube: FakeKube, node: dict, policy: dict):
+        self.kube, self.now, self.policy, self.attachments = kube, T0, policy, []
+        self.ctx = make_ctx({}, kube=kube)
+        self.ctx.clock = lambda: self.now
+        kube.add_node(node)
+
+    @property
+    def node(self) -> dict:
+        return self.kube.nodes["node-a"]
+
+    def call(self, after: float = 0) -> dict:
+        from tests.support import apply_decorator_response
+
+        self.now += dt.timedelta(seconds=after)
+        body = {"controller": {}, "parent": self.node,
+                "children": {f"{names.REQUEST_KIND}.{names.API_VERSION}": {
+                    f"{NS}/{a['metadata']['name']}": a for a in self.attachments}},
+                "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {self.policy["metadata"]["name"]: self.policy}},
+                "finalizing": False}
+        response = serve("node-fencing", "sync", json.loads(json.dumps(body)), self.ctx)
+        updated = apply_decorator_response(self.node, response)
+        self.kube.nodes["node-a"]["status"] = updated["status"]
+        self.kube.nodes["node-a"]["metadata"]["annotations"] = updated["metadata"]["annotations"]
+        # What Metacontroller does with attachments: create the new, delete the
+        # omitted, leave existing ones as they are (OnDelete), status included.
+        existing = {a["metadata"]["name"]: a for a in self.attachments}
+        self.attachments = [existing.get(a["metadata"]["name"], copy.deepcopy(a)) for a in response["attachments"]]
+        return response
+
+    def set_request_status(self, status: dict) -> None:
+        self.attachments[0]["status"] = status
+
+    def condition(self, ctype: str) -> dict | None:
+        return next((c for c in self.node["status"]["conditions"] if c["type"] == ctype), None)
+
+
+def _policy(node_names=("node-a",), holds=False) -> dict:
+    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+            "metadata": {"name": "workers", "generation": 1},
+            "spec": {"nodeSelector": {"matchLabels": {"pool": "workers"}},
+                     "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": "30s"}]},
+            "status": {"observedGeneration": 1, "unhealthyNodeNames": list(node_names),
+                       "conditions": [{"type": "StormGuard", "status": "True" if holds else "False"}]}}
+
+
+def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ctx, kube):
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0), _policy())
+    kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
+                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                  "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
+    kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db",
+                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                  "spec": {"nodeName": "node-a", "volumes": [{"name": "d", "persistentVolumeClaim": {
+                      "claimName": "data-db-0"}}]}, "status": {"phase": "Running"}})
+    kube.claims["default/data-db-0"] = {"spec": {"accessModes": ["ReadWriteOnce"]}}
+
+    h.call(after=5)
+    assert h.condition(names.TRIAGED)["status"] == "True"
+    assert not any(t["key"] == names.TRIAGED_TAINT for t in kube.taints("node-a")), "conditions first"
+    r = h.call(after=1)
+    assert {"key": names.TRIAGED_TAINT, "effect": "PreferNoSchedule"} in kube.taints("node-a")
+    assert r["resyncAfterSeconds"] == pytest.approx(24, abs=1)
+    assert not any(c[0] == "list" and c[1] == "Pod" for c in kube.calls), "no pod listing before the duration"
+
+    h.call(after=r["resyncAfterSeconds"])
+    assert h.condition(names.REQUIRED)["status"] == "True"
+    assert h.attachments[0]["metadata"]["name"] == "fence-node-a"
+    assert list(kube.pods) == ["default/db-0"], "the labelled pod without a single-writer volume failed over"
+    h.call(after=1)
+    assert {"key": names.REQUIRED_TAINT, "effect": "NoSchedule"} in kube.taints("node-a")
+    assert list(kube.pods) == ["default/db-0"], "the RWO pod waits for FencingComplete"
+
+    h.set_request_status({"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True"}]})
+    h.call(after=5)
+    assert h.condition(names.COMPLETE)["status"] == "True"
+    assert kube.pods == {}, "fenced: now the RWO pod may go"
+    assert kube.reasons().count("FailedOver") == 2
+
+    _set_ready(kube, "node-a", "True", h.now)
+    h.set_request_status({"phase": "Succeeded", "recovery": {"outOfServiceTaint": "Removed"}})
+    h.call(after=1)
+    assert {c["type"] for c in h.node["status"]["conditions"]} == {"Ready"}
+    assert h.attachments == []
+    h.call(after=1)
+    assert not any(t["key"] in names.OUR_TAINTS for t in kube.taints("node-a"))
+    # Healthy and clean: the next call writes nothing at all.
+    quiet = h.call(after=300)
+    assert quiet["status"] is None and quiet["annotations"] == {} and quiet["labels"] == {}
+    assert "FencingCleared" in kube.reasons()
+
+
+def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=60)), _policy())
+    kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
+                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                  "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
+    original = kube.delete_with_options
+
+    def refuse(*args, **kw):
+        raise __import__("tests.fencing_support", fromlist=["_api_error"])._api_error(403, "forbidden")
+
+    kube.delete_with_options = refuse
+    response = h.call()
+    assert "403" in response["annotations"][names.ERROR_ANNOTATION]
+    assert response["resyncAfterSeconds"] >= 5
+    assert "FencingActionFailed" in kube.reasons() and "FailedOver" not in kube.reasons()
+    kube.delete_with_options = original
+    h.call(after=5)
+    assert kube.pods == {} and names.ERROR_ANNOTATION not in h.node["metadata"]["annotations"]

@@ -1,0 +1,226 @@
+"""Fencing's pure pieces, and its hooks through the real WSGI app."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hooks import runtime
+from hooks.app import create_app
+from hooks.config import load_settings
+from hooks.contract import RequestError
+from hooks.controllers.node_fencing import request_name
+from hooks.fencing import durations, failover, health, names, selectors, storm
+from hooks.fencing import policy as policies
+from hooks.fencing import request as fr
+from tests.fencing_support import FakeKube
+
+NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.mark.parametrize("text,seconds", [("60s", 60), ("5m", 300), ("1m30s", 90), ("1.5h", 5400), ("250ms", 0.25),
+                                          ("0", 0), (45, 45)])
+def test_durations(text, seconds):
+    assert durations.parse(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "60", "s", "1d", "-5s", "5s ago", True, None, -1])
+def test_bad_durations(bad):
+    with pytest.raises(durations.DurationError):
+        durations.parse(bad)
+
+
+def test_label_selector_semantics():
+    sel = selectors.validate({"matchLabels": {"pool": "db"}, "matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["a", "b"]},
+        {"key": "spot", "operator": "DoesNotExist"},
+        {"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, "sel")
+    assert selectors.matches(sel, {"pool": "db", "zone": "a"})
+    assert not selectors.matches(sel, {"pool": "db", "zone": "c"})
+    assert not selectors.matches(sel, {"pool": "db", "zone": "a", "spot": "1"})
+    assert not selectors.matches(sel, {"pool": "db", "zone": "a", "tier": "gold"})
+    assert selectors.matches(selectors.validate({}, "s"), {}), "an empty selector selects everything"
+    with pytest.raises(RequestError, match=r"sel\.matchExpressions\[0\]\.operator"):
+        selectors.validate({"matchExpressions": [{"key": "k", "operator": "Gt"}]}, "sel")
+    with pytest.raises(RequestError, match="must not be empty"):
+        selectors.validate({"matchExpressions": [{"key": "k", "operator": "In", "values": []}]}, "sel")
+
+
+def _policy(**spec):
+    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+            "metadata": {"name": "p", "generation": 3}, "spec": spec}
+
+
+def test_policy_defaults():
+    p = policies.parse(_policy())
+    assert p.rules == policies.DEFAULT_RULES
+    assert (p.max_unhealthy, p.exclude_control_plane, p.action, p.strategy) == ("40%", True, "Off", "OutOfServiceTaint")
+    assert p.failover_selector is None and p.selects({"anything": "x"})
+    assert [p.allowed_unhealthy(n) for n in (0, 1, 2, 3, 5, 10)] == [0, 0, 0, 1, 2, 4], "40%, rounded down"
+    assert policies.parse(_policy(maxUnhealthy=3)).allowed_unhealthy(100) == 3
+    assert policies.parse(_policy(maxUnhealthy="100%")).allowed_unhealthy(7) == 7
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"maxUnhealthy": "140%"}, "maxUnhealthy"), ({"maxUnhealthy": -1}, "maxUnhealthy"),
+    ({"maxUnhealthy": True}, "maxUnhealthy"), ({"action": "Halt"}, "action"),
+    ({"recoveryStrategy": "Pray"}, "recoveryStrategy"),
+    ({"unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": "soon"}]}, "duration"),
+    ({"unhealthyConditions": [{"type": "Ready"}]}, "unhealthyConditions[0]"),
+    ({"failover": {"namespaces": "noobaa"}}, "failover.namespaces"),
+    ({"excludeControlPlane": "yes"}, "excludeControlPlane"),
+])
+def test_policy_errors_name_the_field(spec, field):
+    with pytest.raises(RequestError) as err:
+        policies.parse(_policy(**spec))
+    assert field in err.value.field
+
+
+def test_governing_policy_is_first_by_name_and_skips_invalid_and_deleting():
+    a = _policy(nodeSelector={"matchLabels": {"pool": "db"}}, maxUnhealthy="900%")
+    a["metadata"]["name"] = "a-broken"
+    b = _policy(nodeSelector={"matchLabels": {"pool": "db"}})
+    b["metadata"].update(name="b-leaving", deletionTimestamp="2026-11-21T11:00:00Z")
+    c = _policy(nodeSelector={"matchLabels": {"pool": "db"}})
+    c["metadata"]["name"] = "c-ok"
+    valid, invalid = policies.parse_all([c, b, a])
+    assert list(invalid) == ["a-broken"]
+    assert policies.governing(valid, {"pool": "db"}).name == "c-ok"
+    assert policies.governing(valid, {"pool": "web"}) is None
+
+
+def _ready(status, seconds_ago):
+    at = (NOW - dt.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"conditions": [{"type": "Ready", "status": status, "lastTransitionTime": at}]}
+
+
+def test_health_due_time_comes_from_last_transition_time():
+    state = health.assess(_ready("Unknown", 45), policies.DEFAULT_RULES, NOW)
+    assert state.unhealthy and not state.due(NOW) and state.seconds_until_due(NOW) == 15
+    assert health.assess(_ready("False", 61), policies.DEFAULT_RULES, NOW).due(NOW)
+    assert not health.assess(_ready("True", 999), policies.DEFAULT_RULES, NOW).unhealthy
+    assert not health.assess({}, policies.DEFAULT_RULES, NOW).unhealthy, "no Ready condition yet is not unhealthy"
+    missing = health.assess({"conditions": [{"type": "Ready", "status": "Unknown"}]}, policies.DEFAULT_RULES, NOW)
+    assert missing.unhealthy and missing.since == NOW, "no transition time: the clock starts now"
+
+
+def test_storm_count_and_verdict():
+    p = policies.parse(_policy(maxUnhealthy=1))
+    nodes = [{"metadata": {"name": n, "labels": {}}, "status": _ready(s, 10)}
+             for n, s in (("a", "Unknown"), ("b", "True"), ("c", "True"))]
+    counts = storm.count(p, nodes, NOW)
+    assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
+    nodes[1]["status"] = _ready("False", 1)
+    assert storm.count(p, nodes, NOW).holds
+    counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
+                                                      "conditions": [{"type": "StormGuard", "status": "False"}]}})
+    assert storm.verdict(counted, "a").outcome == storm.ALLOWED
+    assert storm.verdict(counted, "b").outcome == storm.PENDING
+    holding = policies.parse({**_policy(), "status": {"observedGeneration": 3,
+                                                      "conditions": [{"type": "StormGuard", "status": "True"}]}})
+    assert storm.verdict(holding, "a").outcome == storm.HOLD
+
+
+def test_tolerations_of_the_out_of_service_taint():
+    key, value, effect = names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE, "NoExecute"
+    assert fr.tolerates([{"operator": "Exists"}], key, value, effect)
+    assert fr.tolerates([{"key": key, "operator": "Exists", "effect": "NoExecute"}], key, value, effect)
+    assert fr.tolerates([{"key": key, "value": value}], key, value, effect)
+    assert not fr.tolerates([{"key": key, "value": "other"}], key, value, effect)
+    assert not fr.tolerates([{"operator": "Exists", "effect": "NoSchedule"}], key, value, effect)
+    assert not fr.tolerates([{"operator": "Exists", "tolerationSeconds": 30}], key, value, effect), \
+        "tolerationSeconds only delays the eviction"
+    assert not fr.tolerates([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}], key, value, effect)
+
+
+def test_request_spec_defaults_and_errors():
+    spec = fr.parse_spec({"metadata": {"name": "x"}, "spec": {"nodeRef": {"name": "n"}}})
+    assert (spec.action, spec.strategy, spec.retries, spec.retry_interval, spec.timeout) == \
+        ("Off", "OutOfServiceTaint", 5, 5.0, 60.0)
+    for bad, field in (({}, "nodeRef.name"), ({"nodeRef": {"name": "n"}, "retries": 0}, "retries"),
+                       ({"nodeRef": {"name": "n"}, "timeout": "0s"}, "timeout"),
+                       ({"nodeRef": {"name": "n"}, "action": "Reboot!"}, "action")):
+        with pytest.raises(RequestError) as err:
+            fr.parse_spec({"metadata": {"name": "x"}, "spec": bad})
+        assert field in err.value.field
+
+
+@given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", fullmatch=True))
+def test_request_names_are_valid_object_names(node_name):
+    name = request_name(node_name)
+    assert len(name) <= 253 and name.startswith("fence-")
+    assert request_name(node_name) == name
+
+
+def test_single_writer_detection():
+    pod = {"metadata": {"namespace": "ns"}, "spec": {"volumes": [
+        {"name": "a", "persistentVolumeClaim": {"claimName": "c"}}]}}
+    assert failover.single_writer(pod, {"ns/c": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"]}})
+    assert failover.single_writer(pod, {}), "an unreadable claim counts as single-writer"
+    assert failover.single_writer(pod, {"ns/c": {"accessModes": ["ReadWriteMany"]}}) is None
+    assert failover.claim_keys(pod) == ["ns/c"]
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@pytest.fixture(scope="module")
+def client():
+    env = {"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+           "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    ctx = runtime.Context(load_settings(env))
+    ctx._kube = FakeKube()
+    return create_app(ctx).test_client()
+
+
+def test_customize_hooks_relate_what_each_controller_reads(client):
+    fence = client.post("/node-fencing/customize", json={"controller": {}, "parent": {
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}}).get_json()
+    assert fence == {"relatedResources": [{"apiVersion": "nodewarden.io/v1alpha1", "resource": "nodefencingpolicies"}]}
+    pol = client.post("/node-fencing-policy/customize", json={"controller": {}, "parent": _policy(
+        nodeSelector={"matchLabels": {"pool": "db"}})}).get_json()
+    assert pol == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes",
+                                         "labelSelector": {"matchLabels": {"pool": "db"}}}]}
+    req = client.post("/fencing-request/customize", json={"controller": {}, "parent": {
+        "apiVersion": names.API_VERSION, "kind": "FencingRequest",
+        "metadata": {"name": "f", "namespace": "nodewarden-system"}, "spec": {"nodeRef": {"name": "n1"}}}}).get_json()
+    assert req == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "names": ["n1"]}]}
+
+
+def test_a_malformed_fencing_request_is_400_naming_the_field(client):
+    body = {"controller": {}, "parent": {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
+                                         "metadata": {"name": "f", "namespace": "nodewarden-system"},
+                                         "spec": {"nodeRef": {"name": "n1"}, "retries": "many"}},
+            "children": {}, "related": {}}
+    r = client.post("/fencing-request/sync", json=body)
+    assert r.status_code == 400 and r.get_json()["field"] == "parent.spec.retries"
+
+
+def test_a_healthy_node_sync_over_http_writes_nothing(client):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    r = client.post("/node-fencing/sync", json={"controller": {}, "parent": node, "children": {}, "related": {}})
+    assert r.status_code == 200
+    assert r.get_json() == {"labels": {}, "annotations": {}, "status": None, "attachments": []}
+
+
+def test_fencing_crds_parse_into_structural_schemas():
+    """Every schema property is a plain field name (a flow-mapping slip makes prose a field)."""
+    import pathlib
+
+    import yaml
+
+    root = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds"
+    for name in ("nodefencingpolicies.yaml", "fencingrequests.yaml"):
+        crd = yaml.safe_load((root / name).read_text())
+
+        def walk(schema, path):
+            for key, sub in (schema.get("properties") or {}).items():
+                assert key.isidentifier(), f"{name}: {path}.{key}"
+                walk(sub, f"{path}.{key}")
+            if isinstance(schema.get("items"), dict):
+                walk(schema["items"], f"{path}[]")
+
+        walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], name)
