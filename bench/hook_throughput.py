@@ -141,7 +141,7 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(10)
             rows.append((name, label, result, len(body)))
-    print(f"| scenario | server | body bytes | req/s | p50 ms | p99 ms | errors |")
+    print("| scenario | server | body bytes | req/s | p50 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")
     for name, label, r, size in rows:
         print(f"| {name} | {label} | {size} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |")

@@ -1,6 +1,7 @@
 """docs/iam-policy.json lists exactly the AWS actions the code calls.
 
-The code's calls are found by reading hooks/ for ``.<operation>(`` and
+The code's calls are found by reading hooks/ for ``.<operation>(`` (or
+``.<operation>,`` when a client method is handed to a helper) and
 ``get_paginator("<operation>")`` of the services we use, with the operation
 names botocore itself knows, so a new call without a policy line fails here.
 """
@@ -37,7 +38,8 @@ def called_operations() -> dict[str, set[str]]:
     """Each operation name the code calls -> the IAM actions it may be (elb and ec2 share names)."""
     source = _source()
     ops = _operations()
-    used = set(re.findall(r"\.([a-z][a-z0-9_]+)\(", source))
+    # Called (``client.op(``) or handed on (``client.op,`` to a helper that calls it).
+    used = set(re.findall(r"\.([a-z][a-z0-9_]+)\s*[(,]", source))
     used |= set(re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source))
     return {name: ops[name] for name in used & set(ops)}
 

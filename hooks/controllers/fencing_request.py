@@ -28,7 +28,7 @@ import copy
 import datetime as dt
 import logging
 
-from hooks import conditions, fields, runtime, timefmt
+from hooks import actuators, conditions, fields, runtime, timefmt
 from hooks.aws import power
 from hooks.aws import providerid
 from hooks.aws.clients import describe_error as aws_error
@@ -36,10 +36,9 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.fencing import health, names
 from hooks.fencing import request as fr
-from hooks.kube import events, pods, taints
+from hooks.kube import events, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
-from hooks.metrics import record_action
 from hooks.plan import Action, Outcome, Plan, backoff
 
 CONTROLLER = "fencing-request"
@@ -445,40 +444,6 @@ def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context) ->
 # --------------------------------------------------------------------------- act
 
 
-def _run(action: Action, ctx: runtime.Context) -> None:
-    p = action.params
-    if action.kind == "aws.stop":
-        power.stop(ctx.aws.client("ec2", p.get("region") or None), action.target)
-    elif action.kind == "aws.start":
-        power.start(ctx.aws.client("ec2", p.get("region") or None), action.target)
-    elif action.kind == "kube.taint":
-        taints.add(ctx.kube, action.target, p["key"], p["effect"], p.get("value"))
-    elif action.kind == "kube.untaint":
-        taints.remove(ctx.kube, action.target, p["key"])
-    elif action.kind == "kube.force-delete-pod":
-        namespace, name = action.target.split("/", 1)
-        kube_fencing.force_delete_pod(ctx.kube, namespace, name, p.get("uid"))
-    elif action.kind == "kube.delete-volume-attachment":
-        kube_fencing.delete_volume_attachment(ctx.kube, action.target)
-    else:
-        raise ValueError(f"unknown action {action.kind}")
-
-
-def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
-    outcomes = []
-    for action in actions:
-        if action.kind == "event":
-            continue
-        try:
-            _run(action, ctx)
-            outcomes.append(Outcome(action, True))
-        except Exception as exc:  # noqa: BLE001 - recorded in the status, retried
-            message = aws_error(exc) if action.kind.startswith("aws.") else kube_error(exc)
-            outcomes.append(Outcome(action, False, error=message))
-        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
-    return outcomes
-
-
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
     """Fold failed actions back into the status, so the next call retries exactly them."""
     failed = [o for o in outcomes if not o.ok]
@@ -549,7 +514,7 @@ def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
     ctx = ctx or runtime.current()
     observed = gather(request, ctx)
     plan = decide(request, ctx.settings, ctx.now(), observed)
-    outcomes = act(plan.actions, ctx)
+    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
     if plan.actions:
         emit(request, plan, outcomes, ctx)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from hooks import conditions, fields, runtime, templates, timefmt
+from hooks import actuators, conditions, fields, runtime, templates, timefmt
 from hooks.aws import elb as elb_api
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.lb_discovery import CACHE as LB_INDEX
@@ -28,9 +28,8 @@ from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import assess as phases
 from hooks.detacher import names, shutdown, targets
 from hooks.detacher.pod_trigger import decide_pod, gather_pod
-from hooks.kube import events, pods, taints
+from hooks.kube import events, pods
 from hooks.kube.client import describe_error as kube_error
-from hooks.metrics import record_action
 from hooks.plan import Action, Outcome, Plan, backoff
 
 CONTROLLER = "node-detacher"
@@ -349,48 +348,6 @@ def _target_states(ctx: runtime.Context, sit: phases.Situation) -> dict[str, str
 # --------------------------------------------------------------------------- act
 
 
-def _run(action: Action, ctx: runtime.Context) -> None:
-    p = action.params
-    if action.kind in ("elbv2.deregister", "elbv2.register"):
-        client = ctx.aws.client("elbv2", p.get("region"))
-        fn = elb_api.deregister_targets if action.kind.endswith("deregister") else elb_api.register_targets
-        fn(client, action.target, p["instance"], p["ports"])
-    elif action.kind in ("elb.deregister", "elb.register"):
-        client = ctx.aws.client("elb", p.get("region"))
-        fn = elb_api.deregister_instance if action.kind.endswith("deregister") else elb_api.register_instance
-        fn(client, action.target, p["instance"])
-    elif action.kind == "kube.taint":
-        taints.add(ctx.kube, action.target, p["key"], p["effect"])
-    elif action.kind == "kube.untaint":
-        taints.remove(ctx.kube, action.target, p["key"])
-    elif action.kind == "kube.evict":
-        namespace, name = action.target.split("/", 1)
-        pods.evict(ctx.kube, namespace, name)
-    elif action.kind == "kube.annotate-node":
-        from lightkube.resources.core_v1 import Node
-
-        ctx.kube.merge_patch(Node, action.target, {"metadata": {"annotations": p["annotations"]}})
-    else:
-        raise ValueError(f"unknown action {action.kind}")
-
-
-def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
-    outcomes = []
-    for action in actions:
-        if action.kind == "event":
-            continue
-        try:
-            _run(action, ctx)
-            outcomes.append(Outcome(action, True))
-        except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
-            message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
-            outcomes.append(Outcome(action, False, error=f"{action.kind} {action.target}: {message}"))
-        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
-        log.info("action", extra={"kind": action.kind, "target": action.target, "ok": outcomes[-1].ok,
-                                  "error": outcomes[-1].error or None})
-    return outcomes
-
-
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
     """The response given what really happened: failed steps stay pending."""
     failed = [o for o in outcomes if not o.ok]
@@ -409,7 +366,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
         kept = set(targets.decode(annotations[names.DEREGISTERED]) or []) - failed_memberships
         annotations[names.DEREGISTERED] = targets.encode(kept)
     attempt = int(request.annotations.get(names.ATTEMPTS, "0") or 0) + 1
-    annotations[names.ERROR] = "; ".join(o.error for o in failed)[:2000]
+    annotations[names.ERROR] = actuators.failure_text(outcomes)
     annotations[names.ATTEMPTS] = str(attempt)
     response = dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt))
     return response
@@ -421,7 +378,7 @@ def _emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtim
     if request.parent.get("kind") == "Pod":  # pod-triggered detaches are reported on the Node
         subject = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": plan.actions[0].target if plan.actions else ""}}
     if failed:
-        events.emit(ctx.kube, subject, "DetachFailed", "; ".join(o.error for o in failed), warning=True,
+        events.emit(ctx.kube, subject, "DetachFailed", actuators.failure_text(outcomes), warning=True,
                     component=CONTROLLER)
         return
     for action in plan.actions:
@@ -439,7 +396,7 @@ def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
     sit = None if request.parent.get("kind") == "Pod" else phases.assess(request, ctx.settings, now)
     observed = gather(request, ctx, sit)
     plan = decide(request, ctx.settings, now, observed, sit)
-    outcomes = act(plan.actions, ctx)
+    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     if request.parent.get("kind") == "Pod":
         # Never annotate users' pods with our errors: just try again later.
         failed = any(not o.ok for o in outcomes)

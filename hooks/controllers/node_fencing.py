@@ -24,17 +24,16 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from hooks import conditions, fields, runtime, timefmt
+from hooks import actuators, conditions, fields, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.fencing import failover, health, names, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
-from hooks.kube import events, pods, taints
+from hooks.kube import events, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
-from hooks.metrics import record_action
 from hooks.plan import Action, Outcome, Plan, backoff
 
 CONTROLLER = "node-fencing"
@@ -386,39 +385,12 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
 # --------------------------------------------------------------------------- act
 
 
-def _run(action: Action, ctx: runtime.Context) -> None:
-    p = action.params
-    if action.kind == "kube.taint":
-        taints.add(ctx.kube, action.target, p["key"], p["effect"])
-    elif action.kind == "kube.untaint":
-        taints.remove(ctx.kube, action.target, p["key"])
-    elif action.kind == "kube.force-delete-pod":
-        namespace, name = action.target.split("/", 1)
-        kube_fencing.force_delete_pod(ctx.kube, namespace, name, p.get("uid"))
-    else:
-        raise ValueError(f"unknown action {action.kind}")
-
-
-def act(actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
-    outcomes = []
-    for action in actions:
-        if action.kind == "event":
-            continue
-        try:
-            _run(action, ctx)
-            outcomes.append(Outcome(action, True))
-        except Exception as exc:  # noqa: BLE001 - reported on the node, retried with backoff
-            outcomes.append(Outcome(action, False, error=f"{action.kind} {action.target}: {kube_error(exc)}"))
-        record_action(CONTROLLER, action.kind, outcomes[-1].ok)
-    return outcomes
-
-
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
     """A failed action: the error on the node, and a backoff; conditions already decided stay."""
     failed = [o for o in outcomes if not o.ok]
     if not failed:
         return plan.response
-    message = "; ".join(o.error for o in failed)[:2000]
+    message = actuators.failure_text(outcomes)
     annotations = dict(plan.response.get("annotations") or {})
     if request.annotations.get(names.ERROR_ANNOTATION) != message:
         annotations[names.ERROR_ANNOTATION] = message
@@ -456,7 +428,7 @@ def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     ctx = ctx or runtime.current()
     observed = gather(request, ctx)
     plan = decide(request, ctx.settings, ctx.now(), observed)
-    outcomes = act(plan.actions, ctx)
+    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
     if plan.actions or outcomes:
         emit(request, plan, outcomes, ctx)

@@ -5,10 +5,8 @@ delete after a crash is harmless.
 """
 from __future__ import annotations
 
-from botocore.exceptions import ClientError
 
-from hooks.aws.clients import error_code
-from hooks.aws.gc.resources import DELETED, GONE, chunked, tags_to_dict
+from hooks.aws.gc.resources import delete_unless_gone, tags_in_chunks
 
 DESCRIBE_TAGS_LIMIT = 20  # LoadBalancerNames per DescribeTags call
 PAGE_SIZE = 400
@@ -24,32 +22,9 @@ def load_balancer_names(elb) -> list[str]:
 
 def tags_of(elb, names: list[str]) -> dict[str, dict[str, str]]:
     """Tags of each load balancer, read in chunks of 20; vanished ones are left out."""
-    found: dict[str, dict[str, str]] = {}
-    for chunk in chunked(list(names), DESCRIBE_TAGS_LIMIT):
-        for desc in _describe_tags(elb, chunk):
-            found[desc["LoadBalancerName"]] = tags_to_dict(desc.get("Tags"))
-    return found
-
-
-def _describe_tags(elb, chunk: list[str]) -> list[dict]:
-    try:
-        return elb.describe_tags(LoadBalancerNames=chunk)["TagDescriptions"]
-    except ClientError as exc:
-        if error_code(exc) not in NOT_FOUND:
-            raise
-        if len(chunk) == 1:
-            return []
-    descs: list[dict] = []
-    for name in chunk:
-        descs.extend(_describe_tags(elb, [name]))
-    return descs
+    return tags_in_chunks(lambda chunk: elb.describe_tags(LoadBalancerNames=chunk)["TagDescriptions"],
+                          names, "LoadBalancerName", NOT_FOUND, DESCRIBE_TAGS_LIMIT)
 
 
 def delete_load_balancer(elb, name: str) -> str:
-    try:
-        elb.delete_load_balancer(LoadBalancerName=name)
-    except ClientError as exc:
-        if error_code(exc) in NOT_FOUND:
-            return GONE
-        raise
-    return DELETED
+    return delete_unless_gone(elb.delete_load_balancer, NOT_FOUND, LoadBalancerName=name)

@@ -6,10 +6,8 @@ the load balancer went) answers ``DependencyViolation``.
 """
 from __future__ import annotations
 
-from botocore.exceptions import ClientError
 
-from hooks.aws.clients import error_code
-from hooks.aws.gc.resources import DELETED, GONE, chunked, tags_to_dict
+from hooks.aws.gc.resources import chunked, delete_unless_gone, tags_to_dict
 
 FILTER_VALUES_LIMIT = 200  # values per EC2 filter
 SG_NOT_FOUND = ("InvalidGroup.NotFound", "InvalidGroupId.NotFound")
@@ -57,20 +55,8 @@ def volumes_by_id(ec2, volume_ids: list[str]) -> dict[str, dict]:
 
 
 def delete_security_group(ec2, group_id: str) -> str:
-    try:
-        ec2.delete_security_group(GroupId=group_id)
-    except ClientError as exc:
-        if error_code(exc) in SG_NOT_FOUND:
-            return GONE
-        raise
-    return DELETED
+    return delete_unless_gone(ec2.delete_security_group, SG_NOT_FOUND, GroupId=group_id)
 
 
 def delete_volume(ec2, volume_id: str) -> str:
-    try:
-        ec2.delete_volume(VolumeId=volume_id)
-    except ClientError as exc:
-        if error_code(exc) in VOLUME_NOT_FOUND:
-            return GONE
-        raise
-    return DELETED
+    return delete_unless_gone(ec2.delete_volume, VOLUME_NOT_FOUND, VolumeId=volume_id)

@@ -137,3 +137,46 @@ def chunked(items: list, size: int):
 # What a delete call reports: it removed the resource, or it was already gone.
 DELETED = "deleted"
 GONE = "gone"
+
+
+def delete_unless_gone(call, not_found: tuple[str, ...], **params) -> str:
+    """Run one delete call; an already-deleted resource counts as done (GONE)."""
+    from botocore.exceptions import ClientError
+
+    from hooks.aws.clients import error_code
+
+    try:
+        call(**params)
+    except ClientError as exc:
+        if error_code(exc) in not_found:
+            return GONE
+        raise
+    return DELETED
+
+
+def tags_in_chunks(describe, ids: list[str], id_key: str, not_found: tuple[str, ...], size: int = 20) -> dict:
+    """Tags per id, read ``size`` at a time (the DescribeTags limit); vanished ids are left out.
+
+    ``describe(chunk)`` returns TagDescriptions. When one id of a chunk
+    vanished between listing and reading, the whole call fails, so that chunk
+    is read again one id at a time.
+    """
+    from botocore.exceptions import ClientError
+
+    from hooks.aws.clients import error_code
+
+    def read(chunk: list[str]) -> list[dict]:
+        try:
+            return describe(chunk)
+        except ClientError as exc:
+            if error_code(exc) not in not_found:
+                raise
+            if len(chunk) == 1:
+                return []
+        return [desc for one in chunk for desc in read([one])]
+
+    found: dict[str, dict[str, str]] = {}
+    for chunk in chunked(list(ids), size):
+        for desc in read(chunk):
+            found[desc[id_key]] = tags_to_dict(desc.get("Tags"))
+    return found
