@@ -4,7 +4,8 @@
 
 Both servers run under the same gunicorn settings (gunicorn.conf.py: 2 gthread
 workers x 4 threads) on loopback, and the same keep-alive client load hits
-each in turn. Prints a Markdown table for docs/performance.md.
+each in turn, alternating for --rounds rounds; the median round of each is
+reported. Prints a Markdown table for docs/performance.md.
 """
 from __future__ import annotations
 
@@ -125,22 +126,27 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="alternate the servers this many times; medians reported")
     args = parser.parse_args()
     env = {"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": "/nonexistent",
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "NODEWARDEN_LOG_LEVEL": "ERROR",
            "PROMETHEUS_MULTIPROC_DIR": "", "PYTHONPATH": str(ROOT)}
     rows = []
     for name, body in scenarios().items():
-        for label, app in (("nodewarden", "hooks.app:create_app()"), ("bare echo", "bench.echo_app:create_app()")):
-            port = free_port()
-            proc = start(app, port, env)
-            try:
-                load(port, body, 1.0, args.clients)  # warm-up
-                result = load(port, body, args.seconds, args.clients)
-            finally:
-                proc.terminate()
-                proc.wait(10)
-            rows.append((name, label, result, len(body)))
+        runs: dict[str, list[dict]] = {"nodewarden": [], "bare echo": []}
+        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both alike
+            for label, app in (("nodewarden", "hooks.app:create_app()"), ("bare echo", "bench.echo_app:create_app()")):
+                port = free_port()
+                proc = start(app, port, env)
+                try:
+                    load(port, body, 1.0, args.clients)  # warm-up
+                    runs[label].append(load(port, body, args.seconds, args.clients))
+                finally:
+                    proc.terminate()
+                    proc.wait(10)
+        for label, results in runs.items():
+            median = sorted(results, key=lambda r: r["rps"])[len(results) // 2]
+            rows.append((name, label, median, len(body)))
     print("| scenario | server | body bytes | req/s | p50 ms | p99 ms | errors |")
     print("|---|---|---|---|---|---|---|")
     for name, label, r, size in rows:

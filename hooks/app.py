@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
+import os
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -48,7 +48,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     def _start():
         g.started = time.perf_counter()
         g.controller, g.hook = "-", "-"
-        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+        rid = request.headers.get("X-Request-Id") or os.urandom(8).hex()
         g.rid_token = logs.request_id.set(rid[:64])
 
     @app.after_request
@@ -84,7 +84,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     @app.post("/<controller_name>/<hook>")
     def hook(controller_name: str, hook: str):
         try:
-            resolve(controller_name, hook)
+            resolved = resolve(controller_name, hook)
         except UnknownHook as exc:
             return _error(404, str(exc))
         g.controller, g.hook = controller_name, hook
@@ -95,7 +95,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"malformed JSON: {exc}")
         try:
-            response = serve(controller_name, hook, body, ctx)
+            response = serve(controller_name, hook, body, ctx, resolved)
         except RequestError as exc:
             return _error(400, str(exc), field=exc.field)
         return _json(response)

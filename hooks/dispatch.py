@@ -18,9 +18,9 @@ def resolve(controller_name: str, hook: str):
     return loaded[0], fn
 
 
-def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = None) -> dict:
+def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = None, resolved=None) -> dict:
     """Validate, run and shape. Raises UnknownHook or RequestError."""
-    kind, fn = resolve(controller_name, hook)
+    kind, fn = resolved or resolve(controller_name, hook)
     ctx = ctx or runtime.current()
     if hook == "customize":
         return fn(parse_customize(body), ctx=ctx)

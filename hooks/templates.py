@@ -1,7 +1,7 @@
 """Child objects rendered from the Jinja2 templates in ``templates/``.
 
 Templates write JSON (values through ``tojson``), so rendering is exact and
-cheap to parse; they are compiled once per process.
+cheap to parse; they are compiled once per process. Values must be JSON-able.
 """
 from __future__ import annotations
 
@@ -33,5 +33,12 @@ def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
 
 
+@functools.lru_cache(maxsize=8192)
+def _rendered(name: str, values_json: str) -> str:
+    return _template(name).render(**json.loads(values_json))
+
+
 def render(name: str, **values) -> dict:
-    return json.loads(_template(name).render(**values))
+    """The object, as a fresh dict. Renders are memoized by their values: a
+    steady-state sync asks for the same child again and again."""
+    return json.loads(_rendered(name, json.dumps(values, sort_keys=True, separators=(",", ":"))))
