@@ -18,6 +18,7 @@ from hooks.detacher import names
 from hooks.plan import Action, Plan
 
 _DS_CACHE_SECONDS = 30.0
+_DS_MISS_SECONDS = 2.0
 
 
 def owning_daemonset(pod: dict) -> str | None:
@@ -41,17 +42,22 @@ def is_ready(pod: dict) -> bool:
 
 
 class _ManagedDaemonSets:
-    """DaemonSets annotated managed-by=<our name>, listed at most every 30 s per process."""
+    """DaemonSets annotated managed-by=<our name>, listed cluster-wide and cached per process.
+
+    A DaemonSet found managed stays so for 30 s; one not found is looked up
+    again after 2 s, so a newly annotated DaemonSet counts almost at once.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._at = 0.0
+        self._at = float("-inf")
         self._keys: frozenset[str] = frozenset()
 
-    def get(self, kube, detacher_name: str) -> frozenset[str]:
+    def contains(self, kube, detacher_name: str, key: str) -> bool:
         with self._lock:
-            if time.monotonic() - self._at < _DS_CACHE_SECONDS:
-                return self._keys
+            age = time.monotonic() - self._at
+            if (key in self._keys and age < _DS_CACHE_SECONDS) or (key not in self._keys and age < _DS_MISS_SECONDS):
+                return key in self._keys
         from lightkube.resources.apps_v1 import DaemonSet
 
         keys = frozenset(
@@ -61,7 +67,7 @@ class _ManagedDaemonSets:
         )
         with self._lock:
             self._keys, self._at = keys, time.monotonic()
-        return keys
+        return key in keys
 
 
 MANAGED = _ManagedDaemonSets()
@@ -71,11 +77,11 @@ def gather_pod(request: HookRequest, ctx: runtime.Context) -> dict:
     pod = request.parent
     daemonset = owning_daemonset(pod)
     node_name = fields.string(pod, "spec", "nodeName")
-    if daemonset is None or not node_name:
-        return {}
+    if daemonset is None or not node_name or not (request.deleting or is_ready(pod)):
+        return {}  # only a terminating pod or a Ready replacement can change anything
     observed: dict = {"daemonset": daemonset, "node": node_name}
     try:
-        managed = configured(daemonset, ctx.settings) or daemonset in MANAGED.get(ctx.kube, ctx.settings.detacher_name)
+        managed = configured(daemonset, ctx.settings) or MANAGED.contains(ctx.kube, ctx.settings.detacher_name, daemonset)
         observed["managed"] = managed
         if managed:
             from lightkube.resources.core_v1 import Node

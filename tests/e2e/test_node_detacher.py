@@ -1,6 +1,8 @@
 """node-detacher through the real Metacontroller, API server and (moto) AWS."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from devcluster import fleet
@@ -113,3 +115,49 @@ def test_deleting_the_node_removes_its_attachment(make_world, api):
     wait_for(lambda: world.attachment(node) is None, "Attachment gone", timeout=30)
     # The node left its load balancers on the way out.
     assert not world.in_target_group(node)
+
+
+def _daemonset_pod(name: str, node: str, ds: dict, finalizers=()) -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "finalizers": list(finalizers),
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds["metadata"]["name"],
+                                          "uid": ds["metadata"]["uid"], "controller": True}]},
+        "spec": {"nodeName": node, "containers": [{"name": "envoy", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+
+
+def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replacement_is_ready(make_world, api, namespace):
+    """The node-detacher-pods decorator: a managed DaemonSet's pod starts terminating,
+    its node leaves the load balancers; the replacement turns Ready, the node is back.
+    No daemonset controller runs here (no kubelet either), so the test plays both."""
+    world = make_world(count=1)
+    (node,) = world.nodes
+    ds = api.create(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "contour", "annotations": {"node-detacher.variant.run/managed-by": "node-detacher"}},
+        "spec": {"selector": {"matchLabels": {"app": "contour"}},
+                 "template": {"metadata": {"labels": {"app": "contour"}},
+                              "spec": {"containers": [{"name": "envoy", "image": "registry.k8s.io/pause:3.10"}]}}},
+    })
+    hold = "e2e.nodewarden.io/hold"  # keeps the old pod terminating: no kubelet will finish it
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    api.create(pods, _daemonset_pod("contour-old", node, ds, finalizers=[hold]))
+    try:
+        api.delete(f"{pods}/contour-old")
+        wait_for(lambda: not world.in_target_group(node), "node out of the target group", timeout=30)
+        wait_for(lambda: not world.in_classic_elb(node), "node out of the classic ELB", timeout=20)
+        assert world.node(node)["metadata"]["annotations"].get("nodewarden.io/detach-for-pod", "").startswith(
+            f"{namespace}/contour/")
+
+        api.create(pods, _daemonset_pod("contour-new", node, ds))
+        time.sleep(1.0)  # give the hooks time to (wrongly) re-attach on a pod that is not Ready
+        assert not world.in_target_group(node), "re-attached before the replacement was Ready"
+        api.patch(f"{pods}/contour-new/status", {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}})
+        wait_for(lambda: world.in_target_group(node) and world.in_classic_elb(node),
+                 "node back in its load balancers", timeout=30)
+        wait_for(lambda: "nodewarden.io/detach-for-pod" not in (world.node(node)["metadata"].get("annotations") or {}),
+                 "the pod's detach request withdrawn", timeout=10)
+    finally:
+        api.patch(f"{pods}/contour-old", {"metadata": {"finalizers": []}})
