@@ -133,8 +133,8 @@ def needs_pods(sit: Situation) -> bool:
 # --------------------------------------------------------------------------- decide
 
 
-def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
-    sit = assess(request, now)
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, sit=None) -> Plan:
+    sit = sit or assess(request, now)
     if not sit.unhealthy:
         return _release(request, sit, settings, now)
     return _fence(request, sit, settings, now, observed)
@@ -355,9 +355,9 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, sit=None) -> dict:
     """Pods (and their claims) only for a node whose fencing is due."""
-    sit = assess(request, ctx.now())
+    sit = sit or assess(request, ctx.now())
     if not needs_pods(sit):
         return {}
     observed: dict = {}
@@ -417,7 +417,7 @@ def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime
                     warning=action.params.get("warning", False), component=CONTROLLER)
     failed = [o for o in outcomes if not o.ok]
     if failed:
-        events.emit(ctx.kube, request.parent, "FencingActionFailed", "; ".join(o.error for o in failed),
+        events.emit(ctx.kube, request.parent, "FencingActionFailed", actuators.failure_text(outcomes),
                     warning=True, component=CONTROLLER)
 
 
@@ -426,8 +426,10 @@ def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     ctx = ctx or runtime.current()
-    observed = gather(request, ctx)
-    plan = decide(request, ctx.settings, ctx.now(), observed)
+    now = ctx.now()
+    sit = assess(request, now)  # one reading of the node serves the look-ups and the decision
+    observed = gather(request, ctx, sit)
+    plan = decide(request, ctx.settings, now, observed, sit)
     outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
     if plan.actions or outcomes:
