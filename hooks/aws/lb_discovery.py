@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hooks.config import Settings
@@ -19,6 +20,7 @@ from hooks.config import Settings
 _TYPES = ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"]
 # Targets in these states are already leaving; a detach has nothing to do for them.
 _LEAVING = ("draining", "unused")
+_PARALLEL_READS = 8
 
 
 @dataclass
@@ -72,13 +74,18 @@ def build_index(aws, region: str, settings: Settings) -> Index:
         tgs |= tagged_tgs
         elbs |= tagged_elbs
     index = Index(built_at=time.monotonic(), target_groups=len(tgs), classic_elbs=len(elbs))
-    elbv2 = aws.client("elbv2", region) if tgs else None
-    for arn in sorted(tgs):
-        for desc in elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]:
-            target = desc.get("Target", {})
-            state = desc.get("TargetHealth", {}).get("State")
-            if str(target.get("Id", "")).startswith("i-") and state not in _LEAVING and target.get("Port"):
-                index.members.setdefault(target["Id"], set()).add(("tg", arn, int(target["Port"])))
+    if tgs:
+        elbv2 = aws.client("elbv2", region)
+        # One DescribeTargetHealth per group; in parallel, since a hook must answer
+        # in well under 2 s even for clusters with a hundred target groups.
+        with ThreadPoolExecutor(max_workers=min(_PARALLEL_READS, len(tgs))) as pool:
+            healths = pool.map(lambda arn: (arn, elbv2.describe_target_health(TargetGroupArn=arn)), sorted(tgs))
+            for arn, health in healths:
+                for desc in health["TargetHealthDescriptions"]:
+                    target = desc.get("Target", {})
+                    state = desc.get("TargetHealth", {}).get("State")
+                    if str(target.get("Id", "")).startswith("i-") and state not in _LEAVING and target.get("Port"):
+                        index.members.setdefault(target["Id"], set()).add(("tg", arn, int(target["Port"])))
     names = sorted(elbs)
     elb = aws.client("elb", region) if names else None
     for i in range(0, len(names), 20):
