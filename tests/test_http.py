@@ -145,3 +145,27 @@ def test_no_arbitrary_body_yields_a_500(client, body):
     r = client.post("/node-detacher/sync", data=body, content_type="application/json")
     assert r.status_code in (200, 400)
     assert "Traceback" not in r.get_data(as_text=True)
+
+
+def test_no_reachable_kubernetes_api_still_answers_and_reports(tmp_path, monkeypatch):
+    """The real client against a port nothing listens on: Events and evictions fail, the hook answers."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "clusters": [{"name": "dead", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1"}))
+    app = create_app(ctx).test_client()
+    detached = json.loads(json.dumps(BODY))
+    detached["parent"]["spec"]["unschedulable"] = True
+    detached["parent"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "nodewarden"}
+    detached["parent"]["metadata"]["annotations"] = {
+        "node-detacher.variant.run/detaching": "true", "nodewarden.io/detaching-since": "2026-01-01T00:00:00Z",
+        "nodewarden.io/deregistered": "[]", "nodewarden.io/detached-at": "2026-01-01T00:00:10Z"}
+    r = app.post("/node-detacher/sync", json=detached)  # shutdown step: must list pods through the API
+    assert r.status_code == 200
+    body = r.get_json()
+    assert "listing pods failed" in body["annotations"]["nodewarden.io/detach-error"]
+    assert body["resyncAfterSeconds"] >= 5
