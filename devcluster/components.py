@@ -91,35 +91,31 @@ def kube_apiserver(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
     ]
 
 
-def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
+def _kube_component(layout: Layout, binary: str, port: int) -> list[str]:
+    """Flags kube-controller-manager and kube-scheduler share: admin kubeconfig, loopback, no election."""
     kubeconfig = str(layout.kubeconfig)
     return [
-        str(layout.binary("kube-controller-manager")),
+        str(layout.binary(binary)),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ports.controller_manager}",
+        f"--secure-port={port}",
         "--leader-elect=false",
+        "--v=1",
+    ]
+
+
+def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
+    return _kube_component(layout, "kube-controller-manager", ports.controller_manager) + [
         f"--controllers={','.join(KCM_CONTROLLERS)}",
         f"--service-account-private-key-file={pki.sa_key}",
         f"--root-ca-file={pki.ca_cert}",
-        "--v=1",
     ]
 
 
 def kube_scheduler(layout: Layout, ports: Ports) -> list[str]:
-    kubeconfig = str(layout.kubeconfig)
-    return [
-        str(layout.binary("kube-scheduler")),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ports.scheduler}",
-        "--leader-elect=false",
-        "--v=1",
-    ]
+    return _kube_component(layout, "kube-scheduler", ports.scheduler)
 
 
 def metacontroller(layout: Layout, ports: Ports) -> list[str]:

@@ -1,7 +1,7 @@
 """docs/iam-policy.json lists exactly the AWS actions the code calls.
 
 The code's calls are found by reading hooks/ for ``.<operation>(`` (or
-``.<operation>,`` when a client method is handed to a helper) and
+``.<operation>,`` when a client method is handed to a helper), ``paged_ids(client, "<operation>"`` and
 ``get_paginator("<operation>")`` of the services we use, with the operation
 names botocore itself knows, so a new call without a policy line fails here.
 """
@@ -41,6 +41,7 @@ def called_operations() -> dict[str, set[str]]:
     # Called (``client.op(``) or handed on (``client.op,`` to a helper that calls it).
     used = set(re.findall(r"\.([a-z][a-z0-9_]+)\s*[(,]", source))
     used |= set(re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source))
+    used |= set(re.findall(r"paged_ids\(\s*\w+,\s*\"([a-z0-9_]+)\"", source))  # hooks/aws/gc/resources.py
     return {name: ops[name] for name in used & set(ops)}
 
 

@@ -6,7 +6,7 @@ delete after a crash is harmless.
 from __future__ import annotations
 
 
-from hooks.aws.gc.resources import delete_unless_gone, tags_in_chunks
+from hooks.aws.gc.resources import delete_unless_gone, paged_ids, tags_in_chunks
 
 DESCRIBE_TAGS_LIMIT = 20  # LoadBalancerNames per DescribeTags call
 PAGE_SIZE = 400
@@ -14,10 +14,8 @@ NOT_FOUND = ("LoadBalancerNotFound", "AccessPointNotFound")
 
 
 def load_balancer_names(elb) -> list[str]:
-    names: list[str] = []
-    for page in elb.get_paginator("describe_load_balancers").paginate(PageSize=PAGE_SIZE):
-        names.extend(lb["LoadBalancerName"] for lb in page.get("LoadBalancerDescriptions", []))
-    return names
+    return paged_ids(elb, "describe_load_balancers", "LoadBalancerDescriptions", "LoadBalancerName",
+                     PageSize=PAGE_SIZE)
 
 
 def tags_of(elb, names: list[str]) -> dict[str, dict[str, str]]:

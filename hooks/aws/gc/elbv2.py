@@ -7,7 +7,7 @@ group still used by a listener answers ``ResourceInUse`` until then.
 from __future__ import annotations
 
 
-from hooks.aws.gc.resources import delete_unless_gone, tags_in_chunks
+from hooks.aws.gc.resources import delete_unless_gone, paged_ids, tags_in_chunks
 
 DESCRIBE_TAGS_LIMIT = 20  # ResourceArns per DescribeTags call
 PAGE_SIZE = 400  # the most DescribeLoadBalancers/DescribeTargetGroups return per page
@@ -15,17 +15,11 @@ NOT_FOUND = ("LoadBalancerNotFound", "TargetGroupNotFound")
 
 
 def load_balancer_arns(elbv2) -> list[str]:
-    arns: list[str] = []
-    for page in elbv2.get_paginator("describe_load_balancers").paginate(PageSize=PAGE_SIZE):
-        arns.extend(lb["LoadBalancerArn"] for lb in page.get("LoadBalancers", []))
-    return arns
+    return paged_ids(elbv2, "describe_load_balancers", "LoadBalancers", "LoadBalancerArn", PageSize=PAGE_SIZE)
 
 
 def target_group_arns(elbv2) -> list[str]:
-    arns: list[str] = []
-    for page in elbv2.get_paginator("describe_target_groups").paginate(PageSize=PAGE_SIZE):
-        arns.extend(tg["TargetGroupArn"] for tg in page.get("TargetGroups", []))
-    return arns
+    return paged_ids(elbv2, "describe_target_groups", "TargetGroups", "TargetGroupArn", PageSize=PAGE_SIZE)
 
 
 def tags_of(elbv2, arns: list[str]) -> dict[str, dict[str, str]]:

@@ -180,3 +180,10 @@ def tags_in_chunks(describe, ids: list[str], id_key: str, not_found: tuple[str, 
         for desc in read(chunk):
             found[desc[id_key]] = tags_to_dict(desc.get("Tags"))
     return found
+
+
+def paged_ids(client, operation: str, items_key: str, id_key: str, **params) -> list[str]:
+    """Every ``id_key`` of ``items_key`` across all pages of a Describe call."""
+    return [item[id_key]
+            for page in client.get_paginator(operation).paginate(**params)
+            for item in page.get(items_key, [])]
