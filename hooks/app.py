@@ -94,6 +94,8 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
             body = json.loads(request.get_data(cache=False))
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"malformed JSON: {exc}")
+        except RecursionError:
+            return _error(400, "malformed JSON: nested too deeply")
         try:
             response = serve(controller_name, hook, body, ctx, resolved)
         except RequestError as exc:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hooks import controllers, runtime
-from hooks.contract import HOOKS, parse_customize, parse_request, shape_response
+from hooks.contract import HOOKS, RequestError, parse_customize, parse_request, shape_response
 
 
 class UnknownHook(LookupError):
@@ -22,7 +22,11 @@ def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = N
     """Validate, run and shape. Raises UnknownHook or RequestError."""
     kind, fn = resolved or resolve(controller_name, hook)
     ctx = ctx or runtime.current()
-    if hook == "customize":
-        return fn(parse_customize(body), ctx=ctx)
-    response = fn(parse_request(body, kind, hook), ctx=ctx)
+    try:
+        if hook == "customize":
+            return fn(parse_customize(body), ctx=ctx)
+        response = fn(parse_request(body, kind, hook), ctx=ctx)
+    except RecursionError:
+        # No Kubernetes object nests this deep; copying or walking one would not end well.
+        raise RequestError("request", "nested too deeply to be a Kubernetes object") from None
     return shape_response(kind, response)

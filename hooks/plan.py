@@ -42,5 +42,7 @@ class Plan:
 
 def backoff(settings, attempt: int) -> float:
     """Exponential backoff for a failing step, capped; attempt counts from 1."""
-    attempt = max(1, attempt)
-    return min(settings.error_backoff_max_seconds, settings.error_backoff_seconds * 2 ** (attempt - 1))
+    # The exponent is capped: 2.0 ** 1024 overflows a float, and past 2 ** 30
+    # every realistic cap has long been reached.
+    exponent = min(max(1, int(attempt)), 31) - 1
+    return min(settings.error_backoff_max_seconds, settings.error_backoff_seconds * 2 ** exponent)

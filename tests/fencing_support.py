@@ -44,6 +44,12 @@ class FakeKube:
         self.events: list[tuple[str, str, str]] = []  # (kind/name, reason, message)
         self.calls: list[tuple] = []
         self.unavailable = False
+        self.objects: dict[tuple[str, str, str], dict] = {}  # (kind, namespace, name) -> any other object
+
+    def add_object(self, obj: dict) -> None:
+        """Any other object (FencingRequest, NodeFencingPolicy, AWSCluster) for fresh reads."""
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta.get("namespace") or "", meta["name"])] = copy.deepcopy(obj)
 
     # -- setup ------------------------------------------------------------
     def add_node(self, node: dict) -> None:
@@ -80,7 +86,10 @@ class FakeKube:
             if key not in self.claims:
                 raise _api_error(404, f'persistentvolumeclaims "{name}" not found')
             return _Obj(self.claims[key])
-        raise AssertionError(f"FakeKube.get of {res.__name__} not supported")
+        key = (res.__name__, namespace or "", name)
+        if key in self.objects:
+            return _Obj(copy.deepcopy(self.objects[key]))
+        raise _api_error(404, f'{res.__name__} "{name}" not found')
 
     def list(self, res, namespace=None, labels=None, fields=None):
         self._check("list", res.__name__, namespace, fields)

@@ -15,6 +15,12 @@ class RecordingKube:
     def __init__(self, fail: bool = False):
         self.calls: list[tuple] = []
         self.fail = fail
+        self.objects: dict[tuple[str, str, str], dict] = {}  # what get() answers
+
+    def add_object(self, obj: dict) -> None:
+        """An object the API server "has", for the hooks' fresh reads."""
+        meta = obj["metadata"]
+        self.objects[(obj["kind"], meta.get("namespace") or "", meta["name"])] = copy.deepcopy(obj)
 
     def _record(self, *call):
         self.calls.append(call)
@@ -38,7 +44,12 @@ class RecordingKube:
 
     def get(self, res, name, namespace=None):
         self._record("get", res.__name__, name)
-        raise AssertionError("RecordingKube.get is not scripted for this test")
+        key = (res.__name__, namespace or "", name)
+        if key not in self.objects:
+            from fencing_support import _api_error
+
+            raise _api_error(404, f'{res.__name__} "{name}" not found')
+        return copy.deepcopy(self.objects[key])
 
     def events(self) -> list[str]:
         return [c[4].reason for c in self.calls if c[0] == "create" and c[1] == "Event"]

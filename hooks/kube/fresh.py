@@ -1,0 +1,129 @@
+"""Fresh reads from the API server: the only proof an irreversible step may rest on.
+
+Anyone who can reach the hook port can send a request body, and
+Metacontroller sends no credentials. So before a destructive step (a cloud
+delete, a power-off, a force delete, a termination) a controller reads the
+objects that justify it again, here, and acts only on what the API server
+says now. A body names objects; it never proves anything about them.
+
+``read`` answers the object as a plain dict, or None when the API server says
+it does not exist (404). Anything else (no configuration, unreachable, 5xx,
+forbidden) raises Unverified: an API that cannot be asked proves nothing.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+
+from hooks.kube.client import describe_error, is_not_found
+
+
+class Unverified(RuntimeError):
+    """A step's justification could not be confirmed from the API server."""
+
+
+# Kinds a controller may re-read: (group, plural, namespaced). A request
+# body chooses only the version, never which resource is read.
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "Node": ("", "nodes", False),
+    "Pod": ("", "pods", True),
+    "DaemonSet": ("apps", "daemonsets", True),
+    "FencingRequest": ("nodewarden.io", "fencingrequests", True),
+    "NodeFencingPolicy": ("nodewarden.io", "nodefencingpolicies", False),
+    "AWSCluster": ("infrastructure.cluster.x-k8s.io", "awsclusters", True),
+    "AWSManagedControlPlane": ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes", True),
+}
+_DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1"}
+
+
+@lru_cache(maxsize=64)
+def resource(kind: str, version: str | None = None):
+    """The lightkube resource class for a known kind (at ``version`` for CRDs)."""
+    if kind not in KINDS:
+        raise Unverified(f"{kind!r} is not a kind nodewarden re-reads")
+    group, plural, namespaced = KINDS[kind]
+    if group == "":
+        from lightkube.resources import core_v1
+
+        return getattr(core_v1, kind)
+    if group == "apps":
+        from lightkube.resources import apps_v1
+
+        return getattr(apps_v1, kind)
+    version = version or _DEFAULT_VERSION.get(group)
+    if not version:
+        raise Unverified(f"no API version given for {kind}")
+    make = create_namespaced_resource if namespaced else create_global_resource
+    return make(group, version, kind, plural)
+
+
+def version_of(obj: dict) -> str | None:
+    """The version part of an object's apiVersion, if its group is the one KINDS expects."""
+    api_version = obj.get("apiVersion") if isinstance(obj.get("apiVersion"), str) else ""
+    group, _, version = api_version.rpartition("/")
+    expected = KINDS.get(obj.get("kind"), (None,))[0]
+    if group != expected or not version:
+        return None
+    return version
+
+
+def as_dict(obj) -> dict:
+    if isinstance(obj, dict) and not hasattr(obj, "to_dict"):
+        return obj
+    return obj.to_dict()
+
+
+def read(kube, kind: str, name: str, namespace: str | None = None, version: str | None = None) -> dict | None:
+    """The object as the API server has it now; None only on a 404."""
+    res = resource(kind, version)
+    namespaced = KINDS[kind][2]
+    try:
+        found = kube.get(res, name, namespace=namespace if namespaced else None)
+    except Exception as exc:  # noqa: BLE001 - anything but a 404 proves nothing
+        if is_not_found(exc):
+            return None
+        raise Unverified(f"cannot read {kind} {_where(name, namespace)} from the API server: "
+                         f"{describe_error(exc)}") from exc
+    return as_dict(found)
+
+
+def same_object(kube, seen: dict, what: str = "") -> dict:
+    """Re-read the object a request body names and require that it is the same one.
+
+    ``seen`` is the body's copy: its kind, version, name, namespace and uid
+    say what to read. Raises Unverified unless the API server has an object
+    there with that uid; returns the API server's copy.
+    """
+    meta = seen.get("metadata") if isinstance(seen.get("metadata"), dict) else {}
+    kind, name, namespace, uid = seen.get("kind"), meta.get("name"), meta.get("namespace"), meta.get("uid")
+    label = what or f"{kind} {_where(name, namespace)}"
+    if not isinstance(name, str) or not name:
+        raise Unverified(f"{label}: the request names no object")
+    if not isinstance(uid, str) or not uid:
+        raise Unverified(f"{label}: the request carries no uid to check")
+    fresh = read_object(kube, seen)
+    if fresh is None:
+        raise Unverified(f"{label} does not exist on the API server")
+    fresh_uid = (fresh.get("metadata") or {}).get("uid")
+    if fresh_uid != uid:
+        raise Unverified(f"{label} on the API server is uid {fresh_uid}, not the {uid} of the request")
+    return fresh
+
+
+def read_object(kube, seen: dict) -> dict | None:
+    """``read`` for the kind, version, name and namespace of a body's object."""
+    kind = seen.get("kind")
+    if kind not in KINDS:
+        raise Unverified(f"{kind!r} is not a kind nodewarden re-reads")
+    meta = seen.get("metadata") if isinstance(seen.get("metadata"), dict) else {}
+    version = None
+    if KINDS[kind][0] not in ("", "apps"):
+        version = version_of(seen)
+        if version is None:
+            raise Unverified(f"{kind} with apiVersion {seen.get('apiVersion')!r} is not in group {KINDS[kind][0]}")
+    return read(kube, kind, meta.get("name"), meta.get("namespace"), version)
+
+
+def _where(name, namespace) -> str:
+    return f"{namespace}/{name}" if namespace else f"{name}"
