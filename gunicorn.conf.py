@@ -2,7 +2,11 @@
 import os
 import pathlib
 
-bind = os.environ.get("NODEWARDEN_BIND", "0.0.0.0:8080")
+bind = [os.environ.get("NODEWARDEN_BIND", "0.0.0.0:8080")]
+# A second listener for /metrics alone (the app refuses hooks there), so a
+# NetworkPolicy can admit Prometheus without admitting it to the hooks.
+if os.environ.get("NODEWARDEN_METRICS_PORT", "0") not in ("", "0"):
+    bind.append(f"0.0.0.0:{int(os.environ['NODEWARDEN_METRICS_PORT'])}")
 workers = int(os.environ.get("NODEWARDEN_WORKERS", "2"))
 threads = int(os.environ.get("NODEWARDEN_THREADS", "4"))
 worker_class = "gthread"

@@ -35,6 +35,26 @@ def _error(status: int, message: str, **extra) -> Response:
     return _json(body, status)
 
 
+def _no_constants(name: str):
+    # Python's json reads NaN and Infinity; JSON (and Metacontroller) has neither.
+    raise ValueError(f"{name} is not JSON")
+
+
+_METRICS_PORT_PATHS = ("/metrics", "/healthz", "/readyz")
+
+
+def _local_port() -> int:
+    """The port this request arrived on (the listener's, not the Host header's)."""
+    sock = request.environ.get("gunicorn.socket")
+    try:
+        return int(sock.getsockname()[1])
+    except (AttributeError, OSError, IndexError, TypeError, ValueError):
+        try:
+            return int(request.environ.get("SERVER_PORT") or 0)
+        except ValueError:
+            return 0
+
+
 def create_app(ctx: runtime.Context | None = None) -> Flask:
     if ctx is None:
         ctx = runtime.Context(load_settings())
@@ -44,12 +64,19 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     app = Flask("nodewarden")
     app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes
 
+    metrics_port = ctx.settings.metrics_port
+
     @app.before_request
     def _start():
         g.started = time.perf_counter()
         g.controller, g.hook = "-", "-"
         rid = request.headers.get("X-Request-Id") or os.urandom(8).hex()
         g.rid_token = logs.request_id.set(rid[:64])
+        if metrics_port and (_local_port() == metrics_port) != (request.path in _METRICS_PORT_PATHS):
+            # Two listeners, so a NetworkPolicy can admit Prometheus to one and
+            # only Metacontroller to the other: neither serves the other's routes.
+            if request.path not in ("/healthz", "/readyz"):
+                return _error(404, f"{request.path} is not served on this port")
 
     @app.after_request
     def _finish(response: Response):
@@ -91,7 +118,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
         if request.mimetype != "application/json":
             return _error(415, f"content type must be application/json, got {request.mimetype or 'none'!r}")
         try:
-            body = json.loads(request.get_data(cache=False))
+            body = json.loads(request.get_data(cache=False), parse_constant=_no_constants)
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"malformed JSON: {exc}")
         except RecursionError:

@@ -8,8 +8,14 @@ from __future__ import annotations
 from typing import Mapping
 
 
+def _listed(status) -> list:
+    """The conditions list; anything that is not a list (a mistyped status) reads as none."""
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    return conditions if isinstance(conditions, list) else []
+
+
 def find(status: Mapping | None, ctype: str) -> dict | None:
-    for cond in (status or {}).get("conditions") or []:
+    for cond in _listed(status):
         if isinstance(cond, Mapping) and cond.get("type") == ctype:
             return dict(cond)
     return None
@@ -18,8 +24,8 @@ def find(status: Mapping | None, ctype: str) -> dict | None:
 def upsert(status: Mapping | None, condition: Mapping, now_str: str, *, heartbeat: bool = False) -> dict:
     """A copy of ``status`` with ``condition`` set; lastTransitionTime moves only on a status change."""
     # Shallow: only the conditions list changes, and the big rest (images) is shared, not copied.
-    new_status = dict(status or {})
-    conditions = [dict(c) for c in new_status.get("conditions") or [] if isinstance(c, Mapping)]
+    new_status = dict(status) if isinstance(status, Mapping) else {}
+    conditions = [dict(c) for c in _listed(new_status) if isinstance(c, Mapping)]
     previous = find(new_status, condition["type"])
     cond = dict(condition)
     if previous and previous.get("status") == cond.get("status") and previous.get("lastTransitionTime"):
@@ -40,9 +46,9 @@ def upsert(status: Mapping | None, condition: Mapping, now_str: str, *, heartbea
 
 
 def remove(status: Mapping | None, ctype: str) -> dict:
-    new_status = dict(status or {})
+    new_status = dict(status) if isinstance(status, Mapping) else {}
     new_status["conditions"] = [
-        c for c in new_status.get("conditions") or [] if not (isinstance(c, Mapping) and c.get("type") == ctype)
+        c for c in _listed(new_status) if not (isinstance(c, Mapping) and c.get("type") == ctype)
     ]
     return new_status
 

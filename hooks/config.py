@@ -51,6 +51,7 @@ class Settings:
     aws_region: str = ""
     max_body_bytes: int = 16 * 1024 * 1024
     log_level: str = "INFO"
+    metrics_port: int = 0  # 0: /metrics on the hook port; else only there, and hooks never there
     # node-detacher
     detach_taint_keys: tuple[str, ...] = ()
     detach_control_plane: bool = False
@@ -91,6 +92,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         aws_region=(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip(),
         max_body_bytes=int(_number(env, "NODEWARDEN_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)),
         log_level=(env.get("NODEWARDEN_LOG_LEVEL") or "INFO").upper(),
+        metrics_port=int(_number(env, "NODEWARDEN_METRICS_PORT", 0)),
         detach_taint_keys=_list(env, "NODEWARDEN_DETACH_TAINT_KEYS"),
         detach_control_plane=_bool(env, "NODEWARDEN_DETACH_CONTROL_PLANE", False),
         static_target_groups=_list(env, "NODEWARDEN_STATIC_TARGET_GROUPS"),

@@ -183,8 +183,9 @@ def parse_customize(body: Any) -> dict:
 
 def _declared_version(controller: Mapping, hook: str) -> str:
     """``spec.hooks.<hook>.version``; Metacontroller defaults it to v1."""
-    hooks = (controller.get("spec") or {}).get("hooks") or {}
-    spec = hooks.get(hook) if isinstance(hooks, Mapping) else None
+    spec = controller.get("spec") if isinstance(controller.get("spec"), Mapping) else {}
+    hooks = spec.get("hooks") if isinstance(spec.get("hooks"), Mapping) else {}
+    spec = hooks.get(hook)
     version = spec.get("version") if isinstance(spec, Mapping) else None
     return version if version in ("v1", "v2") else "v1"
 

@@ -169,3 +169,49 @@ def test_no_reachable_kubernetes_api_still_answers_and_reports(tmp_path, monkeyp
     body = r.get_json()
     assert "listing pods failed" in body["annotations"]["nodewarden.io/detach-error"]
     assert body["resyncAfterSeconds"] >= 5
+
+
+def test_metrics_and_hooks_answer_only_on_their_own_ports():
+    """With a metrics port, a NetworkPolicy can admit Prometheus there without admitting it to the hooks."""
+    ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_METRICS_PORT": "9090"}))
+    ctx._kube = RecordingKube(fail=True)
+    app = create_app(ctx).test_client()
+    hooks_port, metrics_port = "http://localhost:8080", "http://localhost:9090"
+    assert app.get("/metrics", base_url=metrics_port).status_code == 200
+    assert app.get("/metrics", base_url=hooks_port).status_code == 404
+    assert app.post("/node-detacher/sync", json=BODY, base_url=metrics_port).status_code == 404
+    assert app.post("/node-detacher/sync", json=BODY, base_url=hooks_port).status_code == 200
+    for port in (hooks_port, metrics_port):
+        assert app.get("/healthz", base_url=port).status_code == 200
+
+
+def test_a_body_nested_too_deeply_is_refused_not_a_500(client):
+    deep = "[" * 30_000 + "]" * 30_000  # under this client's 64 KiB limit
+    r = client.post("/node-detacher/sync", data=deep, content_type="application/json")
+    assert r.status_code == 400
+    nested = json.loads(json.dumps(BODY))
+    inner: dict = {}
+    for _ in range(5000):
+        inner = {"a": inner}
+    nested["parent"]["status"]["extra"] = inner
+    r = client.post("/node-detacher/sync", data=_dump_deep(nested),
+                    content_type="application/json")
+    assert r.status_code in (200, 400), r.get_data(as_text=True)
+
+
+def _dump_deep(obj) -> str:
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)
+    try:
+        return json.dumps(obj)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@pytest.mark.parametrize("constant", ["Infinity", "-Infinity", "NaN"])
+def test_non_json_numbers_are_refused_before_any_hook(client, constant):
+    text = json.dumps(BODY).replace('"spec": {', f'"spec": {{"retries": {constant}, ', 1)
+    r = client.post("/node-detacher/sync", data=text, content_type="application/json")
+    assert r.status_code == 400 and "not JSON" in r.get_json()["error"]

@@ -64,3 +64,19 @@ def test_rbac_is_least_privilege(aws_objects):
     for role in (o for o in aws_objects if o["kind"] == "ClusterRole"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]["name"]
+
+
+def test_only_metacontroller_reaches_the_hooks_and_only_prometheus_the_metrics(aws_objects):
+    policy = next(o for o in aws_objects if o["kind"] == "NetworkPolicy")
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    by_port = {rule["ports"][0]["port"]: rule["from"] for rule in policy["spec"]["ingress"]}
+    assert set(by_port) == {"http", "metrics"}
+    assert by_port["http"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
+    assert by_port["metrics"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NODEWARDEN_METRICS_PORT"] == str(ports["metrics"]) and ports["metrics"] != ports["http"]
