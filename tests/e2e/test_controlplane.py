@@ -92,3 +92,10 @@ def test_deleting_a_namespace_empties_and_removes_it(api):
     wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{name}") is None, "namespace deleted", timeout=60)
     with pytest.raises(ApiError):
         api.get(f"/api/v1/namespaces/{name}/configmaps/c")
+
+
+def test_the_api_server_accepts_the_hook_network_policy(api):
+    """The base's NetworkPolicy is valid for the real API server (no network plugin enforces it here)."""
+    policy = api.get("/apis/networking.k8s.io/v1/namespaces/nodewarden-system/networkpolicies/nodewarden-hooks")
+    ports = sorted(rule["ports"][0]["port"] for rule in policy["spec"]["ingress"])
+    assert ports == ["http", "metrics"]
