@@ -65,6 +65,11 @@ def _check_object(obj: Any, path: str) -> dict:
     return obj
 
 
+def parse_object(obj: Any, path: str) -> dict:
+    """Validate one Kubernetes object's shape (as a request's objects are): a RequestError names the field."""
+    return _check_object(obj, path)
+
+
 def type_key(obj: Mapping) -> str:
     """Metacontroller's group key: ``Kind.version`` or ``Kind.group/version``."""
     api_version = obj.get("apiVersion", "v1")

@@ -14,7 +14,7 @@ def parse(value: str | None) -> dt.datetime | None:
         return None
     try:
         return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: year 1 shifted before year 1
         return None
 
 

@@ -257,6 +257,13 @@ def parse_finalize(parent: dict):
 
 
 def finalize_once(ctx, parent: dict) -> dict:
+    """One finalize call, with the API server's copy of ``parent`` kept current in the stand-in.
+
+    cluster-gc re-reads the parent before deleting anything; the stand-in
+    answers with the same object the request carries, as the API server would.
+    """
+    if hasattr(ctx.kube, "add_object"):
+        ctx.kube.add_object(parent)
     return cluster_gc.finalize(parse_finalize(parent), ctx=ctx)
 
 

@@ -362,3 +362,101 @@ def test_every_call_stays_well_under_two_seconds(aws, net, gc_ctx):
     run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=60)
     assert run.finalized and w.existing(aws, made).count() == 0
     assert max(run.seconds) < 2.0, run.seconds
+
+
+# ------------------------------------------------- trust: only the API server's word counts
+
+
+def _prod_and_alpha(aws, net):
+    return (w.build_cluster(aws, net, "p", w.cluster_tags("prod"), load_balancers=1, target_groups=1,
+                            security_groups=1),
+            w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1, target_groups=1))
+
+
+def test_a_forged_finalize_for_a_cluster_the_api_server_does_not_have_deletes_nothing(aws, net, gc_ctx):
+    prod, alpha = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx({"NODEWARDEN_CLUSTER_NAME": "mgmt"})
+    forged = w.aws_cluster("prod", cluster="prod")  # a deleting AWSCluster nobody created
+    for _ in range(3):
+        response = cluster_gc.finalize(w.parse_finalize(forged), ctx=ctx)
+        assert response["finalized"] is False
+    assert "does not exist on the API server" in response["annotations"][LAST_ERROR]
+    assert w.existing(aws, prod) == prod and w.existing(aws, alpha) == alpha
+    assert kube.events() == []  # no Events about an object that does not exist
+
+
+def test_a_forged_deletion_of_a_live_cluster_deletes_nothing(aws, net, gc_ctx):
+    prod, _ = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx()
+    kube.add_object(w.aws_cluster("prod", cluster="prod", deleting=False))  # real, and not being deleted
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster("prod", cluster="prod")), ctx=ctx)
+    assert response["finalized"] is False and "is not being deleted" in response["annotations"][LAST_ERROR]
+    assert w.existing(aws, prod) == prod
+
+
+def test_the_scope_comes_from_the_api_server_not_from_the_body(aws, net, gc_ctx):
+    """A real deleting cluster alpha, and a body that relabels it prod: only alpha's leftovers go."""
+    prod, alpha = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx()
+    kube.add_object(w.aws_cluster("alpha", cluster="alpha"))
+    body = w.aws_cluster("alpha", cluster="prod")
+    for _ in range(5):
+        response = cluster_gc.finalize(w.parse_finalize(body), ctx=ctx)
+        if response["finalized"]:
+            break
+    assert response["finalized"] is True
+    assert w.existing(aws, alpha).count() == 0
+    assert w.existing(aws, prod) == prod
+
+
+def test_a_uid_other_than_the_bodys_or_a_missing_finalizer_deletes_nothing(aws, net, gc_ctx):
+    _, alpha = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx()
+    replaced = w.aws_cluster("alpha")
+    replaced["metadata"]["uid"] = "uid-of-a-newer-alpha"
+    kube.add_object(replaced)
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster("alpha")), ctx=ctx)
+    assert "uid-of-a-newer-alpha" in response["annotations"][LAST_ERROR]
+    unmanaged = w.aws_cluster("alpha")
+    unmanaged["metadata"]["finalizers"] = ["someone-else"]
+    kube.add_object(unmanaged)
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster("alpha")), ctx=ctx)
+    assert "does not carry the finalizer" in response["annotations"][LAST_ERROR]
+    assert w.existing(aws, alpha) == alpha
+
+
+def test_no_reachable_api_server_means_no_delete(aws, net, gc_ctx, make_ctx):
+    _, alpha = _prod_and_alpha(aws, net)
+    ctx = make_ctx(kube=w.RecordingKube(fail=True))
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster("alpha")), ctx=ctx)
+    assert response["finalized"] is False and response["resyncAfterSeconds"] >= 5
+    assert "cannot read AWSCluster" in response["annotations"][LAST_ERROR]
+    assert w.existing(aws, alpha) == alpha
+
+
+def test_a_cluster_being_moved_by_clusterctl_keeps_everything(aws, net, gc_ctx):
+    made = alpha_everything(aws, net)
+    ctx, kube = gc_ctx()
+    calls = w.Calls().attach(ctx.aws)
+    moving = w.aws_cluster(annotations={cluster_gc.DELETE_FOR_MOVE: ""})
+    response = w.finalize_once(ctx, moving)
+    assert response["finalized"] is True
+    assert calls.total == 0 and w.existing(aws, made) == made
+    assert kube.events() == ["ExternalResourceGCSkipped"]
+
+
+def test_an_empty_tagging_answer_is_not_finalized_while_the_listing_finds_resources(aws, net, gc_ctx):
+    """The tagging API lags behind new resources (injected: its answer is emptied); the listing must agree."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1, target_groups=1,
+                           security_groups=1)
+    ctx, _ = gc_ctx()
+
+    def lagging(parsed=None, model=None, **_):
+        if model.name == "GetResources" and isinstance(parsed, dict):
+            parsed["ResourceTagMappingList"] = []
+
+    ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", lagging)
+    first = w.finalize_once(ctx, w.aws_cluster())
+    assert first["finalized"] is False
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=6)
+    assert run.finalized and w.existing(aws, made).count() == 0

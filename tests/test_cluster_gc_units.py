@@ -273,6 +273,7 @@ def client():
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
     ctx = runtime.Context(load_settings(env))
     ctx._kube = RecordingKube()
+    ctx._kube.add_object(aws_cluster())  # the API server has the deleting cluster the requests name
     return create_app(ctx).test_client()
 
 
@@ -291,6 +292,15 @@ def test_finalize_route_v1_body_with_aws_unreachable_answers_200_and_holds(clien
     data = reply.get_json()
     assert data["finalized"] is False and data["status"] is None
     assert data["annotations"][cluster_gc.LAST_ERROR].startswith("discovery failed:")
+
+
+def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
+    forged = aws_cluster(name="prod", cluster="prod")
+    reply = client.post("/cluster-gc/finalize", json={"controller": {}, "parent": forged, "finalizing": True})
+    assert reply.status_code == 200
+    data = reply.get_json()
+    assert data["finalized"] is False
+    assert "does not exist on the API server" in data["annotations"][cluster_gc.LAST_ERROR]
 
 
 def test_finalize_route_rejects_a_malformed_request(client):

@@ -24,6 +24,7 @@ left, so a crash at any point loses nothing: the next call finds the rest.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import logging
@@ -43,8 +44,8 @@ from hooks.aws.gc.resources import (
     made_by,
 )
 from hooks.config import Settings
-from hooks.contract import HookRequest, decorator_response
-from hooks.kube import events
+from hooks.contract import HookRequest, RequestError, decorator_response, parse_object
+from hooks.kube import events, fresh
 from hooks.plan import Action, Outcome, Plan
 
 CONTROLLER = "cluster-gc"
@@ -55,6 +56,12 @@ GC_ANNOTATION = "aws.cluster.x-k8s.io/external-resource-gc"
 TASKS_ANNOTATION = "aws.cluster.x-k8s.io/external-resource-tasks-gc"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 MANAGED_CONTROL_PLANE = "AWSManagedControlPlane"
+PARENT_KINDS = ("AWSCluster", MANAGED_CONTROL_PLANE)
+# clusterctl move sets this on the objects it deletes from the source cluster
+# after copying them: the cluster lives on elsewhere, its resources with it.
+DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
+# What Metacontroller puts on every object this DecoratorController finalizes.
+FINALIZER = "metacontroller.io/decoratorcontroller-cluster-gc"
 
 # Our progress, on the parent while it is held.
 REMAINING = "cluster-gc.nodewarden.io/remaining"
@@ -152,6 +159,9 @@ def resolve_scope(request: HookRequest, settings: Settings) -> Scope:
         return Scope(SKIP, "")
     if not settings.external_resource_gc:
         return Scope(SKIP, "external resource GC is off (NODEWARDEN_EXTERNAL_RESOURCE_GC=false)")
+    if DELETE_FOR_MOVE in request.annotations:
+        return Scope(SKIP, f"being moved by clusterctl ({DELETE_FOR_MOVE}): the cluster lives on elsewhere, "
+                           "nothing deleted")
     raw = request.annotations.get(GC_ANNOTATION)
     if raw is not None:
         enabled = parse_go_bool(raw)
@@ -388,10 +398,48 @@ def sync(request: HookRequest, ctx=None) -> dict:
     return decide(request, ctx.settings, ctx.now(), {}).response
 
 
+def verify(request: HookRequest, ctx) -> HookRequest:
+    """The request with the parent as the API server has it now; Unverified unless it really is going.
+
+    A body proves nothing (anyone reaching the hook port can send one): the
+    object must exist with the body's uid, be deleting, and carry this
+    controller's finalizer, and everything after this (the cluster's name,
+    region, opt-out and tasks) is read from the fresh copy.
+    """
+    if request.parent.get("kind") not in PARENT_KINDS:
+        raise fresh.Unverified(f"cluster-gc finalizes only {' and '.join(PARENT_KINDS)}, "
+                               f"not {request.parent.get('kind')!r}")
+    parent = fresh.same_object(ctx.kube, request.parent)
+    meta = parent.get("metadata") or {}
+    label = f"{parent.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    if not meta.get("deletionTimestamp"):
+        raise fresh.Unverified(f"{label} is not being deleted")
+    if FINALIZER not in (meta.get("finalizers") or []):
+        raise fresh.Unverified(f"{label} does not carry the finalizer {FINALIZER}")
+    try:
+        parent = parse_object(parent, "parent")
+    except RequestError as exc:
+        raise fresh.Unverified(f"{label} as read from the API server: {exc}") from None
+    return dataclasses.replace(request, parent=parent)
+
+
+def _unverified(request: HookRequest, settings: Settings, now: dt.datetime, reason: str) -> dict:
+    """Hold the finalizer and look again later; no Event, since the object may not exist at all."""
+    log.warning("cluster-gc refused to delete", extra={"parent": f"{request.meta.get('namespace')}/{request.name}",
+                                                       "reason": reason})
+    annotations, resync = _stall(request, settings, now, f"not verified with the API server: {reason}")
+    return decorator_response(annotations=annotations, resync_after=resync, finalized=False)
+
+
 def finalize(request: HookRequest, ctx=None) -> dict:
     ctx = ctx or runtime.current()
     started = time.monotonic()
     settings, now = ctx.settings, ctx.now()
+    if resolve_scope(request, settings).decision == COLLECT:
+        try:
+            request = verify(request, ctx)
+        except fresh.Unverified as exc:
+            return _unverified(request, settings, now, str(exc))
     observed = gather(request, ctx)
     plan = decide(request, settings, now, observed)
     deletes = [a for a in plan.actions if a.kind == DELETE]

@@ -7,7 +7,8 @@ Two ways, one result:
   when the AWS Load Balancer Controller's resources are included); what it
   lists is then checked to exist, since it can list resources deleted moments
   ago;
-- when that API is refused or configured off: list the load balancers and
+- when that API is refused or configured off, and whenever it finds nothing
+  left (it lags: what it omits may exist), list the load balancers and
   target groups and read their tags in chunks of 20, and ask EC2 for the
   security groups and volumes carrying the tags.
 
@@ -67,7 +68,16 @@ def discover(aws, query: Query) -> dict:
                 raise
             fallback = f"tagging API refused: {describe_error(exc)}"
         else:
-            return _result(TAGGING_API, "", _existing(aws, query, candidates))
+            found = _existing(aws, query, candidates)
+            if found:
+                return _result(TAGGING_API, "", found)
+            # The tagging API lags behind the services (a resource made moments
+            # ago may not be listed yet), so "nothing left" is never taken from
+            # it alone: the listing must agree before anything is finalized.
+            listed = _listed(aws, query)
+            if not listed:
+                return _result(TAGGING_API, "", [])
+            return _result(LISTING, f"tagging API listed nothing, listing found {len(listed)}", listed)
     return _result(LISTING, fallback, _listed(aws, query))
 
 
