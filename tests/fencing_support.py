@@ -61,6 +61,11 @@ class FakeKube:
         meta = pod["metadata"]
         self.pods[f"{meta['namespace']}/{meta['name']}"] = copy.deepcopy(pod)
 
+    def put_fencing_request(self, fr: dict) -> None:
+        """Store (or replace, by uid) a FencingRequest as the API server would have it."""
+        self.fencing_requests = [f for f in self.fencing_requests if f["metadata"]["uid"] != fr["metadata"]["uid"]]
+        self.fencing_requests.append(copy.deepcopy(fr))
+
     def taints(self, node: str) -> list[dict]:
         return self.nodes[node].get("spec", {}).get("taints") or []
 
@@ -86,6 +91,10 @@ class FakeKube:
             if key not in self.claims:
                 raise _api_error(404, f'persistentvolumeclaims "{name}" not found')
             return _Obj(self.claims[key])
+        if res.__name__ == "FencingRequest":
+            for fr in self.fencing_requests:
+                if fr["metadata"]["name"] == name and fr["metadata"].get("namespace") == namespace:
+                    return _Obj(copy.deepcopy(fr))
         key = (res.__name__, namespace or "", name)
         if key in self.objects:
             return _Obj(copy.deepcopy(self.objects[key]))

@@ -70,6 +70,9 @@ class RequestHarness:
 
     def call(self, hook: str = "sync", after: float = 0) -> dict:
         self.now += dt.timedelta(seconds=after)
+        if hook == "finalize":  # Metacontroller finalizes only what the API server is deleting
+            self.fr["metadata"].setdefault("deletionTimestamp", _fmt(self.now))
+        self.kube.put_fencing_request(self.fr)  # the API server has the request the body names
         node = self.kube.nodes.get(self.fr["spec"]["nodeRef"]["name"])
         hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
         body = {"controller": {"spec": {"hooks": hooks}}, "parent": self.fr, "children": {},
@@ -77,6 +80,7 @@ class RequestHarness:
                 "finalizing": hook == "finalize"}
         response = serve("fencing-request", hook, json.loads(json.dumps(body)), self.ctx)
         self.fr["status"] = copy.deepcopy(response["status"])
+        self.kube.put_fencing_request(self.fr)  # Metacontroller writes the status back
         self.responses.append(response)
         return response
 
@@ -270,6 +274,194 @@ def test_finalize_keeps_trying_while_the_api_is_down(aws, make_ctx, kube):
     kube.unavailable = False
     assert h.call("finalize", after=5)["finalized"] is True
     assert OOS not in kube.taints("node-a")
+
+
+# ------------------------------------------- fencing-request: proof before every irreversible step
+
+
+def _pod(name: str, uid: str) -> dict:
+    return {"metadata": {"name": name, "namespace": "default", "uid": uid}, "spec": {"nodeName": "node-a"},
+            "status": {"phase": "Running"}}
+
+
+def test_a_forged_request_stops_nothing(aws, make_ctx, kube):
+    """A body naming a FencingRequest the API server does not have, and a Node naming a running instance."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    ctx = make_ctx({}, kube=kube)  # the API server has neither the request nor the node
+    hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
+    body = {"controller": {"spec": {"hooks": hooks}}, "children": {}, "finalizing": False,
+            "parent": {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                       "metadata": {"name": "made-up", "namespace": NS, "uid": "uid-made-up", "generation": 1},
+                       "spec": {"nodeRef": {"name": "victim"}}},
+            "related": {"Node.v1": {"victim": _node(instance, name="victim")}}}
+    for _ in range(3):
+        response = serve("fencing-request", "sync", json.loads(json.dumps(body)), ctx)
+        assert response["status"].get("phase") in (None, names.PENDING)
+    assert _state(ec2, instance) == "running"
+    # Even with the node real and NotReady, a request the API server lacks does nothing.
+    kube.add_node(_node(instance, name="victim"))
+    serve("fencing-request", "sync", json.loads(json.dumps(body)), ctx)
+    assert _state(ec2, instance) == "running"
+    assert not any(c[0] in ("json_patch", "delete_with_options", "delete") for c in kube.calls)
+
+
+def test_a_ready_node_is_never_powered_off(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance, ready="True"))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NodeReady"
+    assert _state(ec2, instance) == "running"
+
+
+def test_the_node_seen_by_the_api_server_decides_not_the_body(aws, make_ctx, kube):
+    """The body says NotReady, the API server says Ready: no stop."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance, ready="True"))
+    h = RequestHarness(make_ctx, kube, {})
+    lying = _node(instance)  # NotReady in the body only
+    h.kube.put_fencing_request(h.fr)
+    body = {"controller": {}, "parent": h.fr, "children": {}, "related": {"Node.v1": {"node-a": lying}},
+            "finalizing": False}
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert response["status"]["errorReason"] == "NodeReady"
+    assert _state(ec2, instance) == "running"
+
+
+def test_no_reachable_api_server_means_no_power_off(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    kube.unavailable = True
+    response = h.call()
+    assert response["resyncAfterSeconds"] >= 1 and _state(ec2, instance) == "running"
+    assert "stopAttempts" not in (h.status.get("providerStatus") or {}), "an unverified call spends no attempt"
+    kube.unavailable = False
+    h.call(after=5)
+    assert h.status["providerStatus"]["stopAttempts"] == 1 and _state(ec2, instance) == "stopped"
+
+
+def test_two_requests_for_one_node_fence_one_at_a_time_and_never_split_brain(aws, make_ctx, kube):
+    """A Reboot and, behind it, an Off + ResourceDeletion for the same node: db-0 is never force-deleted
+    while the instance runs again and the node is Ready."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    kube.add_pod(_pod("db-0", "uid-db-0"))
+    kube.volume_attachments["csi-db"] = {"metadata": {"name": "csi-db"}, "spec": {"nodeName": "node-a"},
+                                         "status": {"attached": True}}
+    reboot = RequestHarness(make_ctx, kube, {"action": "Reboot"})
+    reboot.fr["metadata"]["creationTimestamp"] = _fmt(T0)
+    off = RequestHarness(make_ctx, kube, {"action": "Off", "recoveryStrategy": "ResourceDeletion"})
+    off.fr["metadata"].update(name="fence-node-a-by-hand", uid="uid-fr-2", creationTimestamp=_fmt(T0 + dt.timedelta(seconds=1)))
+    kube.put_fencing_request(reboot.fr)
+
+    off.call()
+    assert off.status["phase"] == names.PENDING and off.condition(names.QUEUED_CONDITION)["status"] == "True"
+    assert "fence-node-a" in off.condition(names.QUEUED_CONDITION)["message"]
+
+    reboot.call()  # stops the instance
+    reboot.call(after=2)  # confirmed; out-of-service taint
+    assert reboot.status["phase"] == names.RECOVERING
+    kube.pods.clear()  # kube-controller-manager recovered the node's pods and volumes
+    kube.volume_attachments.clear()
+    kube.add_pod(_pod("db-0", "uid-db-0-new"))  # ... and the StatefulSet's new db-0 is on this node again
+    kube.pods["default/db-0"]["spec"]["nodeName"] = "node-b"
+    off.now = reboot.now
+    off.call(after=1)
+    assert off.status["phase"] == names.PENDING, "still queued behind the reboot"
+    reboot.run_until(lambda: reboot.status.get("phase") == names.SUCCEEDED)
+    assert _state(ec2, instance) == "running"
+    _set_ready(kube, "node-a", "True", reboot.now)
+    kube.add_pod(_pod("db-1", "uid-db-1"))  # a pod that runs on the rebooted node now
+
+    off.now = reboot.now
+    off.call(after=1)
+    assert off.status["phase"] == names.FAILED and off.status["errorReason"] == "NodeReady"
+    assert _state(ec2, instance) == "running"
+    assert "default/db-1" in kube.pods, "nothing is force-deleted on a node that is back"
+    assert not any(c[0] == "delete_with_options" for c in kube.calls)
+
+
+def test_resource_deletion_stops_when_the_instance_runs_again(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {"recoveryStrategy": "ResourceDeletion"})
+    h.call()
+    ec2.start_instances(InstanceIds=[instance])  # someone powers it on between two calls
+    kube.add_pod(_pod("db-0", "uid-db-0"))
+    kube.volume_attachments["csi-db"] = {"metadata": {"name": "csi-db"}, "spec": {"nodeName": "node-a"},
+                                         "status": {"attached": True}}
+    ec2.stop_instances(InstanceIds=[instance])
+    h.call(after=2)  # power-off confirmed: the first deletes happen
+    assert h.status["phase"] == names.RECOVERING
+    kube.add_pod(_pod("db-0", "uid-db-0b"))  # something puts a pod back
+    ec2.start_instances(InstanceIds=[instance])  # and the instance runs again
+    h.call(after=5)
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "PowerRestored"
+    assert "default/db-0" in kube.pods, "the pod of a running node is never force-deleted"
+
+
+def test_resource_deletion_times_out_when_pods_keep_coming_back(aws, make_ctx, kube):
+    """A DaemonSet that tolerates every taint puts its pod back after every force delete."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {"recoveryStrategy": "ResourceDeletion"},
+                       env={"NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS": "60"})
+    h.call()
+    for i in range(40):
+        kube.add_pod(_pod("kube-proxy-x", f"uid-proxy-{i}"))
+        h.call(after=h.responses[-1].get("resyncAfterSeconds", 5))
+        if h.status.get("phase") == names.SUCCEEDED:
+            break
+    assert h.status["phase"] == names.SUCCEEDED and h.status["recovery"]["timedOut"] is True
+    assert "RecoveryTimedOut" in kube.reasons()
+
+
+def test_a_node_missing_from_one_request_is_not_taken_for_gone(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    assert OOS in kube.taints("node-a")
+    node = kube.nodes["node-a"]
+    kube.unavailable = True  # Metacontroller's request lacks the node and the API server cannot be asked
+    body = {"controller": {}, "parent": h.fr, "children": {}, "related": {}, "finalizing": False}
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert response["status"]["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    kube.unavailable = False
+    h.fr["status"] = response["status"]
+    assert node is kube.nodes["node-a"]
+    # A new request whose related Node is missing once still fences the node the API server has.
+    fresh_request = RequestHarness(make_ctx, kube, {})
+    fresh_request.fr["metadata"].update(name="again", uid="uid-again")
+    kube.fencing_requests.clear()
+    kube.put_fencing_request(fresh_request.fr)
+    body = {"controller": {}, "parent": fresh_request.fr, "children": {}, "related": {}, "finalizing": False}
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), fresh_request.ctx)
+    assert response["status"].get("errorReason") != "NodeNotFound"
+
+
+def test_a_holder_in_another_namespace_keeps_the_taint(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    assert OOS in kube.taints("node-a")
+    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                                  "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+                                  "spec": {"nodeRef": {"name": "node-a"}},
+                                  "status": {"phase": names.RECOVERING,
+                                             "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}})
+    assert h.call("finalize", after=1)["finalized"] is True
+    assert OOS in kube.taints("node-a"), "team-a/team-fence still counts on it"
 
 
 # --------------------------------------------------------------------------- node-fencing

@@ -189,13 +189,19 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
     assert req == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "names": ["n1"]}]}
 
 
-def test_a_malformed_fencing_request_is_400_naming_the_field(client):
+@pytest.mark.parametrize("spec, field", [({"retries": "many"}, "retries"), ({"timeout": "0s"}, "timeout"),
+                                         ({"retries": 1e300}, "retries"), ({"retryInterval": "70000000h"}, "retryInterval")])
+def test_an_unreadable_fencing_request_spec_is_reported_in_its_status(client, spec, field):
+    """Not a 400 on every sync: the request says why it will not run, and nothing is done."""
     body = {"controller": {}, "parent": {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
                                          "metadata": {"name": "f", "namespace": "nodewarden-system"},
-                                         "spec": {"nodeRef": {"name": "n1"}, "retries": "many"}},
+                                         "spec": {"nodeRef": {"name": "n1"}, **spec}},
             "children": {}, "related": {}}
     r = client.post("/fencing-request/sync", json=body)
-    assert r.status_code == 400 and r.get_json()["field"] == "parent.spec.retries"
+    assert r.status_code == 200
+    status = r.get_json()["status"]
+    assert status["phase"] == "Failed" and status["errorReason"] == "InvalidSpec"
+    assert f"parent.spec.{field}" in status["errorMessage"]
 
 
 def test_a_healthy_node_sync_over_http_writes_nothing(client):

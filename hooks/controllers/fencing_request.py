@@ -25,18 +25,19 @@ deleted half-way, unless another live request for the node still holds it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import logging
 
-from hooks import actuators, conditions, fields, runtime, timefmt
+from hooks import actuators, bounds, conditions, fields, runtime, timefmt
 from hooks.aws import power
 from hooks.aws import providerid
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
-from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
 from hooks.fencing import health, names
 from hooks.fencing import request as fr
-from hooks.kube import events, pods
+from hooks.kube import events, fresh, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Outcome, Plan, backoff
@@ -62,8 +63,14 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
 # --------------------------------------------------------------------------- situation
 
 
-def _node(request: HookRequest, spec: fr.Spec) -> dict | None:
-    return request.related.get("Node", spec.node_name)
+def _node(request: HookRequest, spec: fr.Spec, observed: dict | None = None) -> dict | None:
+    """The Node from the request, else as the API server answered when the request lacked it."""
+    return request.related.get("Node", spec.node_name) or (observed or {}).get("node")
+
+
+def _node_gone(observed: dict) -> bool:
+    """Only the API server's 404 proves a Node is gone; its absence from one request does not."""
+    return bool(observed.get("nodeGone"))
 
 
 def _has_out_of_service_taint(node: dict | None) -> bool:
@@ -80,7 +87,7 @@ def _ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
     """
     if not _has_out_of_service_taint(node):
         return False
-    recorded = (status.get("recovery") or {}).get("outOfServiceTaint")
+    recorded = _recorded(status, "recovery").get("outOfServiceTaint")
     if recorded == names.TAINT_APPLIED:
         return True
     fenced = (conditions.find(status, names.FENCING_SUCCEEDED) or {}).get("status") == "True"
@@ -90,15 +97,36 @@ def _ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
 def _in_aftercare(status: dict, node: dict | None) -> bool:
     """Recovered, our taint on, and the node Ready *again*: it turned Ready after the power-off
     (a Ready=True from before the node was fenced is stale, not a return)."""
-    rec = status.get("recovery") or {}
+    rec = _recorded(status, "recovery")
     if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime") or node is None:
         return False
-    node_status = node.get("status") or {}
+    node_status = fields.mapping(node, "status", where="related.Node")
     if not health.is_ready(node_status):
         return False
     ready_since = timefmt.parse((conditions.find(node_status, "Ready") or {}).get("lastTransitionTime"))
-    powered_off = timefmt.parse((status.get("providerStatus") or {}).get("poweredOffTime"))
+    powered_off = timefmt.parse(_recorded(status, "providerStatus").get("poweredOffTime"))
     return ready_since is None or powered_off is None or ready_since >= powered_off
+
+
+def _own_status(parent: dict) -> dict:
+    """A working copy of the status; a field of ours with the wrong type is dropped, never trusted."""
+    status = copy.deepcopy(fields.mapping(parent, "status"))
+    for key in ("providerStatus", "recovery"):
+        if key in status and not isinstance(status[key], dict):
+            del status[key]
+    if "conditions" in status and not isinstance(status["conditions"], list):
+        del status["conditions"]
+    for key in ("phase", "startTime", "completionTime", "errorReason", "errorMessage"):
+        if key in status and not isinstance(status[key], str):
+            del status[key]
+    if status.get("phase") not in (None, *names.PHASES):
+        del status["phase"]
+    return status
+
+
+def _recorded(status: dict, section: str) -> dict:
+    value = status.get(section)
+    return value if isinstance(value, dict) else {}
 
 
 # --------------------------------------------------------------------------- decide
@@ -109,9 +137,10 @@ class _Step:
 
     def __init__(self, request: HookRequest, spec: fr.Spec, settings: Settings, now: dt.datetime, observed: dict):
         self.request, self.spec, self.settings, self.now, self.observed = request, spec, settings, now, observed
-        self.status = copy.deepcopy(fields.mapping(request.parent, "status"))
-        self.status["observedGeneration"] = request.meta.get("generation") or 0
-        self.node = _node(request, spec)
+        self.status = _own_status(request.parent)
+        generation = request.meta.get("generation")
+        self.status["observedGeneration"] = generation if isinstance(generation, int) and generation >= 0 else 0
+        self.node = _node(request, spec, observed)
         self.actions: list[Action] = []
         self.resyncs: list[float] = []
 
@@ -172,39 +201,54 @@ class _Step:
                                          f"recovery {self.spec.strategy}")
 
     def locate(self) -> bool:
-        """Instance and region from the node; False (and Failed) when it cannot be found."""
+        """Instance and region from the node; False when it cannot be located (Failed only when proven)."""
         if self.node is None:
-            self.fail("NodeNotFound", f"Node {self.spec.node_name} does not exist")
+            if _node_gone(self.observed):
+                self.fail("NodeNotFound", f"Node {self.spec.node_name} does not exist")
+            else:  # missing from this request is not proof: the API server is asked again next time
+                self.provider["lastDescribeError"] = self.observed.get("nodeError") or \
+                    f"Node {self.spec.node_name} was not in the request and could not be looked up"
+                self.resync(backoff(self.settings, 1))
             return False
         uid = self.node["metadata"].get("uid")
-        if self.spec.node_uid and uid and uid != self.spec.node_uid:
-            self.fail("NodeReplaced", f"Node {self.spec.node_name} is now uid {uid}, not the {self.spec.node_uid} "
-                                      "this request was made for")
-            return False
+        for expected in (self.spec.node_uid, _recorded(self.status, "providerStatus").get("nodeUID")):
+            if expected and uid != expected:
+                self.fail("NodeReplaced", f"Node {self.spec.node_name} is now uid {uid}, not the {expected} "
+                                          "this request was made for")
+                return False
         try:
             pid = providerid.parse(fields.string(self.node, "spec", "providerID", where="related.Node"))
         except providerid.ProviderIDError as exc:
             self.fail("InvalidProviderID", str(exc))
             return False
+        recorded = self.provider.get("instanceID")
+        if recorded and recorded != pid.instance_id:
+            self.fail("NodeReplaced", f"Node {self.spec.node_name} now runs on instance {pid.instance_id}, "
+                                      f"not the {recorded} this request fences")
+            return False
         self.provider["instanceID"] = pid.instance_id
         self.provider["region"] = pid.region or self.settings.aws_region
+        if uid:
+            self.provider["nodeUID"] = uid
         return True
 
     def observe_instance(self) -> str | None:
-        seen = self.observed.get("instance") or {}
-        if seen.get("state"):
+        seen = self.observed.get("instance")
+        seen = seen if isinstance(seen, dict) else {}
+        if isinstance(seen.get("state"), str) and seen["state"]:
             self.provider["instanceState"] = seen["state"]
             self.provider.pop("lastDescribeError", None)
-        elif seen.get("error"):
+            return seen["state"]
+        if seen.get("error"):
             # Unreadable is not confirmed: keep polling; the attempt timeout decides.
-            self.provider["lastDescribeError"] = seen["error"]
-        return seen.get("state")
+            self.provider["lastDescribeError"] = str(seen["error"])[:1000]
+        return None
 
     def attempt(self, op: str) -> None:
         """One step of a power operation with the spec's retries, interval and timeout."""
         title, what, phase = _OP[op]
         ps = self.provider
-        count = int(ps.get(f"{op}Attempts") or 0)
+        count = bounds.status_counter(ps, f"{op}Attempts", fr.MAX_RETRIES)
         last = timefmt.parse(ps.get(f"last{title}Time"))
         error = ps.get(f"last{title}Error")
         elapsed = (self.now - last).total_seconds() if last else None
@@ -229,6 +273,9 @@ class _Step:
     def issue(self, op: str, number: int) -> None:
         title, _, phase = _OP[op]
         ps = self.provider
+        if op == "stop" and health.is_ready(fields.mapping(self.node, "status", where="related.Node")):
+            # Fencing is for a node that stopped answering; a Ready node is serving and writing.
+            return self.fail("NodeReady", f"Node {self.spec.node_name} is Ready: only a NotReady node is powered off")
         ps[f"{op}Attempts"] = number
         ps[f"last{title}Time"] = self.stamp()
         ps.pop(f"last{title}Error", None)
@@ -238,8 +285,33 @@ class _Step:
         self.event(f"{title}Requested", f"{verb} instance {ps['instanceID']} (attempt {number} of {self.spec.retries})")
         self.resync(self.settings.fencing_poll_seconds)
 
+    def queued(self) -> bool:
+        """True while an older live request for the same node goes first (or that cannot be known)."""
+        if bounds.status_counter(_recorded(self.status, "providerStatus"), "stopAttempts") or self.status.get("phase") not in (
+                None, names.PENDING):
+            return False  # fencing in flight is never interrupted
+        ahead = self.observed.get("olderRequests")
+        if isinstance(ahead, list) and not ahead:
+            if conditions.find(self.status, names.QUEUED_CONDITION):
+                self.condition(names.QUEUED_CONDITION, "False", "First", "no other request fences the node")
+            return False
+        if isinstance(ahead, list):
+            message = f"FencingRequest {', '.join(map(str, ahead))} fences node {self.spec.node_name} first"
+        else:
+            message = f"cannot tell whether another request fences node {self.spec.node_name}: " \
+                      f"{self.observed.get('requestsError') or 'not looked up'}"
+        waited = timefmt.seconds_since(self.status.get("startTime"), self.now) or 0
+        if waited >= self.settings.fencing_queue_timeout_seconds:
+            self.fail("AnotherFenceActive", f"{message}; gave up after waiting {waited:.0f}s")
+            return True
+        if (conditions.find(self.status, names.QUEUED_CONDITION) or {}).get("message") != message:
+            self.event("FencingQueued", message)
+        self.condition(names.QUEUED_CONDITION, "True", "AnotherFenceActive", message)
+        self.resync(self.settings.fencing_resync_seconds if isinstance(ahead, list) else backoff(self.settings, 1))
+        return True
+
     def power_off(self) -> None:
-        if not self.locate():
+        if self.queued() or not self.locate():
             return
         state = self.observe_instance()
         if state in names.POWERED_OFF_STATES:
@@ -252,11 +324,37 @@ class _Step:
             return
         self.attempt("stop")
 
+    def still_fenced(self) -> bool:
+        """Re-confirmed right before a destructive recovery step: same node, instance still powered off."""
+        if not self.locate():
+            return False
+        state = self.observe_instance()
+        if state in names.POWERED_OFF_STATES:
+            return True
+        if state is None:  # unreadable: no step now; the recovery timeout bounds the wait
+            self.recovery["lastError"] = f"power state of {self.provider.get('instanceID')} not confirmed: " \
+                                         f"{self.provider.get('lastDescribeError', 'not read')}"
+            self.resync(backoff(self.settings, 1))
+            return False
+        self.fail("PowerRestored", f"instance {self.provider.get('instanceID')} is {state} again: the node may "
+                                   "write, so its pods and volumes are not taken from it")
+        return False
+
     def recover(self) -> None:
         rec = self.recovery
         rec["strategy"] = self.spec.strategy
         rec.setdefault("startTime", self.stamp())
+        waited = timefmt.seconds_since(rec.get("startTime"), self.now) or 0
+        if waited >= self.settings.fencing_recovery_timeout_seconds:
+            rec["timedOut"] = True
+            waiting = fr.waiting_pods(self.observed.get("nodePods") or [], self.spec.strategy)
+            message = (f"gave up waiting after {waited:.0f}s: {len(waiting)} pod(s) and "
+                       f"{len(self.observed.get('volumeAttachments') or [])} VolumeAttachment(s) still on the node")
+            self.event("RecoveryTimedOut", message, warning=True)
+            return self.recovered("TimedOut", message)
         if self.spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED:
+            if not self.still_fenced():
+                return
             self.actions.append(Action("kube.taint", self.spec.node_name, {
                 "key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
                 "effect": names.OUT_OF_SERVICE_EFFECT}))
@@ -272,6 +370,8 @@ class _Step:
         node_pods = self.observed["nodePods"]
         attachments = self.observed["volumeAttachments"]
         if self.spec.strategy == names.RESOURCE_DELETION and (node_pods or any(not v["deleting"] for v in attachments)):
+            if not self.still_fenced():
+                return
             self.delete_resources(node_pods, attachments)
             return self.resync(self.settings.fencing_recovery_poll_seconds)
         waiting = fr.waiting_pods(node_pods, self.spec.strategy)
@@ -279,13 +379,6 @@ class _Step:
         rec["remainingVolumeAttachments"] = len(attachments)
         if not waiting and not attachments:
             return self.recovered("Recovered", "no pod or VolumeAttachment of the node is left")
-        waited = timefmt.seconds_since(rec["startTime"], self.now) or 0
-        if waited >= self.settings.fencing_recovery_timeout_seconds:
-            rec["timedOut"] = True
-            message = (f"gave up waiting after {waited:.0f}s: {len(waiting)} pod(s) and "
-                       f"{len(attachments)} VolumeAttachment(s) still on the node")
-            self.event("RecoveryTimedOut", message, warning=True)
-            return self.recovered("TimedOut", message)
         self.resync(self.settings.fencing_recovery_poll_seconds)
 
     def delete_resources(self, node_pods: list[dict], attachments: list[dict]) -> None:
@@ -293,12 +386,13 @@ class _Step:
         for pod in sorted(node_pods, key=lambda p: (p["namespace"], p["name"])):
             self.actions.append(Action("kube.force-delete-pod", f"{pod['namespace']}/{pod['name']}",
                                        {"uid": pod.get("uid"), "node": self.spec.node_name}))
-        fresh = [v for v in attachments if not v["deleting"]]
-        for va in fresh:
+        fresh_attachments = [v for v in attachments if not v["deleting"]]
+        for va in fresh_attachments:
             self.actions.append(Action("kube.delete-volume-attachment", va["name"], {"node": self.spec.node_name}))
-        rec["podsDeleted"] = int(rec.get("podsDeleted") or 0) + len(node_pods)
-        rec["volumeAttachmentsDeleted"] = int(rec.get("volumeAttachmentsDeleted") or 0) + len(fresh)
-        self.event("ResourcesDeleted", f"Force-deleted {len(node_pods)} pod(s) and deleted {len(fresh)} "
+        rec["podsDeleted"] = bounds.status_counter(rec, "podsDeleted") + len(node_pods)
+        rec["volumeAttachmentsDeleted"] = bounds.status_counter(rec, "volumeAttachmentsDeleted") + \
+            len(fresh_attachments)
+        self.event("ResourcesDeleted", f"Force-deleted {len(node_pods)} pod(s) and deleted {len(fresh_attachments)} "
                                        f"VolumeAttachment(s) of node {self.spec.node_name}")
 
     def recovered(self, reason: str, message: str) -> None:
@@ -310,8 +404,10 @@ class _Step:
             self.succeed()
 
     def power_on(self) -> None:
+        if not self.locate():
+            return
         state = self.observe_instance() if self.observed.get("instance") else None
-        if state == "running" and int(self.provider.get("startAttempts") or 0) > 0:
+        if state == "running" and bounds.status_counter(self.provider, "startAttempts", fr.MAX_RETRIES) > 0:
             self.provider["poweredOnTime"] = self.stamp()
             self.event("PoweredOn", f"Instance {self.provider['instanceID']} is running again")
             return self.succeed()
@@ -319,11 +415,14 @@ class _Step:
 
     def aftercare(self) -> None:
         """Take the out-of-service taint off once the node is back and nothing is left to recover."""
-        rec = self.status.get("recovery") or {}
+        rec = _recorded(self.status, "recovery")
         if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime"):
             return
         if self.node is None:
-            rec["outOfServiceTaint"] = names.TAINT_REMOVED  # no node, no taint
+            if _node_gone(self.observed):
+                rec["outOfServiceTaint"] = names.TAINT_REMOVED  # the API server has no such node: no taint
+            else:
+                self.resync(backoff(self.settings, 1))  # missing from this request only: look again
             return
         if not _in_aftercare(self.status, self.node):
             return self.resync(self.settings.fencing_resync_seconds)
@@ -331,10 +430,18 @@ class _Step:
             return self.resync(backoff(self.settings, 1))
         terminating = fr.terminating_pods(self.observed["nodePods"])
         attachments = self.observed["volumeAttachments"]
-        if terminating or attachments:
+        back_for = _ready_for(self.node, self.now)
+        if (terminating or attachments) and back_for < self.settings.fencing_release_timeout_seconds:
             return self.resync(self.settings.fencing_recovery_poll_seconds)
         self.actions.append(Action("kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
         rec["outOfServiceTaint"] = names.TAINT_REMOVED
+        if terminating or attachments:
+            # A Ready node must not stay out of service forever for a pod stuck on a finalizer.
+            self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} has been Ready again for "
+                                                   f"{back_for:.0f}s: out-of-service taint removed with "
+                                                   f"{len(terminating)} pod(s) still terminating and "
+                                                   f"{len(attachments)} VolumeAttachment(s) left", warning=True)
+            return
         self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} is Ready again with nothing left to "
                                                "recover: out-of-service taint removed")
 
@@ -343,10 +450,18 @@ class _Step:
         return Plan(composite_response(status=self.status, resync_after=resync, finalized=finalized), self.actions)
 
 
+def _ready_for(node: dict, now: dt.datetime) -> float:
+    ready = conditions.find(fields.mapping(node, "status", where="related.Node"), "Ready") or {}
+    return timefmt.seconds_since(ready.get("lastTransitionTime"), now) or 0.0
+
+
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
-    spec = fr.parse_spec(request.parent)
+    try:
+        spec = fr.parse_spec(request.parent)
+    except RequestError as exc:
+        return _invalid_spec(request, now, exc)
     step = _Step(request, spec, settings, now, observed)
-    (step.status.get("recovery") or {}).pop("lastError", None)
+    step.recovery.pop("lastError", None) if "recovery" in step.status else None
     if request.finalizing:
         return _finalize(step)
     step.start()
@@ -360,9 +475,32 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     return step.plan()
 
 
+def _invalid_spec(request: HookRequest, now: dt.datetime, problem: RequestError) -> Plan:
+    """A spec that cannot be read is reported on the request itself, once, and nothing is done."""
+    status = _own_status(request.parent)
+    generation = request.meta.get("generation")
+    status["observedGeneration"] = generation if isinstance(generation, int) and generation >= 0 else 0
+    if request.finalizing:
+        return Plan(composite_response(status=status, finalized=True))
+    actions = []
+    if status.get("phase") not in names.FINISHED_PHASES:
+        stamp = timefmt.fmt(now)
+        status.update(phase=names.FAILED, errorReason="InvalidSpec", errorMessage=str(problem), completionTime=stamp)
+        status = conditions.upsert(status, {"type": names.FAILED_CONDITION, "status": "True",
+                                            "reason": "InvalidSpec", "message": str(problem)}, stamp)
+        actions.append(Action("event", f"FencingRequest/{request.name}",
+                              {"reason": "FencingFailed", "message": f"InvalidSpec: {problem}", "warning": True}))
+    return Plan(composite_response(status=status), actions)
+
+
 def _finalize(step: _Step) -> Plan:
     if not _ours_to_remove(step.status, step.spec, step.node):
         return step.plan(finalized=True)
+    if step.observed.get("holdersError"):
+        # Another request may still count on the taint: not knowing is not "no one".
+        step.recovery["lastError"] = f"cannot list FencingRequests: {step.observed['holdersError']}"
+        step.resync(backoff(step.settings, 1))
+        return step.plan(finalized=False)
     holders = step.observed.get("otherHolders") or []
     if holders:
         step.event("OutOfServiceTaintKept", f"Deleted half-way; the out-of-service taint stays for "
@@ -374,7 +512,6 @@ def _finalize(step: _Step) -> Plan:
                                            f"{step.spec.node_name}")
     return step.plan(finalized=True)
 
-
 # --------------------------------------------------------------------------- observe
 
 
@@ -384,24 +521,29 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
         spec = fr.parse_spec(request.parent)
     except RequestError:
         return {}
-    status = fields.mapping(request.parent, "status")
-    node = _node(request, spec)
+    status = _own_status(request.parent)
     observed: dict = {}
+    node = _node(request, spec)
+    if node is None:
+        _look_up_node(ctx, spec.node_name, observed)
+        node = observed.get("node")
     if request.finalizing:
         if _ours_to_remove(status, spec, node):
-            observed["otherHolders"] = _other_holders(request, spec, ctx)
+            try:
+                observed["otherHolders"] = _other_holders(request, spec, ctx)
+            except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
+                observed["holdersError"] = kube_error(exc)
         return observed
     phase = status.get("phase") or names.PENDING
-    rec = status.get("recovery") or {}
-    if phase in (names.PENDING, names.POWERING_OFF, names.POWERING_ON) and node is not None:
+    provider, rec = _recorded(status, "providerStatus"), _recorded(status, "recovery")
+    if phase == names.PENDING and not bounds.status_counter(provider, "stopAttempts"):
         try:
-            pid = providerid.parse((node.get("spec") or {}).get("providerID"))
-            ec2 = ctx.aws.client("ec2", pid.region)
-            observed["instance"] = {"state": power.state(ec2, pid.instance_id)}
-        except providerid.ProviderIDError:
-            pass  # decide fails the request with the reason
-        except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
-            observed["instance"] = {"error": aws_error(exc)}
+            observed["olderRequests"] = fr.older_active(request.parent, kube_fencing.fencing_requests(ctx.kube),
+                                                        spec.node_name)
+        except Exception as exc:  # noqa: BLE001 - unknown: the request waits, bounded by the queue timeout
+            observed["requestsError"] = kube_error(exc)
+    if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
+        _observe_instance(ctx, node, provider, observed)
     powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
         (observed.get("instance") or {}).get("state") in names.POWERED_OFF_STATES
     recovering = phase == names.RECOVERING or powered_off_now
@@ -409,6 +551,35 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     if (recovering and not taint_first) or _in_aftercare(status, node):
         _observe_node_objects(ctx, spec.node_name, observed)
     return observed
+
+
+def _look_up_node(ctx: runtime.Context, name: str, observed: dict) -> None:
+    """The request lacked the Node: ask the API server, whose 404 alone proves it gone."""
+    try:
+        node = fresh.read(ctx.kube, "Node", name)
+    except fresh.Unverified as exc:
+        observed["nodeError"] = str(exc)
+        return
+    if node is None:
+        observed["nodeGone"] = True
+    else:
+        observed["node"] = node
+
+
+def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed: dict) -> None:
+    """The instance's power state now: the one this request fences once known, else the node's."""
+    try:
+        recorded = provider.get("instanceID")
+        if isinstance(recorded, str) and recorded:
+            instance, region = recorded, provider.get("region") or None
+        else:
+            pid = providerid.parse((node.get("spec") or {}).get("providerID"))
+            instance, region = pid.instance_id, pid.region
+        observed["instance"] = {"state": power.state(ctx.aws.client("ec2", region), instance)}
+    except providerid.ProviderIDError:
+        pass  # decide fails the request with the reason
+    except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
+        observed["instance"] = {"error": aws_error(exc)}
 
 
 def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) -> None:
@@ -423,22 +594,52 @@ def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) 
 
 
 def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context) -> list[str]:
-    """Other live requests for the same node that still count on the out-of-service taint."""
-    try:
-        others = kube_fencing.fencing_requests(ctx.kube, request.meta.get("namespace") or ctx.settings.namespace)
-    except Exception as exc:  # noqa: BLE001 - unknown: take the taint off, as asked
-        log.warning("listing FencingRequests failed", extra={"error": kube_error(exc)})
-        return []
+    """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
     holders = []
-    for other in others:
+    for other in kube_fencing.fencing_requests(ctx.kube):
         meta = other.get("metadata") or {}
         if meta.get("uid") == request.meta.get("uid") or meta.get("deletionTimestamp"):
             continue
         if ((other.get("spec") or {}).get("nodeRef") or {}).get("name") != spec.node_name:
             continue
-        if ((other.get("status") or {}).get("recovery") or {}).get("outOfServiceTaint") == names.TAINT_APPLIED:
+        if _recorded(other.get("status") or {}, "recovery").get("outOfServiceTaint") == names.TAINT_APPLIED:
             holders.append(f"{meta.get('namespace')}/{meta.get('name')}")
     return sorted(holders)
+
+
+# --------------------------------------------------------------------------- trust
+
+
+def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
+    """The request as the API server has it now: the FencingRequest and its Node, read fresh.
+
+    Anyone reaching the hook port can send a body; only a FencingRequest that
+    exists with the body's uid (and, when finalizing, is really being deleted)
+    may act, and only on the Node the API server has under that name. The
+    decision is then made again on these fresh objects.
+    """
+    if request.parent.get("kind") != names.REQUEST_KIND:
+        raise fresh.Unverified(f"fencing-request acts only for a {names.REQUEST_KIND}")
+    parent = fresh.same_object(ctx.kube, request.parent)
+    if request.finalizing and not (parent.get("metadata") or {}).get("deletionTimestamp"):
+        raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is not being deleted")
+    try:
+        parent = parse_object(parent, "parent")
+        spec = fr.parse_spec(parent)
+    except RequestError as exc:
+        raise fresh.Unverified(f"the FencingRequest as the API server has it: {exc}") from None
+    node = fresh.read(ctx.kube, "Node", spec.node_name)
+    related = {"Node.v1": {spec.node_name: parse_object(node, "related.Node")}} if node else {}
+    return dataclasses.replace(request, parent=parent, related=ObjectGroups(related))
+
+
+def _unverified(request: HookRequest, ctx: runtime.Context, reason: str) -> dict:
+    """Nothing irreversible without the API server's word: the status stays as it is; ask again later."""
+    log.warning("fencing-request did not act", extra={"request": f"{request.meta.get('namespace')}/{request.name}",
+                                                      "reason": reason})
+    status = _own_status(request.parent)
+    return composite_response(status=status, resync_after=backoff(ctx.settings, 1),
+                              finalized=False if request.finalizing else None)
 
 
 # --------------------------------------------------------------------------- act
@@ -451,7 +652,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
         return plan.response
     response = copy.deepcopy(plan.response)
     status = response["status"]
-    previous = (fields.mapping(request.parent, "status").get("recovery") or {}).get("outOfServiceTaint")
+    previous = _recorded(_own_status(request.parent), "recovery").get("outOfServiceTaint")
     resync = backoff(settings, 1)
     recovery_errors = []
     for outcome in failed:
@@ -473,9 +674,9 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
             if request.finalizing:
                 response["finalized"] = False
         elif kind == "kube.force-delete-pod":
-            rec["podsDeleted"] = max(0, int(rec.get("podsDeleted") or 0) - 1)
+            rec["podsDeleted"] = max(0, bounds.status_counter(rec, "podsDeleted") - 1)
         elif kind == "kube.delete-volume-attachment":
-            rec["volumeAttachmentsDeleted"] = max(0, int(rec.get("volumeAttachmentsDeleted") or 0) - 1)
+            rec["volumeAttachmentsDeleted"] = max(0, bounds.status_counter(rec, "volumeAttachmentsDeleted") - 1)
         recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")
     if recovery_errors:
         status["recovery"]["lastError"] = "; ".join(recovery_errors)[:2000]
@@ -514,6 +715,14 @@ def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
     ctx = ctx or runtime.current()
     observed = gather(request, ctx)
     plan = decide(request, ctx.settings, ctx.now(), observed)
+    if any(a.kind != "event" for a in plan.actions):
+        # Every action here changes a node or an instance: decide again on fresh objects first.
+        try:
+            request = verify(request, ctx)
+        except fresh.Unverified as exc:
+            return _unverified(request, ctx, str(exc))
+        observed = gather(request, ctx)
+        plan = decide(request, ctx.settings, ctx.now(), observed)
     outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
     if plan.actions:

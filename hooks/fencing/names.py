@@ -48,11 +48,13 @@ POWERING_ON = "PoweringOn"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 FINISHED_PHASES = (SUCCEEDED, FAILED)
+PHASES = (PENDING, POWERING_OFF, RECOVERING, POWERING_ON, SUCCEEDED, FAILED)
 
 FENCING_SUCCEEDED = "FencingSucceeded"  # power-off confirmed: the node can no longer write
 RECOVERED = "Recovered"
 COMPLETE_CONDITION = "Complete"
 FAILED_CONDITION = "Failed"
+QUEUED_CONDITION = "Queued"  # another request for the same node is fencing it first
 
 # Taint bookkeeping on the FencingRequest status (recovery.outOfServiceTaint).
 TAINT_APPLIED = "Applied"

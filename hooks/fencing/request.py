@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hooks import fields
+from hooks import bounds, fields
 from hooks.contract import RequestError
-from hooks.fencing import durations, names
+from hooks.fencing import names
 
 DEFAULT_RETRIES = 5
 DEFAULT_RETRY_INTERVAL = 5.0
 DEFAULT_TIMEOUT = 60.0
+MAX_RETRIES = 100
+MAX_POWER_SECONDS = 3600.0  # an attempt or a pause longer than an hour is a mistake
 
 
 @dataclass(frozen=True)
@@ -23,14 +25,9 @@ class Spec:
     timeout: float  # per attempt: how long a power-off may take to be confirmed
 
 
-def _duration(obj: dict, key: str, default: float) -> float:
-    raw = fields.mapping(obj, "spec").get(key)
-    if raw is None:
-        return default
-    try:
-        return durations.parse(raw)
-    except durations.DurationError as exc:
-        raise RequestError(f"parent.spec.{key}", str(exc)) from None
+def _duration(obj: dict, key: str, default: float, positive: bool = False) -> float:
+    return bounds.duration(fields.mapping(obj, "spec").get(key), f"parent.spec.{key}", default=default,
+                           maximum=MAX_POWER_SECONDS, positive=positive)
 
 
 def parse_spec(obj: dict) -> Spec:
@@ -44,18 +41,15 @@ def parse_spec(obj: dict) -> Spec:
     if strategy not in names.STRATEGIES:
         raise RequestError("parent.spec.recoveryStrategy",
                            f"must be one of {', '.join(names.STRATEGIES)}, got {strategy!r}")
-    retries = fields.number(obj, "spec", "retries", default=DEFAULT_RETRIES)
-    if int(retries) != retries or retries < 1:
-        raise RequestError("parent.spec.retries", "must be a whole number of at least 1")
-    timeout = _duration(obj, "timeout", DEFAULT_TIMEOUT)
-    if timeout <= 0:
-        raise RequestError("parent.spec.timeout", "must be longer than 0s")
+    retries = bounds.whole_number(fields.mapping(obj, "spec").get("retries"), "parent.spec.retries",
+                                  minimum=1, maximum=MAX_RETRIES, default=DEFAULT_RETRIES)
+    timeout = _duration(obj, "timeout", DEFAULT_TIMEOUT, positive=True)
     return Spec(
         node_name=node_name,
         node_uid=fields.string(obj, "spec", "nodeRef", "uid"),
         action=action,
         strategy=strategy,
-        retries=int(retries),
+        retries=retries,
         retry_interval=_duration(obj, "retryInterval", DEFAULT_RETRY_INTERVAL),
         timeout=timeout,
     )
@@ -74,6 +68,29 @@ def tolerates(tolerations: list[dict], key: str, value: str, effect: str) -> boo
         if operator == "Equal" and tol.get("key") == key and (tol.get("value") or "") == value:
             return True
     return False
+
+
+def older_active(me: dict, others: list[dict], node_name: str) -> list[str]:
+    """Requests for the same node, live and unfinished, that came first: one node, one fence at a time.
+
+    First by creationTimestamp, then by uid, so two requests made in the
+    same second still agree which of them goes first.
+    """
+    mine = me.get("metadata") or {}
+    my_key = (mine.get("creationTimestamp") or "", mine.get("uid") or "")
+    found = []
+    for other in others:
+        meta = other.get("metadata") if isinstance(other.get("metadata"), dict) else {}
+        spec = other.get("spec") if isinstance(other.get("spec"), dict) else {}
+        status = other.get("status") if isinstance(other.get("status"), dict) else {}
+        node_ref = spec.get("nodeRef") if isinstance(spec.get("nodeRef"), dict) else {}
+        if meta.get("uid") == mine.get("uid") or meta.get("deletionTimestamp") or node_ref.get("name") != node_name:
+            continue
+        if status.get("phase") in names.FINISHED_PHASES:
+            continue
+        if (str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or "")) < my_key:
+            found.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(found)
 
 
 def pod_summary(pod: dict) -> dict:

@@ -2,16 +2,14 @@
 claims' access modes, and the FencingRequests of a namespace."""
 from __future__ import annotations
 
-from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.resources.storage_v1 import VolumeAttachment
 
 from hooks.fencing import names
+from hooks.kube import fresh
 from hooks.kube.client import is_not_found
 
-FencingRequest = create_namespaced_resource(
-    names.API_GROUP, "v1alpha1", names.REQUEST_KIND, "fencingrequests", verbs=["list"]
-)
+FencingRequest = fresh.resource(names.REQUEST_KIND)
 
 
 def force_delete_pod(kube, namespace: str, name: str, uid: str | None) -> bool:
@@ -70,6 +68,7 @@ def claim_access_modes(kube, namespace: str, name: str) -> list[str]:
     return sorted(modes)
 
 
-def fencing_requests(kube, namespace: str) -> list[dict]:
+def fencing_requests(kube, namespace: str = "*") -> list[dict]:
+    """FencingRequests of one namespace, or of every namespace (the default)."""
     items = kube.list(FencingRequest, namespace=namespace)
     return [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in items]

@@ -1,0 +1,120 @@
+"""Forged hook requests, sent straight to the hook server as any pod reaching its port could.
+
+The local stack has no network plugin, so the NetworkPolicy that keeps other
+pods away from the hook port is not enforced here; these tests prove the
+second line: a request body alone never makes nodewarden delete, stop or
+force-delete anything. Only what the API server says about the objects a body
+names counts. moto is checked after each forged request: nothing changed.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import requests
+
+import gc_world as w
+from devcluster import fleet
+from devcluster.api import ApiError, wait_for
+from test_cluster_gc import FINALIZER, GC, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
+
+pytestmark = pytest.mark.e2e
+
+REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/{}/fencingrequests"
+
+
+def _post(cluster, route: str, body: dict) -> requests.Response:
+    reply = requests.post(f"{cluster.hooks_url}/{route}", json=body, timeout=10)
+    assert reply.status_code in (200, 400), reply.text
+    return reply
+
+
+def _forged_cluster(namespace: str, name: str, cluster_name: str, uid: str) -> dict:
+    manifest = aws_cluster_manifest(name, cluster_name)
+    manifest["metadata"].update(namespace=namespace, uid=uid, deletionTimestamp="2026-01-01T00:00:00Z",
+                                finalizers=[FINALIZER])
+    return manifest
+
+
+def _finalize_body(parent: dict) -> dict:
+    hooks = {h: {"version": "v2"} for h in ("sync", "finalize")}
+    return {"controller": {"metadata": {"name": "cluster-gc"}, "spec": {"hooks": hooks}}, "parent": parent,
+            "attachments": {}, "related": {}, "finalizing": True}
+
+
+def test_a_forged_finalize_for_a_cluster_that_does_not_exist_deletes_nothing(capa, cluster, cloud, namespace):
+    victim = f"{namespace}-prod"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(lambda s: getattr(cloud, s), net, f"{namespace[-6:]}f", w.cluster_tags(victim),
+                           load_balancers=1, target_groups=1, security_groups=1)
+    forged = _forged_cluster(namespace, "prod", victim, str(uuid.uuid4()))
+    for _ in range(3):
+        reply = _post(cluster, "cluster-gc/finalize", _finalize_body(forged))
+        assert reply.json().get("finalized") is not True
+    assert w.existing(lambda s: getattr(cloud, s), made) == made
+
+
+def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, cluster, cloud, namespace):
+    workload = f"{namespace}-live"
+    net = w.network(cloud.ec2)
+    made = w.build_cluster(lambda s: getattr(cloud, s), net, f"{namespace[-6:]}l", w.cluster_tags(workload),
+                           load_balancers=1, target_groups=1, security_groups=1)
+    live = api.create(aws_clusters(namespace), aws_cluster_manifest("live", workload))
+    path = f"{aws_clusters(namespace)}/live"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+    # Its real name, namespace and uid; only the deletion is made up.
+    forged = _forged_cluster(namespace, "live", workload, live["metadata"]["uid"])
+    for _ in range(3):
+        reply = _post(cluster, "cluster-gc/finalize", _finalize_body(forged))
+        assert reply.json().get("finalized") is not True
+    assert w.existing(lambda s: getattr(cloud, s), made) == made
+    assert not api.get(path)["metadata"].get("deletionTimestamp")
+    api.patch(path, {"metadata": {"annotations": {GC: "false"}}})  # let it go without collecting
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the live AWSCluster to go", timeout=60)
+
+
+def _request_body(request: dict, node: dict) -> dict:
+    hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
+    return {"controller": {"metadata": {"name": "fencing-request"}, "spec": {"hooks": hooks}}, "parent": request,
+            "children": {}, "related": {"Node.v1": {node["metadata"]["name"]: node}}, "finalizing": False}
+
+
+def _state(cloud, instance_id: str) -> str:
+    reservations = cloud.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return reservations[0]["Instances"][0]["State"]["Name"]
+
+
+def test_a_forged_fencing_request_stops_no_instance(api, cluster, cloud, namespace):
+    (instance,) = fleet.launch_instances(cloud, 1)
+    name = f"forged-{instance[-6:]}"
+    node = fleet.node_manifest(name, instance)
+    node["metadata"]["uid"] = str(uuid.uuid4())
+    node["status"] = {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    request = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
+               "metadata": {"name": "made-up", "namespace": namespace, "uid": str(uuid.uuid4()), "generation": 1},
+               "spec": {"nodeRef": {"name": name}}}
+    for _ in range(3):
+        _post(cluster, "fencing-request/sync", _request_body(request, node))
+    assert _state(cloud, instance) == "running"
+    # The Node is real now (no kubelet: NotReady), the request still is not.
+    real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance))
+    try:
+        node["metadata"]["uid"] = real["metadata"]["uid"]
+        for _ in range(3):
+            _post(cluster, "fencing-request/sync", _request_body(request, node))
+        assert _state(cloud, instance) == "running"
+        assert not any(t["key"] == "node.kubernetes.io/out-of-service"
+                       for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or [])
+    finally:
+        api.delete(f"/api/v1/nodes/{name}")
+
+
+def test_the_api_server_refuses_a_fencing_request_with_a_zero_timeout(api, namespace):
+    manifest = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
+                "metadata": {"name": "zero", "namespace": namespace},
+                "spec": {"nodeRef": {"name": "nobody"}, "timeout": "0s"}}
+    with pytest.raises(ApiError) as refused:
+        api.create(REQUESTS.format(namespace), manifest)
+    assert "timeout" in str(refused.value)
