@@ -67,8 +67,7 @@ def act(controller: str, actions: list[Action], ctx: runtime.Context) -> list[Ou
         if action.kind == EVENT:
             continue
         try:
-            ACTUATORS[action.kind](ctx, action)
-            outcome = Outcome(action, True)
+            outcome = Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
         except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
             message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
             outcome = Outcome(action, False, error=message)

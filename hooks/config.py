@@ -64,6 +64,9 @@ class Settings:
     discovery_cache_seconds: float = 30
     drain_poll_seconds: float = 5
     finalize_drain_timeout_seconds: float = 330
+    drain_timeout_seconds: float = 3900  # past AWS's longest deregistration delay (3600 s)
+    reattach_timeout_seconds: float = 900
+    daemonset_replacement_timeout_seconds: float = 600
     # cluster-gc
     external_resource_gc: bool = True
     gc_use_tagging_api: bool = True
@@ -105,6 +108,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         discovery_cache_seconds=_number(env, "NODEWARDEN_DISCOVERY_CACHE_SECONDS", 30),
         drain_poll_seconds=_number(env, "NODEWARDEN_DRAIN_POLL_SECONDS", 5, minimum=0.1),
         finalize_drain_timeout_seconds=_number(env, "NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS", 330),
+        drain_timeout_seconds=_number(env, "NODEWARDEN_DRAIN_TIMEOUT_SECONDS", 3900),
+        reattach_timeout_seconds=_number(env, "NODEWARDEN_REATTACH_TIMEOUT_SECONDS", 900),
+        daemonset_replacement_timeout_seconds=_number(env, "NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS", 600),
         external_resource_gc=_bool(env, "NODEWARDEN_EXTERNAL_RESOURCE_GC", True),
         gc_use_tagging_api=_bool(env, "NODEWARDEN_GC_TAGGING_API", True),
         gc_include_lb_controller=_bool(env, "NODEWARDEN_GC_INCLUDE_LB_CONTROLLER", False),

@@ -49,7 +49,8 @@ class RecordingKube:
             from fencing_support import _api_error
 
             raise _api_error(404, f'{res.__name__} "{name}" not found')
-        return copy.deepcopy(self.objects[key])
+        obj = copy.deepcopy(self.objects[key])
+        return res.from_dict(obj) if hasattr(res, "from_dict") else obj  # what lightkube answers
 
     def events(self) -> list[str]:
         return [c[4].reason for c in self.calls if c[0] == "create" and c[1] == "Event"]

@@ -87,6 +87,7 @@ class Harness:
                 "children": {"Attachment.nodewarden.io/v1alpha1": {f"{NS}/{a['metadata']['name']}": a
                                                                    for a in self.attachments}},
                 "related": {}, "finalizing": hook == "finalize"}
+        self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
         response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
         self.node = apply_decorator_response(self.node, response)
         self.attachments = response["attachments"]
@@ -189,14 +190,244 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
 
 
-def test_unreachable_kubernetes_api_does_not_stop_the_aws_detach(world, make_ctx):
-    """Events need the API; their failure must not undo or block the AWS work."""
+def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(world, make_ctx):
+    """The Node's state is proven only by the API server: while it cannot be read, nothing leaves a load
+    balancer; the Attachment stays, and the detach goes on once the API answers."""
     CACHE.clear()
-    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy"},
-                   kube=RecordingKube(fail=True))
+    kube = RecordingKube(fail=True)
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
     h.sync()
     h.node["spec"]["unschedulable"] = True
     h.sync()
+    before = _members(world["elbv2"], world["ours"])
+    held = h.sync()
+    assert _members(world["elbv2"], world["ours"]) == before and len(before) == 2
+    assert held["attachments"] and held["resyncAfterSeconds"] >= 1
+    kube.fail = False
     h.sync()
+    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+
+
+# ------------------------------------------------------- gone means done; every wait ends
+
+
+def _until(h, done, hook="sync", limit=12):
+    for _ in range(limit):
+        response = h.sync(hook)
+        if done(response):
+            return response
+    raise AssertionError(f"not done after {limit} calls: {h.responses[-1]}")
+
+
+def _deleting(h, seconds_ago=0):
+    import datetime as dt
+
+    when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds_ago)
+    h.node["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_deleting_node_whose_target_group_is_gone_is_let_go(world, harness):
+    h, _ = harness
+    h.sync()  # the Attachment lists the target group
+    world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])
+    _deleting(h)
+    final = _until(h, lambda r: r.get("finalized") is True, hook="finalize")
+    assert final["finalized"] is True
+    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+
+
+def test_a_target_group_deleted_while_draining_counts_as_drained(world, harness):
+    h, _ = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    h.sync()
+    h.sync()  # deregistered
+    world["elbv2"].delete_target_group(TargetGroupArn=world["static"])
+    h.sync()
+    assert names.DETACHED_AT in h.node["metadata"]["annotations"]
+    assert names.ERROR not in h.node["metadata"]["annotations"]
+
+
+def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, harness):
+    h, kube = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    for _ in range(3):
+        h.sync()
+    world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])  # the Service was deleted
+    h.node["spec"]["unschedulable"] = False
+    h.sync()
+    assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+    assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
+    assert _members(world["elbv2"], world["ours"]) == sorted([(world["mine"], 30443), (world["neighbour"], 30080)])
+
+
+def _refuse(client, operation, code="AccessDenied"):
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": code, "Message": "injected by the test"}}, operation)
+
+    event = f"provide-client-params.elastic-load-balancing-v2.{operation}"
+    client.meta.events.register(event, refuse)
+    return lambda: client.meta.events.unregister(event, refuse)
+
+
+def test_a_deleting_node_is_let_go_at_its_deadline_whatever_fails(world, harness):
+    """AWS refuses every deregistration (injected: moto cannot): still released once the deadline passed."""
+    h, kube = harness
+    h.sync()
+    undo = _refuse(h.ctx.aws.client("elbv2", "us-east-1"), "DeregisterTargets")
+    try:
+        _deleting(h, seconds_ago=10)
+        held = [h.sync("finalize") for _ in range(3)]
+        assert all(r.get("finalized") is False for r in held)
+        _deleting(h, seconds_ago=400)  # past NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS (330)
+        assert h.sync("finalize")["finalized"] is True
+        assert "DetachAbandoned" in kube.events() or h.responses[-1]["finalized"] is True
+    finally:
+        undo()
+
+
+def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world, harness):
+    h, kube = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    for _ in range(3):
+        h.sync()
+    undo = _refuse(h.ctx.aws.client("elbv2", "us-east-1"), "RegisterTargets")
+    try:
+        h.node["spec"]["unschedulable"] = False
+        h.sync()
+        ann = h.node["metadata"]["annotations"]
+        assert names.REATTACH_FAILING_SINCE in ann and h.node["metadata"]["labels"].get(names.EXCLUDE_LABEL)
+        ann[names.REATTACH_FAILING_SINCE] = "2026-01-01T00:00:00Z"  # failing for long past the deadline
+        h.sync()
+        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
+        assert "ReattachAbandoned" in kube.events()
+    finally:
+        undo()
+
+
+# ----------------------------------------------------- every detach reason has an end
+
+
+def _pod_request(h, daemonset="ingress/contour", since="2026-11-23T00:00:00Z"):
+    h.node["metadata"]["annotations"][names.FOR_POD] = f"{daemonset}/uid-old"
+    if since:
+        h.node["metadata"]["annotations"][names.FOR_POD_SINCE] = since
+
+
+def test_a_pod_request_ends_when_its_daemonset_is_gone(world, harness):
+    h, kube = harness
+    h.sync()
+    _pod_request(h, since=None)
+    h.sync()  # no managed DaemonSet ingress/contour exists in the API server
+    ann = h.node["metadata"]["annotations"]
+    assert names.FOR_POD not in ann and names.DETACHING not in ann
+    assert "DaemonSetPodRequestEnded" in kube.events()
+    assert len(_members(world["elbv2"], world["ours"])) == 2  # never left
+
+
+def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
+    CACHE.clear()
+    kube = RecordingKube()
+    kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                     "metadata": {"name": "contour", "namespace": "ingress"}})
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
+                    "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour",
+                    "NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS": "600"}, kube=kube)
+    h = Harness(ctx, _node(world["mine"]))
+    h.sync()
+    import datetime as dt
+
+    recent = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _pod_request(h, since=recent)
+    for _ in range(3):
+        h.sync()
+    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)], "detached for the pod"
+    assert h.responses[-1]["resyncAfterSeconds"] <= 600
+    h.node["metadata"]["annotations"][names.FOR_POD_SINCE] = "2026-01-01T00:00:00Z"  # the replacement never came
+    h.sync()
+    assert names.FOR_POD not in h.node["metadata"]["annotations"]
+    h.sync()
+    assert sorted(_members(world["elbv2"], world["ours"])) == sorted([(world["mine"], 30443),
+                                                                      (world["neighbour"], 30080)])
+
+
+def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
+    """Cordon → shutdown laid our taint; uncordon with a pod request left must not keep it (the
+    DaemonSet's replacement could never schedule)."""
+    import datetime as dt
+
+    CACHE.clear()
+    kube = RecordingKube()
+    kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "contour", "namespace": "ingress"}})
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
+                    "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour"}, kube=kube)
+    h = Harness(ctx, _node(world["mine"]))
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    for _ in range(3):
+        h.sync()
+    h.node["spec"]["taints"] = [{"key": names.DETACHING_TAINT, "effect": "NoSchedule"}]
+    h.node["spec"]["unschedulable"] = False
+    _pod_request(h, since=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    h.sync()
+    patches = [c[3] for c in kube.calls if c[0] == "json_patch" and c[1] == "Node"]
+    assert any(op["path"] == "/spec/taints" and not any(t["key"] == names.DETACHING_TAINT for t in op["value"])
+               for ops in patches for op in ops if op["op"] == "add"), patches
+
+
+def test_a_pod_we_evicted_from_a_leaving_node_starts_no_pod_request(make_ctx):
+    from hooks.detacher import pod_trigger
+    from hooks.config import load_settings
+    from hooks.contract import DECORATOR, parse_request
+
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "contour-x", "namespace": "ingress", "uid": "uid-x",
+                        "deletionTimestamp": "2026-11-23T00:00:00Z",
+                        "ownerReferences": [{"kind": "DaemonSet", "name": "contour", "controller": True}]},
+           "spec": {"nodeName": "node-a"}}
+    request = parse_request({"parent": pod, "children": {}}, DECORATOR)
+    settings = load_settings({})
+    observed = {"daemonset": "ingress/contour", "node": "node-a", "managed": True, "nodeRequest": None}
+    import datetime as dt
+
+    now = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
+    assert pod_trigger.decide_pod(request, settings, {**observed, "nodeLeaving": True}, now).actions == []
+    assert pod_trigger.decide_pod(request, settings, {**observed, "nodeLeaving": False}, now).actions
+
+
+# ------------------------------------------------------------------ trust and bad input
+
+
+def test_a_forged_cordon_deregisters_nothing(world, harness):
+    """The body says cordoned; the API server's Node (same name, another uid) is not."""
+    h, kube = harness
+    h.sync()
+    real = _node(world["mine"])
+    real["metadata"]["uid"] = "uid-the-real-one"
+    forged = json.loads(json.dumps(h.node))
+    forged["spec"]["unschedulable"] = True
+    forged["metadata"]["labels"][names.EXCLUDE_LABEL] = names.EXCLUDE_VALUE
+    forged["metadata"]["annotations"].update({names.DETACHING: "true", names.SINCE: "2026-11-23T00:00:00Z"})
+    body = {"controller": {}, "parent": forged, "related": {}, "finalizing": False,
+            "children": {"Attachment.nodewarden.io/v1alpha1": {f"{NS}/{a['metadata']['name']}": a for a in h.attachments}}}
+    kube.add_object(real)
+    response = serve("node-detacher", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert response["attachments"], "the Attachment is kept (omitting it would delete it)"
+    assert len(_members(world["elbv2"], world["ours"])) == 2
+
+
+@pytest.mark.parametrize("attempts", ["abc", "1.5", "10000000000", "²", "-3"])
+def test_garbage_in_our_own_progress_annotations_never_strands_the_node(world, harness, attempts):
+    h, _ = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    h.node["metadata"]["annotations"][names.ATTEMPTS] = attempts
+    deep = "[" * 5000 + "]" * 5000
+    h.node["metadata"]["annotations"][names.DEREGISTERED] = deep
+    for _ in range(4):
+        h.sync()
     assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]

@@ -12,6 +12,11 @@ from hooks.aws.clients import error_code
 BATCH = 200
 # States in which a target no longer gets new traffic and has finished draining.
 GONE_STATES = ("unused",)
+# The load balancer or target group itself no longer exists: whatever we
+# wanted from it (out, drained) is true, and there is nothing to rejoin.
+GONE_CODES = ("TargetGroupNotFound", "LoadBalancerNotFound")
+# What register/deregister report when the load balancer was already gone.
+GONE = "gone"
 
 
 def _chunks(items: list, size: int = BATCH):
@@ -23,32 +28,59 @@ def _targets(instance_id: str, ports: list[int]) -> list[dict]:
     return [{"Id": instance_id, "Port": port} for port in sorted(set(ports))]
 
 
-def deregister_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> None:
+def _gone(exc: ClientError) -> bool:
+    return error_code(exc) in GONE_CODES
+
+
+def deregister_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> str | None:
+    """Out of the target group; GONE when the group no longer exists (out all the same)."""
     for batch in _chunks(_targets(instance_id, ports)):
         try:
             elbv2.deregister_targets(TargetGroupArn=target_group_arn, Targets=batch)
         except ClientError as exc:
             # AWS answers success for an absent target; some implementations say
             # InvalidTarget instead. Either way the target is not registered.
+            if _gone(exc):
+                return GONE
             if error_code(exc) != "InvalidTarget":
                 raise
+    return None
 
 
-def register_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> None:
+def register_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> str | None:
+    """Back into the target group; GONE when it no longer exists (nothing to rejoin)."""
     for batch in _chunks(_targets(instance_id, ports)):
-        elbv2.register_targets(TargetGroupArn=target_group_arn, Targets=batch)
+        try:
+            elbv2.register_targets(TargetGroupArn=target_group_arn, Targets=batch)
+        except ClientError as exc:
+            if _gone(exc):
+                return GONE
+            raise
+    return None
 
 
-def deregister_instance(elb, load_balancer_name: str, instance_id: str) -> None:
-    elb.deregister_instances_from_load_balancer(
-        LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
-    )
+def deregister_instance(elb, load_balancer_name: str, instance_id: str) -> str | None:
+    try:
+        elb.deregister_instances_from_load_balancer(
+            LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
+        )
+    except ClientError as exc:
+        if _gone(exc):
+            return GONE
+        raise
+    return None
 
 
-def register_instance(elb, load_balancer_name: str, instance_id: str) -> None:
-    elb.register_instances_with_load_balancer(
-        LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
-    )
+def register_instance(elb, load_balancer_name: str, instance_id: str) -> str | None:
+    try:
+        elb.register_instances_with_load_balancer(
+            LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
+        )
+    except ClientError as exc:
+        if _gone(exc):
+            return GONE
+        raise
+    return None
 
 
 def target_states(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> dict[int, str]:
@@ -58,8 +90,8 @@ def target_states(elbv2, target_group_arn: str, instance_id: str, ports: list[in
             TargetGroupArn=target_group_arn, Targets=_targets(instance_id, ports)
         )["TargetHealthDescriptions"]
     except ClientError as exc:
-        if error_code(exc) == "InvalidTarget":
-            return {port: "unused" for port in ports}
+        if error_code(exc) == "InvalidTarget" or _gone(exc):
+            return {port: "unused" for port in ports}  # not registered, or no group left to drain from
         raise
     states = {port: "unused" for port in ports}
     for desc in described:

@@ -21,8 +21,10 @@ DETACHED_AT = "nodewarden.io/detached-at"
 ERROR = "nodewarden.io/detach-error"
 ATTEMPTS = "nodewarden.io/detach-attempts"
 FOR_POD = "nodewarden.io/detach-for-pod"
+FOR_POD_SINCE = "nodewarden.io/detach-for-pod-since"
+REATTACH_FAILING_SINCE = "nodewarden.io/reattach-failing-since"
 
-OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DETACHED_AT, ERROR, ATTEMPTS)
+OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DETACHED_AT, ERROR, ATTEMPTS, REATTACH_FAILING_SINCE)
 
 ATTACHMENT_API = "nodewarden.io/v1alpha1"
 ATTACHMENT_KIND = "Attachment"

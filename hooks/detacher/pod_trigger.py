@@ -2,20 +2,33 @@
 
 The Pod decorator hook sees one pod per call, so no Node sync's payload grows
 with the number of pods. It records the request on the Node
-(``nodewarden.io/detach-for-pod: <ns>/<daemonset>/<old pod uid>``), which the
-Node hook treats as a detach trigger, and removes it once a replacement pod
-of the same DaemonSet is Ready on that node.
+(``nodewarden.io/detach-for-pod: <ns>/<daemonset>/<old pod uid>``, and when,
+in ``nodewarden.io/detach-for-pod-since``), which the Node hook treats as a
+detach trigger. Every such request ends, whichever comes first:
+
+- a replacement pod of the same DaemonSet is Ready on that node (the Pod hook);
+- the DaemonSet is gone or no longer managed (the Node hook looks it up);
+- no replacement came within NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS,
+  e.g. the DaemonSet no longer runs on that node (the Node hook's clock).
+
+A pod we evicted ourselves from a leaving node starts no request: the node
+is already out of every load balancer for a reason that has its own end.
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import logging
 import threading
 import time
 
-from hooks import fields, runtime
+from hooks import fields, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names
+from hooks.detacher import names, triggers
 from hooks.plan import Action, Plan
+
+log = logging.getLogger(__name__)
 
 _DS_CACHE_SECONDS = 30.0
 _DS_MISS_SECONDS = 2.0
@@ -88,6 +101,7 @@ def gather_pod(request: HookRequest, ctx: runtime.Context) -> dict:
 
             node = ctx.kube.get(Node, node_name)
             observed["nodeRequest"] = (node.metadata.annotations or {}).get(names.FOR_POD)
+            observed["nodeLeaving"] = _leaving(node.to_dict() if hasattr(node, "to_dict") else node, ctx.settings)
     except Exception as exc:  # noqa: BLE001 - retried on the next resync
         from hooks.kube.client import describe_error
 
@@ -95,7 +109,7 @@ def gather_pod(request: HookRequest, ctx: runtime.Context) -> dict:
     return observed
 
 
-def decide_pod(request: HookRequest, settings: Settings, observed: dict) -> Plan:
+def decide_pod(request: HookRequest, settings: Settings, observed: dict, now: dt.datetime) -> Plan:
     if observed.get("error"):
         return Plan(decorator_response(resync_after=settings.error_backoff_seconds))
     if not observed.get("managed"):
@@ -107,16 +121,91 @@ def decide_pod(request: HookRequest, settings: Settings, observed: dict) -> Plan
     ours = f"{daemonset}/{uid}"
     actions = []
     if request.deleting:
-        if current is None:
+        if current is None and not observed.get("nodeLeaving"):
             actions = [
-                Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: ours}}),
+                Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: ours,
+                                                                    names.FOR_POD_SINCE: timefmt.fmt(now)}}),
                 Action("event", node, {"reason": "DaemonSetPodTerminating",
                                        "message": f"{daemonset} pod {request.name} is terminating: detaching the node"}),
             ]
     elif is_ready(pod) and current and current.startswith(f"{daemonset}/") and current != ours:
         actions = [
-            Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: None}}),
+            Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: None, names.FOR_POD_SINCE: None}}),
             Action("event", node, {"reason": "DaemonSetPodReady",
                                    "message": f"{daemonset} replacement pod {request.name} is Ready: re-attaching"}),
         ]
     return Plan(decorator_response(), actions)
+
+
+def _leaving(node: dict, settings: Settings) -> bool:
+    """Cordoned, deleting or tainted to go: its pods are being shut down on purpose, ours included."""
+    return any(r in ("cordoned", "deleting") or r.startswith("taint:") for r in triggers.reasons(node, settings))
+
+
+# ------------------------------------------------------------ the Node hook's side
+
+
+def end_of_node_request(request: HookRequest, ctx: runtime.Context, now: dt.datetime):
+    """(request, why the node's pod-detach request ends now or None); the request as if it were gone."""
+    value = request.annotations.get(names.FOR_POD)
+    if not value:
+        return request, None
+    why = _ended(value, request.annotations.get(names.FOR_POD_SINCE), ctx, now)
+    if why is None:
+        return request, None
+    parent = dict(request.parent)
+    meta = dict(parent["metadata"])
+    meta["annotations"] = {k: v for k, v in request.annotations.items() if k not in (names.FOR_POD, names.FOR_POD_SINCE)}
+    parent["metadata"] = meta
+    return dataclasses.replace(request, parent=parent), why
+
+
+def _ended(value: str, since: str | None, ctx: runtime.Context, now: dt.datetime) -> str | None:
+    namespace, _, rest = value.partition("/")
+    name = rest.partition("/")[0]
+    if not namespace or not name:
+        return f"unreadable request {value[:100]!r}"
+    waited = timefmt.seconds_since(since, now)
+    if waited is not None and waited >= ctx.settings.daemonset_replacement_timeout_seconds:
+        return f"no Ready replacement of DaemonSet {namespace}/{name} within {waited:.0f}s"
+    daemonset = f"{namespace}/{name}"
+    try:
+        if configured(daemonset, ctx.settings):
+            from lightkube.resources.apps_v1 import DaemonSet
+
+            from hooks.kube.client import is_not_found
+
+            try:
+                ctx.kube.get(DaemonSet, name, namespace=namespace)
+            except Exception as exc:  # noqa: BLE001 - only a 404 proves it gone
+                if is_not_found(exc):
+                    return f"DaemonSet {daemonset} is gone"
+                raise
+        elif not MANAGED.contains(ctx.kube, ctx.settings.detacher_name, daemonset):
+            return f"DaemonSet {daemonset} is gone or no longer managed by {ctx.settings.detacher_name}"
+    except Exception as exc:  # noqa: BLE001 - unknown: the clock still ends it
+        log.warning("DaemonSet look-up failed", extra={"daemonset": daemonset, "error": str(exc)})
+    return None
+
+
+def withdraw_node_request(request: HookRequest, plan: Plan, why: str) -> Plan:
+    """The plan, plus taking the ended request off the Node."""
+    response = dict(plan.response)
+    response["annotations"] = {**(response.get("annotations") or {}), names.FOR_POD: None, names.FOR_POD_SINCE: None}
+    event = Action("event", request.name, {"reason": "DaemonSetPodRequestEnded",
+                                           "message": f"Pod-triggered detach withdrawn: {why}"})
+    return Plan(response, [*plan.actions, event])
+
+
+def keep_node_request_clock(request: HookRequest, response: dict, settings: Settings, now: dt.datetime) -> dict:
+    """Start the clock of a request that has none, and look again when it runs out."""
+    if not request.annotations.get(names.FOR_POD):
+        return response
+    since = timefmt.parse(request.annotations.get(names.FOR_POD_SINCE))
+    annotations = dict(response.get("annotations") or {})
+    if since is None:
+        since = now
+        annotations[names.FOR_POD_SINCE] = timefmt.fmt(now)
+    left = settings.daemonset_replacement_timeout_seconds - (now - since).total_seconds()
+    resync = max(1.0, min(response.get("resyncAfterSeconds") or left, left))
+    return dict(response, annotations=annotations, resyncAfterSeconds=resync)

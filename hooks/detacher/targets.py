@@ -7,13 +7,15 @@ matters: a target registered with a port must be deregistered with it) or
 from __future__ import annotations
 
 import json
+import logging
 from typing import Iterable
 
-from hooks import fields
+from hooks import bounds, fields
 from hooks.contract import RequestError
 from hooks.detacher import names
 
 Membership = tuple
+log = logging.getLogger(__name__)
 
 
 def from_attachment_spec(spec: dict, where: str = "attachment.spec") -> list[Membership]:
@@ -44,23 +46,29 @@ def encode(memberships: Iterable[Membership]) -> str:
 
 
 def decode(value: str | None) -> list[Membership] | None:
-    """The memberships in the progress annotation; None when absent."""
+    """The memberships in the progress annotation; None when absent or unreadable.
+
+    Only we write it, so garbage there means "nothing known": deregistering
+    again is idempotent, and a re-attach restores the Attachment's list too.
+    Refusing instead would leave the node stuck wherever it is.
+    """
     if value is None:
         return None
     try:
-        raw = json.loads(value)
-    except ValueError:
-        raise RequestError(f"parent.metadata.annotations.{names.DEREGISTERED}", "is not JSON") from None
+        raw = bounds.json_value(value, f"parent.metadata.annotations.{names.DEREGISTERED}")
+    except RequestError as exc:
+        log.warning("progress annotation unreadable; treated as absent", extra={"error": str(exc)})
+        return None
     found = []
     for item in raw if isinstance(raw, list) else [None]:
-        if isinstance(item, list) and len(item) == 3 and item[0] == "tg" and isinstance(item[2], int):
-            found.append(("tg", str(item[1]), item[2]))
-        elif isinstance(item, list) and len(item) == 2 and item[0] == "elb":
-            found.append(("elb", str(item[1])))
+        if isinstance(item, list) and len(item) == 3 and item[0] == "tg" and isinstance(item[1], str) \
+                and isinstance(item[2], int) and not isinstance(item[2], bool) and 0 < item[2] < 65536:
+            found.append(("tg", item[1], item[2]))
+        elif isinstance(item, list) and len(item) == 2 and item[0] == "elb" and isinstance(item[1], str):
+            found.append(("elb", item[1]))
         else:
-            raise RequestError(
-                f"parent.metadata.annotations.{names.DEREGISTERED}", f"has an unreadable entry {item!r}"
-            )
+            log.warning("progress annotation has an unreadable entry; treated as absent", extra={"entry": repr(item)[:200]})
+            return None
     return sorted(set(found))
 
 
