@@ -81,6 +81,8 @@ class Settings:
     fencing_resync_seconds: float = 30
     fencing_release_timeout_seconds: float = 600
     fencing_queue_timeout_seconds: float = 1800
+    fencing_count_interval_seconds: float = 30
+    fencing_count_max_age_seconds: float = 90
     # shared
     error_backoff_seconds: float = 5
     error_backoff_max_seconds: float = 300
@@ -123,6 +125,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         fencing_resync_seconds=_number(env, "NODEWARDEN_FENCING_RESYNC_SECONDS", 30, minimum=1),
         fencing_release_timeout_seconds=_number(env, "NODEWARDEN_FENCING_RELEASE_TIMEOUT_SECONDS", 600, minimum=1),
         fencing_queue_timeout_seconds=_number(env, "NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS", 1800, minimum=1),
+        fencing_count_interval_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS", 30, minimum=1),
+        fencing_count_max_age_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS", 90, minimum=1),
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
         error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
         extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},

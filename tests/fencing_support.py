@@ -109,7 +109,7 @@ class FakeKube:
             return [_Obj(v) for v in self.volume_attachments.values()]
         if res.__name__ == "FencingRequest":
             return [_Obj(f) for f in self.fencing_requests]
-        raise AssertionError(f"FakeKube.list of {res.__name__} not supported")
+        return [_Obj(copy.deepcopy(o)) for (kind, _, _), o in sorted(self.objects.items()) if kind == res.__name__]
 
     def json_patch(self, res, name, ops, namespace=None):
         ops = list(ops)

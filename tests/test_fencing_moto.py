@@ -484,6 +484,12 @@ class NodeHarness:
         from tests.support import apply_decorator_response
 
         self.now += dt.timedelta(seconds=after)
+        # What node-fencing-policy keeps doing: count recently. The API server has the policy
+        # and the node's FencingRequest as this request shows them.
+        self.policy.setdefault("status", {})["countedAt"] = _fmt(self.now)
+        self.kube.add_object(self.policy)
+        for attachment in self.attachments:
+            self.kube.put_fencing_request({**attachment, "metadata": {"uid": "uid-fr", **attachment["metadata"]}})
         body = {"controller": {}, "parent": self.node,
                 "children": {f"{names.REQUEST_KIND}.{names.API_VERSION}": {
                     f"{NS}/{a['metadata']['name']}": a for a in self.attachments}},
@@ -579,3 +585,87 @@ def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
     kube.delete_with_options = original
     h.call(after=5)
     assert kube.pods == {} and names.ERROR_ANNOTATION not in h.node["metadata"]["annotations"]
+
+
+# ------------------------------------------------- node-fencing: failover only on fresh proof
+
+
+def _failover_pod(kube, name="web-1", uid="u-web", claim=None):
+    volumes = [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}] if claim else []
+    kube.add_pod({"metadata": {"name": name, "namespace": "default", "uid": uid,
+                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                  "spec": {"nodeName": "node-a", "volumes": volumes}, "status": {"phase": "Running"}})
+
+
+def _forged_call(h: NodeHarness, node: dict, policy: dict | None = None, attachments: list | None = None) -> dict:
+    body = {"controller": {}, "parent": node, "finalizing": False,
+            "children": {f"{names.REQUEST_KIND}.{names.API_VERSION}": {
+                f"{NS}/{a['metadata']['name']}": a for a in (attachments or [])}},
+            "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"workers": policy or h.policy}}}
+    return serve("node-fencing", "sync", json.loads(json.dumps(body)), h.ctx)
+
+
+def _fresh_policy(now: dt.datetime) -> dict:
+    policy = _policy()
+    policy["status"]["countedAt"] = _fmt(now)
+    return policy
+
+
+def test_a_forged_unhealthy_node_fails_no_pod_over(make_ctx, kube):
+    """The API server's node-a is Ready; a body saying it has been NotReady for minutes deletes nothing."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", ready="True"), _policy())
+    _failover_pod(kube)
+    h.kube.add_object(_fresh_policy(h.now))
+    lying = _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600))
+    _forged_call(h, lying, _fresh_policy(h.now))
+    assert "default/web-1" in kube.pods
+    assert not any(c[0] == "delete_with_options" for c in kube.calls)
+
+
+def test_failover_waits_for_a_fresh_count_on_the_api_server(make_ctx, kube):
+    """The body's policy count is fresh, the API server's is an hour old (its sync stopped): no force delete."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    _failover_pod(kube)
+    stale = _policy()
+    stale["status"]["countedAt"] = _fmt(h.now - dt.timedelta(hours=1))
+    kube.add_object(stale)
+    response = _forged_call(h, h.node, _fresh_policy(h.now))
+    assert "default/web-1" in kube.pods
+    assert response["status"] is None or all(
+        c.get("status") != "True" for c in response["status"]["conditions"] if c["type"] == names.REQUIRED)
+
+
+def test_no_reachable_api_server_means_no_failover(make_ctx, kube):
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    _failover_pod(kube)
+    kube.add_object(_fresh_policy(h.now))
+    original_get = kube.get
+
+    def unreachable(res, name, namespace=None):
+        from hooks.kube.client import KubeUnavailable
+
+        raise KubeUnavailable("Kubernetes API unreachable (test)")
+
+    kube.get = unreachable  # reads fail; the force delete itself would still go through
+    response = _forged_call(h, h.node, _fresh_policy(h.now))
+    assert "default/web-1" in kube.pods
+    assert "not verified" in response["annotations"][names.ERROR_ANNOTATION]
+    kube.get = original_get
+    _forged_call(h, h.node, _fresh_policy(h.now))
+    assert "default/web-1" not in kube.pods, "once the API server answers, the pod fails over"
+
+
+def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(make_ctx, kube):
+    """The body's FencingRequest claims FencingSucceeded; the API server's does not: the RWO pod stays."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    _failover_pod(kube, "db-0", "u-db", claim="data-db-0")
+    kube.claims["default/data-db-0"] = {"spec": {"accessModes": ["ReadWriteOnce"]}}
+    kube.add_object(_fresh_policy(h.now))
+    request = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+               "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr"},
+               "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": "PoweringOff"}}
+    kube.put_fencing_request(request)
+    claimed = json.loads(json.dumps(request))
+    claimed["status"] = {"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True"}]}
+    _forged_call(h, h.node, _fresh_policy(h.now), [claimed])
+    assert "default/db-0" in kube.pods

@@ -114,13 +114,37 @@ def test_storm_count_and_verdict():
     assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
     nodes[1]["status"] = _ready("False", 1)
     assert storm.count(p, nodes, NOW).holds
+    fresh = "2026-11-21T11:59:30Z"  # 30 s before NOW
     counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
+                                                      "countedAt": fresh,
                                                       "conditions": [{"type": "StormGuard", "status": "False"}]}})
-    assert storm.verdict(counted, "a").outcome == storm.ALLOWED
-    assert storm.verdict(counted, "b").outcome == storm.PENDING
-    holding = policies.parse({**_policy(), "status": {"observedGeneration": 3,
+    assert storm.verdict(counted, "a", NOW, 90).outcome == storm.ALLOWED
+    assert storm.verdict(counted, "b", NOW, 90).outcome == storm.PENDING
+    holding = policies.parse({**_policy(), "status": {"observedGeneration": 3, "countedAt": fresh,
                                                       "conditions": [{"type": "StormGuard", "status": "True"}]}})
-    assert storm.verdict(holding, "a").outcome == storm.HOLD
+    assert storm.verdict(holding, "a", NOW, 90).outcome == storm.HOLD
+
+
+def test_a_frozen_count_never_lets_fencing_through():
+    """The last good count listed the node, but the policy sync stopped (e.g. 413 on every request)."""
+    status = {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
+              "conditions": [{"type": "StormGuard", "status": "False"}]}
+    for counted_at in (None, "2026-11-21T11:58:00Z", "2026-11-21T13:00:00Z", "not a time"):
+        policy = policies.parse({**_policy(), "status": {**status, **({"countedAt": counted_at} if counted_at else {})}})
+        assert storm.verdict(policy, "a", NOW, 90).outcome == storm.PENDING, counted_at
+
+
+@pytest.mark.parametrize("value", ["²", "¹⁰", "٣", "10000000000000000000000", "-1", "101%", "1.5", True, 1e400])
+def test_max_unhealthy_the_crd_might_accept_is_an_invalid_spec_not_a_crash(value):
+    with pytest.raises(RequestError):
+        policies.parse(_policy(maxUnhealthy=value))
+
+
+@pytest.mark.parametrize("duration", ["70000000h", "9" * 80 + "s", "-5s", "1e9s"])
+def test_absurd_rule_durations_are_an_invalid_spec(duration):
+    spec = {"unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": duration}]}
+    with pytest.raises(RequestError):
+        policies.parse({**_policy(), "spec": spec})
 
 
 def test_tolerations_of_the_out_of_service_taint():

@@ -124,6 +124,21 @@ def _own_status(parent: dict) -> dict:
     return status
 
 
+# Our own timestamps that start a deadline or mark a step done. One that does
+# not parse restarts from now: a deadline must still fire, never wait forever.
+_DEADLINE_STAMPS = ((None, ("startTime", "completionTime")),
+                    ("providerStatus", ("lastStopTime", "lastStartTime")),
+                    ("recovery", ("startTime", "completionTime", "nodeReadyAgainTime")))
+
+
+def _restamp(status: dict, now: dt.datetime) -> None:
+    for section, keys in _DEADLINE_STAMPS:
+        holder = status if section is None else _recorded(status, section)
+        for key in keys:
+            if holder.get(key) and timefmt.parse(holder[key]) is None:
+                holder[key] = timefmt.fmt(now)
+
+
 def _recorded(status: dict, section: str) -> dict:
     value = status.get(section)
     return value if isinstance(value, dict) else {}
@@ -140,6 +155,7 @@ class _Step:
         self.status = _own_status(request.parent)
         generation = request.meta.get("generation")
         self.status["observedGeneration"] = generation if isinstance(generation, int) and generation >= 0 else 0
+        _restamp(self.status, now)
         self.node = _node(request, spec, observed)
         self.actions: list[Action] = []
         self.resyncs: list[float] = []
@@ -196,6 +212,7 @@ class _Step:
     def start(self) -> None:
         if not self.status.get("startTime"):
             self.status["startTime"] = self.stamp()
+        if not self.status.get("phase"):
             self.phase = names.PENDING
             self.event("FencingStarted", f"Fencing node {self.spec.node_name}: action {self.spec.action}, "
                                          f"recovery {self.spec.strategy}")
@@ -425,16 +442,27 @@ class _Step:
                 self.resync(backoff(self.settings, 1))  # missing from this request only: look again
             return
         if not _in_aftercare(self.status, self.node):
+            rec.pop("nodeReadyAgainTime", None)
             return self.resync(self.settings.fencing_resync_seconds)
-        if "nodePods" not in self.observed or "volumeAttachments" not in self.observed:
-            return self.resync(backoff(self.settings, 1))
-        terminating = fr.terminating_pods(self.observed["nodePods"])
-        attachments = self.observed["volumeAttachments"]
-        back_for = _ready_for(self.node, self.now)
-        if (terminating or attachments) and back_for < self.settings.fencing_release_timeout_seconds:
-            return self.resync(self.settings.fencing_recovery_poll_seconds)
+        # The wait is ours to time: a Ready transition time that does not parse must not make it endless.
+        rec.setdefault("nodeReadyAgainTime", self.stamp())
+        back_for = max(_ready_for(self.node, self.now),
+                       timefmt.seconds_since(rec["nodeReadyAgainTime"], self.now) or 0.0)
+        seen = "nodePods" in self.observed and "volumeAttachments" in self.observed
+        terminating = fr.terminating_pods(self.observed["nodePods"]) if seen else []
+        attachments = self.observed["volumeAttachments"] if seen else []
+        if back_for < self.settings.fencing_release_timeout_seconds:
+            if not seen:  # not knowing what is left is not "nothing left"; the release timeout still fires
+                return self.resync(backoff(self.settings, 1))
+            if terminating or attachments:
+                return self.resync(self.settings.fencing_recovery_poll_seconds)
         self.actions.append(Action("kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
         rec["outOfServiceTaint"] = names.TAINT_REMOVED
+        if not seen:
+            self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} has been Ready again for "
+                                                   f"{back_for:.0f}s: out-of-service taint removed; its pods and "
+                                                   "VolumeAttachments could not be listed", warning=True)
+            return
         if terminating or attachments:
             # A Ready node must not stay out of service forever for a pod stuck on a finalizer.
             self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} has been Ready again for "
@@ -595,16 +623,7 @@ def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) 
 
 def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context) -> list[str]:
     """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
-    holders = []
-    for other in kube_fencing.fencing_requests(ctx.kube):
-        meta = other.get("metadata") or {}
-        if meta.get("uid") == request.meta.get("uid") or meta.get("deletionTimestamp"):
-            continue
-        if ((other.get("spec") or {}).get("nodeRef") or {}).get("name") != spec.node_name:
-            continue
-        if _recorded(other.get("status") or {}, "recovery").get("outOfServiceTaint") == names.TAINT_APPLIED:
-            holders.append(f"{meta.get('namespace')}/{meta.get('name')}")
-    return sorted(holders)
+    return fr.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name)
 
 
 # --------------------------------------------------------------------------- trust
@@ -633,13 +652,42 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     return dataclasses.replace(request, parent=parent, related=ObjectGroups(related))
 
 
+# Outcomes that rest on what the Node says: recorded only from a Node read fresh.
+_NODE_VERDICTS = ("NodeReady", "NodeReplaced", "InvalidProviderID")
+
+
+def _needs_verification(request: HookRequest, plan: Plan) -> bool:
+    """An action on a node or an instance, or a final verdict drawn from the Node."""
+    if any(a.kind != "event" for a in plan.actions):
+        return True
+    status = plan.response.get("status") or {}
+    return (status.get("phase") == names.FAILED and _own_status(request.parent).get("phase") != names.FAILED
+            and status.get("errorReason") in _NODE_VERDICTS)
+
+
 def _unverified(request: HookRequest, ctx: runtime.Context, reason: str) -> dict:
-    """Nothing irreversible without the API server's word: the status stays as it is; ask again later."""
+    """Nothing irreversible without the API server's word: nothing is spent or recorded but why; ask again later."""
     log.warning("fencing-request did not act", extra={"request": f"{request.meta.get('namespace')}/{request.name}",
                                                       "reason": reason})
     status = _own_status(request.parent)
-    return composite_response(status=status, resync_after=backoff(ctx.settings, 1),
+    calls = bounds.status_counter(status, "unverifiedCalls") + 1
+    status["unverifiedCalls"] = calls
+    status = conditions.upsert(status, {
+        "type": names.VERIFIED_CONDITION, "status": "False", "reason": "Unverified",
+        "message": f"nothing is powered off, tainted or deleted until the API server confirms this request and "
+                   f"its Node: {reason}"[:1000]}, timefmt.fmt(ctx.now()))
+    return composite_response(status=status, resync_after=backoff(ctx.settings, calls),
                               finalized=False if request.finalizing else None)
+
+
+def _verified(response: dict) -> dict:
+    """The API server answered: the record of earlier unverified calls goes."""
+    status = response.get("status")
+    if isinstance(status, dict) and (conditions.find(status, names.VERIFIED_CONDITION) or "unverifiedCalls" in status):
+        status = conditions.remove(status, names.VERIFIED_CONDITION)
+        status.pop("unverifiedCalls", None)
+        response = {**response, "status": status}
+    return response
 
 
 # --------------------------------------------------------------------------- act
@@ -715,16 +763,20 @@ def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
     ctx = ctx or runtime.current()
     observed = gather(request, ctx)
     plan = decide(request, ctx.settings, ctx.now(), observed)
-    if any(a.kind != "event" for a in plan.actions):
+    verified = False
+    if _needs_verification(request, plan):
         # Every action here changes a node or an instance: decide again on fresh objects first.
         try:
             request = verify(request, ctx)
         except fresh.Unverified as exc:
             return _unverified(request, ctx, str(exc))
+        verified = True
         observed = gather(request, ctx)
         plan = decide(request, ctx.settings, ctx.now(), observed)
     outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
+    if verified or (response.get("status") or {}).get("phase") in names.FINISHED_PHASES:
+        response = _verified(response)
     if plan.actions:
         emit(request, plan, outcomes, ctx)
     return response

@@ -19,6 +19,7 @@ races Metacontroller's own status write on the same Node.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import logging
@@ -26,12 +27,12 @@ from dataclasses import dataclass
 
 from hooks import actuators, conditions, fields, runtime, timefmt
 from hooks.config import Settings
-from hooks.contract import HookRequest, decorator_response
+from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response, parse_object
 from hooks.fencing import failover, health, names, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
-from hooks.kube import events, pods
+from hooks.kube import events, fresh, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Outcome, Plan, backoff
@@ -91,7 +92,7 @@ def _our_request(request: HookRequest) -> dict | None:
     return found[0] if found else None
 
 
-def assess(request: HookRequest, now: dt.datetime) -> Situation:
+def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situation:
     node_status = fields.mapping(request.parent, "status")
     valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
     policy = policies.governing(valid, request.labels)
@@ -116,7 +117,7 @@ def assess(request: HookRequest, now: dt.datetime) -> Situation:
     if policy.exclude_control_plane and health.is_control_plane(request.labels):
         return Situation(policy, state, fencing_request, hold_reason="ControlPlaneExcluded",
                          hold_message=f"NodeFencingPolicy {policy.name} never fences control-plane nodes")
-    verdict = storm.verdict(policy, request.name)
+    verdict = storm.verdict(policy, request.name, now, settings.fencing_count_max_age_seconds)
     if verdict.outcome == storm.HOLD:
         return Situation(policy, state, fencing_request, hold_reason="StormGuard", hold_message=verdict.message)
     if verdict.outcome == storm.PENDING:
@@ -134,7 +135,7 @@ def needs_pods(sit: Situation) -> bool:
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, sit=None) -> Plan:
-    sit = sit or assess(request, now)
+    sit = sit or assess(request, now, settings)
     if not sit.unhealthy:
         return _release(request, sit, settings, now)
     return _fence(request, sit, settings, now, observed)
@@ -357,7 +358,7 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
 
 def gather(request: HookRequest, ctx: runtime.Context, sit=None) -> dict:
     """Pods (and their claims) only for a node whose fencing is due."""
-    sit = sit or assess(request, ctx.now())
+    sit = sit or assess(request, ctx.now(), ctx.settings)
     if not needs_pods(sit):
         return {}
     observed: dict = {}
@@ -424,12 +425,52 @@ def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime
 # --------------------------------------------------------------------------- hooks
 
 
+def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
+    """The request rebuilt from the API server: the Node, every NodeFencingPolicy, the node's FencingRequest.
+
+    A force delete rests on all three (the node unhealthy for long enough, a
+    policy whose fresh count allows it, the power-off for a single-writer
+    pod), so all three are read again; the body only says which node.
+    """
+    node = parse_object(fresh.same_object(ctx.kube, request.parent), "parent")
+    try:
+        found = ctx.kube.list(fresh.resource(names.POLICY_KIND))
+    except Exception as exc:  # noqa: BLE001 - no policies read, no proof
+        raise fresh.Unverified(f"cannot list NodeFencingPolicies: {kube_error(exc)}") from exc
+    policies_now = {}
+    for item in found:
+        obj = fresh.as_dict(item)
+        policies_now[obj["metadata"]["name"]] = obj
+    fr_name = request_name(request.name)
+    fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
+    children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
+        if fencing_request else {}
+    return dataclasses.replace(
+        request, parent=node,
+        related=ObjectGroups.parse({f"{names.POLICY_KIND}.{names.API_VERSION}": policies_now}, "related"),
+        children=ObjectGroups.parse(children, "children"))
+
+
+def _plan(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> Plan:
+    sit = assess(request, now, ctx.settings)  # one reading of the node serves the look-ups and the decision
+    return decide(request, ctx.settings, now, gather(request, ctx, sit), sit)
+
+
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     ctx = ctx or runtime.current()
     now = ctx.now()
-    sit = assess(request, now)  # one reading of the node serves the look-ups and the decision
-    observed = gather(request, ctx, sit)
-    plan = decide(request, ctx.settings, now, observed, sit)
+    plan = _plan(request, ctx, now)
+    if any(a.kind == "kube.force-delete-pod" for a in plan.actions):
+        try:
+            plan = _plan(verify(request, ctx), ctx, now)
+        except (fresh.Unverified, RequestError) as exc:
+            message = f"failover not verified with the API server: {exc}"
+            log.warning("node-fencing did not fail pods over", extra={"node": request.name, "reason": str(exc)})
+            kept = [a for a in plan.actions if a.kind != "kube.force-delete-pod" and
+                    not (a.kind == "event" and a.target.startswith("Pod/"))]
+            annotations = {names.ERROR_ANNOTATION: message[:1024]}
+            plan = Plan(dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(ctx.settings, 1)),
+                        kept)
     outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
     response = settle(request, plan, outcomes, ctx.settings)
     if plan.actions or outcomes:

@@ -75,6 +75,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
                            f"at most {counts.allowed} may be", now)
     status = {
         "observedGeneration": generation,
+        "countedAt": _counted_at(previous, counts, generation, settings, now),
         "observedNodes": counts.observed,
         "unhealthyNodes": counts.unhealthy,
         "fencingNodes": counts.fencing,
@@ -94,7 +95,25 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
                                                       "warning": True}))
     elif not counts.holds and was_holding:
         actions.append(Action("event", request.name, {"reason": "StormGuardReleased", "message": guard["message"]}))
-    return Plan(composite_response(status=status), actions)
+    # Counted again at least this often, so node-fencing always has a fresh count to trust.
+    return Plan(composite_response(status=status, resync_after=settings.fencing_count_interval_seconds), actions)
+
+
+def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Settings, now: dt.datetime) -> str:
+    """Now, unless the same counts were stamped less than half an interval ago.
+
+    Every new stamp is a status write, and a status write is another sync:
+    re-stamping identical counts each time would keep the policy busy for
+    nothing. Keeping the older stamp only makes the count look older.
+    """
+    before = timefmt.parse(previous.get("countedAt"))
+    same = previous.get("observedGeneration") == generation and previous.get("observedNodes") == counts.observed \
+        and previous.get("unhealthyNodes") == counts.unhealthy and previous.get("fencingNodes") == counts.fencing \
+        and previous.get("fencedNodes") == counts.fenced and \
+        (previous.get("unhealthyNodeNames") or []) == list(counts.unhealthy_names)
+    if same and before is not None and 0 <= (now - before).total_seconds() < settings.fencing_count_interval_seconds / 2:
+        return previous["countedAt"]
+    return timefmt.fmt(now)
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:

@@ -12,6 +12,8 @@ from hooks import conditions, timefmt
 from hooks.fencing import names
 from hooks.fencing.policy import Rule
 
+MAX_RULE_SECONDS = 366 * 24 * 3600.0  # policy durations are bounded when parsed; this keeps datetimes safe
+
 
 @dataclass(frozen=True)
 class Health:
@@ -48,20 +50,22 @@ def is_ready(status: dict) -> bool:
 def assess(status: dict, rules: tuple[Rule, ...], now: dt.datetime) -> Health:
     """Which rule the node's conditions match, since when, and when fencing falls due.
 
-    The start is the earlier of the matching condition's lastTransitionTime and
-    our own FencingTriaged=True transition, so Ready flapping between Unknown
-    and False does not restart the clock.
+    Each rule runs on its own clock: the matching condition's own
+    lastTransitionTime, never another rule's (a long DiskPressure must not
+    make a two-second Ready blip due at once), and never our FencingTriaged
+    time, which may have started for another rule. So a condition that
+    changes status (Ready Unknown → False) starts its clock again: fencing
+    may come later than it could, never earlier. A condition without a
+    readable transition time starts its clock now.
     """
-    triaged = conditions.find(status, names.TRIAGED)
-    triaged_since = timefmt.parse(triaged.get("lastTransitionTime")) if triaged and triaged.get("status") == "True" else None
     best: tuple[dt.datetime, dt.datetime, Rule] | None = None
     for rule in rules:
         cond = conditions.find(status, rule.type)
         if not cond or cond.get("status") != rule.status:
             continue
-        starts = [t for t in (timefmt.parse(cond.get("lastTransitionTime")), triaged_since) if t is not None]
-        since = min(starts) if starts else now
-        due_at = since + dt.timedelta(seconds=rule.seconds)
+        since = timefmt.parse(cond.get("lastTransitionTime")) or now
+        since = min(since, now)  # a transition "in the future" (clock skew, forgery) counts from now
+        due_at = since + dt.timedelta(seconds=min(rule.seconds, MAX_RULE_SECONDS))
         if best is None or due_at < best[1]:
             best = (since, due_at, rule)
     if best is None:

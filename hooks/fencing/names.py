@@ -55,6 +55,7 @@ RECOVERED = "Recovered"
 COMPLETE_CONDITION = "Complete"
 FAILED_CONDITION = "Failed"
 QUEUED_CONDITION = "Queued"  # another request for the same node is fencing it first
+VERIFIED_CONDITION = "Verified"  # False while the API server cannot confirm the request and its Node
 
 # Taint bookkeeping on the FencingRequest status (recovery.outOfServiceTaint).
 TAINT_APPLIED = "Applied"

@@ -5,13 +5,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from hooks import fields
+from hooks import bounds, fields
 from hooks.contract import RequestError
-from hooks.fencing import durations, names, selectors
+from hooks.fencing import names, selectors
 
 DEFAULT_DURATION = 60.0
 DEFAULT_MAX_UNHEALTHY = "40%"
-_PERCENT = re.compile(r"^(\d{1,3})%$")
+_PERCENT = re.compile(r"^([0-9]{1,3})%$")
+MAX_NODES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,7 @@ def _rules(obj: dict, where: str) -> tuple[Rule, ...]:
         status = fields.item_string(item, "status", path)
         if not ctype or not status:
             raise RequestError(path, "needs a type and a status")
-        raw = item.get("duration", DEFAULT_DURATION)
-        try:
-            seconds = durations.parse(raw)
-        except durations.DurationError as exc:
-            raise RequestError(f"{path}.duration", str(exc)) from None
+        seconds = bounds.duration(item.get("duration"), f"{path}.duration", default=DEFAULT_DURATION)
         rules.append(Rule(ctype, status, seconds))
     return tuple(rules)
 
@@ -84,12 +81,10 @@ def _max_unhealthy(obj: dict, where: str) -> int | str:
     if isinstance(raw, bool):
         raise RequestError(path, "must be an integer or a percentage like '40%'")
     if isinstance(raw, int):
-        if raw < 0:
-            raise RequestError(path, "must not be negative")
-        return raw
+        return bounds.whole_number(raw, path, minimum=0, maximum=MAX_NODES)
     if isinstance(raw, str):
-        if raw.isdigit():
-            return int(raw)
+        if raw.isascii() and raw.isdigit():  # "²".isdigit() is True too
+            return bounds.whole_number(raw, path, minimum=0, maximum=MAX_NODES, strings=True)
         match = _PERCENT.match(raw)
         if match and int(match.group(1)) <= 100:
             return raw

@@ -93,6 +93,48 @@ def older_active(me: dict, others: list[dict], node_name: str) -> list[str]:
     return sorted(found)
 
 
+def _section(obj, key: str) -> dict:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def holds_out_of_service_taint(obj: dict) -> bool:
+    """Whether a request counts on the out-of-service taint of its node.
+
+    Recorded as applied; or fenced with the taint strategy and not recorded as
+    removed (the taint may be on while the status saying so was never written).
+    """
+    status = _section(obj, "status")
+    recorded = _section(status, "recovery").get("outOfServiceTaint")
+    if recorded == names.TAINT_APPLIED:
+        return True
+    if recorded == names.TAINT_REMOVED:
+        return False
+    strategy = _section(obj, "spec").get("recoveryStrategy") or names.OUT_OF_SERVICE
+    listed = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    fenced = any(isinstance(c, dict) and c.get("type") == names.FENCING_SUCCEEDED and c.get("status") == "True"
+                 for c in listed)
+    return fenced and strategy == names.OUT_OF_SERVICE
+
+
+def taint_holders(me: dict, others: list, node_name: str) -> list[str]:
+    """Other live requests for the node, from any namespace, that still count on its out-of-service taint.
+
+    A malformed request is skipped, never a reason to fail the whole listing.
+    """
+    my_uid = _section(me, "metadata").get("uid")
+    found = []
+    for other in others:
+        meta = _section(other, "metadata")
+        if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
+            continue
+        if _section(_section(other, "spec"), "nodeRef").get("name") != node_name:
+            continue
+        if holds_out_of_service_taint(other):
+            found.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(found)
+
+
 def pod_summary(pod: dict) -> dict:
     meta = pod.get("metadata") or {}
     return {

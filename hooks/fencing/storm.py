@@ -5,15 +5,18 @@ like dead ones, many at a time. Fencing them would turn a blip into an outage,
 so no new fencing starts while more than ``maxUnhealthy`` of a policy's nodes
 are unhealthy. The NodeFencingPolicy controller counts (it sees the policy's
 nodes); the node-fencing hook reads the verdict from the policy's status, and
-proceeds only when that status was computed for the current spec and already
-counts this node, so a stale or missing count never lets fencing through.
+proceeds only when that status was computed for the current spec, already
+counts this node, and was observed recently (``countedAt``, at most
+NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS old), so a stale, frozen or missing
+count never lets fencing through: a policy sync that stopped (its request too
+large, its hook failing) holds fencing instead of trusting its last answer.
 """
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import conditions
+from hooks import conditions, timefmt
 from hooks.fencing import health, names
 from hooks.fencing.policy import Policy
 
@@ -67,16 +70,23 @@ class Verdict:
     message: str
 
 
-def verdict(policy: Policy, node_name: str) -> Verdict:
+def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) -> Verdict:
     """May fencing of ``node_name`` start, by the policy's last count?"""
     status = policy.status or {}
     guard = conditions.find(status, names.STORM_GUARD)
     if guard is None or status.get("observedGeneration") != policy.generation:
         return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted its nodes for this spec yet")
+    counted = timefmt.parse(status.get("countedAt"))
+    age = (now - counted).total_seconds() if counted else None
+    if age is None or abs(age) > max_age:
+        # A fixed message: the age changes every second and would rewrite the node each time.
+        return Verdict(PENDING, f"the last count of NodeFencingPolicy {policy.name} is missing or older than "
+                                f"{max_age:g}s: no fencing on a count that may be out of date")
     if guard.get("status") == "True":
         # A fixed message: counts change often in a storm, and every change would rewrite every held node.
         return Verdict(HOLD, f"the storm guard of NodeFencingPolicy {policy.name} holds new fencing: more than "
                              f"{policy.max_unhealthy} of its nodes are unhealthy (see its status)")
-    if node_name not in (status.get("unhealthyNodeNames") or []):
+    names_counted = status.get("unhealthyNodeNames")
+    if not isinstance(names_counted, list) or node_name not in names_counted:
         return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted this node as unhealthy yet")
     return Verdict(ALLOWED, "")
