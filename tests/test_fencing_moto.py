@@ -464,6 +464,103 @@ def test_a_holder_in_another_namespace_keeps_the_taint(aws, make_ctx, kube):
     assert OOS in kube.taints("node-a"), "team-a/team-fence still counts on it"
 
 
+def test_a_fenced_holder_whose_taint_record_is_not_written_yet_keeps_the_taint(aws, make_ctx, kube):
+    """The other request tainted the node but its status saying so was never written: it still holds."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                                  "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+                                  "spec": {"nodeRef": {"name": "node-a"}},
+                                  "status": {"phase": names.RECOVERING, "conditions": [
+                                      {"type": names.FENCING_SUCCEEDED, "status": "True"}]}})
+    assert h.call("finalize", after=1)["finalized"] is True
+    assert OOS in kube.taints("node-a")
+
+
+def test_a_malformed_request_elsewhere_does_not_block_finalize(aws, make_ctx, kube):
+    """One odd FencingRequest in the listing is skipped, not taken for a failed listing (which would hold forever)."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                                  "metadata": {"name": "odd", "namespace": "team-b", "uid": "uid-odd"},
+                                  "spec": ["not", "an", "object"], "status": "nor this"})
+    assert h.call("finalize", after=1)["finalized"] is True
+    assert OOS not in kube.taints("node-a")
+
+
+def test_an_unverified_call_says_why_and_backs_off(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()  # stop requested
+    kube.unavailable = True  # the power-off is confirmed next, but the taint waits for the API server's word
+    waits = [h.call(after=2)["resyncAfterSeconds"] for _ in range(3)]
+    assert waits[0] < waits[1] < waits[2], "backoff grows while the API server cannot be asked"
+    verified = h.condition(names.VERIFIED_CONDITION)
+    assert verified["status"] == "False" and "unreachable" in verified["message"]
+    assert h.status["unverifiedCalls"] == 3 and h.status["phase"] == names.POWERING_OFF
+    assert OOS not in kube.taints("node-a")
+    kube.unavailable = False
+    h.call(after=waits[-1])
+    assert OOS in kube.taints("node-a") and h.status["phase"] == names.RECOVERING
+    assert h.condition(names.VERIFIED_CONDITION) is None and "unverifiedCalls" not in h.status
+
+
+def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx, kube):
+    """Metacontroller's cached Node still says Ready; the API server says NotReady: fence, do not fail."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    kube.put_fencing_request(h.fr)
+    body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
+            "related": {"Node.v1": {"node-a": _node(instance, ready="True")}}}
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert response["status"]["phase"] == names.POWERING_OFF and _state(ec2, instance) == "stopped"
+
+
+def test_a_queued_request_with_an_unreadable_start_time_still_times_out(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                              "metadata": {"name": "older", "namespace": "team-a", "uid": "uid-older",
+                                           "creationTimestamp": "2026-01-01T00:00:00Z"},
+                              "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": names.RECOVERING}})
+    h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS": "60"})
+    h.fr["metadata"]["creationTimestamp"] = _fmt(T0)
+    h.fr["status"] = {"startTime": "not-a-time"}
+    h.run_until(lambda: h.status.get("phase") == names.FAILED, step=30, limit=5)
+    assert h.status["errorReason"] == "AnotherFenceActive" and "team-a/older" in h.status["errorMessage"]
+
+
+def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, make_ctx, kube):
+    """Back and Ready, but listing its pods fails every time: the taint still comes off after the release timeout."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_RELEASE_TIMEOUT_SECONDS": "60"})
+    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    original_list = kube.list
+
+    def pods_fail(res, *args, **kw):
+        if res.__name__ == "Pod":
+            raise __import__("tests.fencing_support", fromlist=["_api_error"])._api_error(503, "etcd is slow")
+        return original_list(res, *args, **kw)
+
+    kube.list = pods_fail
+    _set_ready(kube, "node-a", "True", h.now + dt.timedelta(seconds=1))
+    h.call(after=1)
+    assert OOS in kube.taints("node-a"), "not knowing what is left is not 'nothing left'"
+    h.run_until(lambda: OOS not in kube.taints("node-a"), step=20, limit=6)
+    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED
+
+
 # --------------------------------------------------------------------------- node-fencing
 
 

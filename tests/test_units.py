@@ -87,3 +87,20 @@ def test_shutdown_never_starts_a_lower_group_before_a_higher_one_is_gone(pods):
     assert top == max(r.priority for r in refs)
     assert all(r.priority == top and not r.terminating for r in group)
     assert {r.key for r in group} == {r.key for r in refs if r.priority == top and not r.terminating}
+
+
+def test_fresh_reads_only_known_kinds_at_plain_versions():
+    from hooks.kube import fresh
+
+    class NoCalls:
+        def get(self, *a, **k):
+            raise AssertionError("must not be read")
+
+    for body in ({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "x", "uid": "u"}},
+                 {"kind": ["AWSCluster"], "metadata": {"name": "x", "uid": "u"}},
+                 {"kind": "AWSCluster", "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2/../../secrets",
+                  "metadata": {"name": "x", "uid": "u"}},
+                 {"kind": "AWSCluster", "apiVersion": "other.group.io/v1", "metadata": {"name": "x", "uid": "u"}},
+                 {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "x"}}):
+        with pytest.raises(fresh.Unverified):
+            fresh.same_object(NoCalls(), body)

@@ -180,7 +180,8 @@ def _status_changes(node_status: dict, desired: dict[str, tuple[str, str, str]],
 
 
 def _taint_actions(request: HookRequest, want: dict[str, str]) -> list[Action]:
-    present = {t.get("key"): t.get("effect") for t in fields.objects(request.parent, "spec", "taints")}
+    present = {t.get("key"): t.get("effect") for t in fields.objects(request.parent, "spec", "taints")
+               if isinstance(t.get("key"), str)}
     actions = []
     for key, effect in names.OUR_TAINTS.items():
         if key in want and present.get(key) != effect:
@@ -225,8 +226,8 @@ def _desired_request(request: HookRequest, sit: Situation, settings: Settings) -
 def _request_done(fr: dict) -> bool:
     """Finished, and no out-of-service taint of its own left to take off."""
     st = fr.get("status") or {}
-    return st.get("phase") in names.FINISHED_PHASES and \
-        (st.get("recovery") or {}).get("outOfServiceTaint") != names.TAINT_APPLIED
+    recovery = st.get("recovery") if isinstance(st.get("recovery"), dict) else {}
+    return st.get("phase") in names.FINISHED_PHASES and recovery.get("outOfServiceTaint") != names.TAINT_APPLIED
 
 
 def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime) -> Plan:

@@ -12,6 +12,7 @@ forbidden) raises Unverified: an API that cannot be asked proves nothing.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
@@ -34,13 +35,14 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "AWSCluster": ("infrastructure.cluster.x-k8s.io", "awsclusters", True),
     "AWSManagedControlPlane": ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes", True),
 }
+_VERSION = re.compile(r"^v[0-9]{1,3}((alpha|beta)[0-9]{1,3})?$")
 _DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1"}
 
 
 @lru_cache(maxsize=64)
 def resource(kind: str, version: str | None = None):
     """The lightkube resource class for a known kind (at ``version`` for CRDs)."""
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise Unverified(f"{kind!r} is not a kind nodewarden re-reads")
     group, plural, namespaced = KINDS[kind]
     if group == "":
@@ -63,8 +65,8 @@ def version_of(obj: dict) -> str | None:
     api_version = obj.get("apiVersion") if isinstance(obj.get("apiVersion"), str) else ""
     group, _, version = api_version.rpartition("/")
     expected = KINDS.get(obj.get("kind"), (None,))[0]
-    if group != expected or not version:
-        return None
+    if group != expected or not _VERSION.match(version):
+        return None  # also keeps a crafted "version" from steering the read to another path
     return version
 
 
@@ -114,7 +116,7 @@ def same_object(kube, seen: dict, what: str = "") -> dict:
 def read_object(kube, seen: dict) -> dict | None:
     """``read`` for the kind, version, name and namespace of a body's object."""
     kind = seen.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise Unverified(f"{kind!r} is not a kind nodewarden re-reads")
     meta = seen.get("metadata") if isinstance(seen.get("metadata"), dict) else {}
     version = None
