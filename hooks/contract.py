@@ -62,7 +62,23 @@ def _check_object(obj: Any, path: str) -> dict:
     for key in ("spec", "status"):
         if obj.get(key) is not None:
             _require_mapping(obj[key], f"{path}.{key}")
+    _check_taints(obj, path)
     return obj
+
+
+def _check_taints(obj: dict, path: str) -> None:
+    """A Node's taints, read by several controllers: objects with string key, value and effect."""
+    taints = (obj.get("spec") or {}).get("taints")
+    if taints is None:
+        return
+    if not isinstance(taints, list):
+        raise RequestError(f"{path}.spec.taints", f"must be a list, got {type(taints).__name__}")
+    for i, taint in enumerate(taints):
+        if not isinstance(taint, dict):
+            raise RequestError(f"{path}.spec.taints[{i}]", f"must be an object, got {type(taint).__name__}")
+        for field_name in ("key", "value", "effect"):
+            if taint.get(field_name) is not None and not isinstance(taint[field_name], str):
+                raise RequestError(f"{path}.spec.taints[{i}].{field_name}", "must be a string")
 
 
 def parse_object(obj: Any, path: str) -> dict:
