@@ -50,7 +50,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "aws.start": lambda ctx, a: power.start(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
     # Kubernetes: what a hook response cannot change.
     "kube.taint": lambda ctx, a: taints.add(ctx.kube, a.target, a.params["key"], a.params["effect"],
-                                            a.params.get("value")),
+                                            a.params.get("value"), uid=a.params.get("uid")),
     "kube.untaint": lambda ctx, a: taints.remove(ctx.kube, a.target, a.params["key"]),
     "kube.evict": lambda ctx, a: pods.evict(ctx.kube, *_namespaced(a.target)),
     "kube.annotate-node": _annotate_node,

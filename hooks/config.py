@@ -74,6 +74,7 @@ class Settings:
     gc_call_budget_seconds: float = 1.0
     gc_max_deletes_per_call: int = 50
     gc_progress_resync_seconds: float = 1
+    gc_controller_name: str = "cluster-gc"  # the DecoratorController's name: its finalizer is checked
     # fencing: node-fencing, node-fencing-policy, fencing-request
     fencing_poll_seconds: float = 2
     fencing_recovery_poll_seconds: float = 5
@@ -119,6 +120,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         gc_call_budget_seconds=_number(env, "NODEWARDEN_GC_CALL_BUDGET_SECONDS", 1.0, minimum=0.1),
         gc_max_deletes_per_call=int(_number(env, "NODEWARDEN_GC_MAX_DELETES_PER_CALL", 50, minimum=1)),
         gc_progress_resync_seconds=_number(env, "NODEWARDEN_GC_PROGRESS_RESYNC_SECONDS", 1, minimum=0.1),
+        gc_controller_name=env.get("NODEWARDEN_GC_CONTROLLER_NAME", "").strip() or "cluster-gc",
         fencing_poll_seconds=_number(env, "NODEWARDEN_FENCING_POLL_SECONDS", 2, minimum=0.1),
         fencing_recovery_poll_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_POLL_SECONDS", 5, minimum=0.1),
         fencing_recovery_timeout_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS", 600, minimum=1),

@@ -460,3 +460,126 @@ def test_an_empty_tagging_answer_is_not_finalized_while_the_listing_finds_resour
     assert first["finalized"] is False
     run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=6)
     assert run.finalized and w.existing(aws, made).count() == 0
+
+
+@pytest.mark.parametrize("annotations", [
+    {cluster_gc.DELETE_FOR_MOVE: ""},
+    {cluster_gc.GC_ANNOTATION: "false"},
+    {cluster_gc.GC_ANNOTATION: "maybe"},
+    {cluster_gc.TASKS_ANNOTATION: "nat-gateway"},
+])
+def test_a_forged_body_gets_no_event_and_no_finalized_whatever_it_claims(aws, net, gc_ctx, annotations):
+    """A body that skips or blocks (a move, an opt-out, a bad value) is still checked with the API server first."""
+    prod, _ = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx()
+    calls = w.Calls().attach(ctx.aws)
+    forged = w.aws_cluster("prod", cluster="prod", annotations=annotations)  # the API server has no such object
+    response = cluster_gc.finalize(w.parse_finalize(forged), ctx=ctx)
+    assert response["finalized"] is False
+    assert "does not exist on the API server" in response["annotations"][LAST_ERROR]
+    assert kube.events() == [] and calls.total == 0
+    assert w.existing(aws, prod) == prod
+
+
+def test_a_move_is_read_from_the_api_server_not_from_a_stale_body(aws, net, gc_ctx):
+    """clusterctl annotated the object, then deleted it; the body Metacontroller sent predates the annotation."""
+    made = alpha_everything(aws, net)
+    ctx, kube = gc_ctx()
+    kube.add_object(w.aws_cluster(annotations={cluster_gc.DELETE_FOR_MOVE: ""}))
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster()), ctx=ctx)
+    assert response["finalized"] is True
+    assert w.existing(aws, made) == made
+    assert kube.events() == ["ExternalResourceGCSkipped"]
+
+
+def _mistyped(change) -> dict:
+    parent = w.aws_cluster()
+    change(parent)
+    return parent
+
+
+def _owner(ref) -> object:
+    def change(parent):
+        del parent["metadata"]["labels"]
+        parent["metadata"]["ownerReferences"] = ref
+    return change
+
+
+@pytest.mark.parametrize("fresh_parent", [
+    _mistyped(lambda p: p["spec"].update(region=5)),
+    _mistyped(lambda p: p["spec"].update(region={"name": "us-east-1"})),
+    _mistyped(lambda p: p["spec"].update(region="us-east-1.attacker.example")),
+    _mistyped(_owner("not-a-list")),
+    _mistyped(_owner([5])),
+    _mistyped(_owner([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": 7}])),
+    _mistyped(_owner([{"apiVersion": ["cluster.x-k8s.io/v1beta2"], "kind": "Cluster", "name": "alpha"}])),
+    dict(w.aws_cluster(kind="AWSManagedControlPlane"), spec={"region": w.REGION, "eksClusterName": ["alpha"]}),
+], ids=["region-number", "region-object", "region-not-a-region", "owners-not-a-list", "owner-not-an-object",
+        "owner-name-number", "owner-apiversion-list", "eks-cluster-name-list"])
+def test_a_mistyped_field_of_the_api_servers_copy_blocks_and_says_which(aws, net, gc_ctx, fresh_parent):
+    """The CRD's schema should refuse these; if it does not, the deletion is held with a Warning, never a 500."""
+    made = alpha_everything(aws, net)
+    ctx, kube = gc_ctx()
+    kube.add_object(fresh_parent)
+    calls = w.Calls().attach(ctx.aws)
+    body = w.aws_cluster(kind=fresh_parent["kind"])  # well-formed: only the API server's copy is mistyped
+    response = cluster_gc.finalize(w.parse_finalize(body), ctx=ctx)
+    assert response["finalized"] is False and response["resyncAfterSeconds"] >= ctx.settings.error_backoff_seconds
+    message = response["annotations"][LAST_ERROR]
+    assert any(field in message for field in ("spec.region", "spec.eksClusterName", "ownerReferences")), message
+    assert kube.events() == ["ExternalResourceGCBlocked"]
+    assert calls.total == 0 and w.existing(aws, made) == made
+
+
+def test_the_finalizer_checked_is_the_configured_controllers(aws, net, gc_ctx):
+    _, alpha = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_CONTROLLER_NAME": "gc-b"})
+    kube.add_object(w.aws_cluster())  # carries metacontroller.io/decoratorcontroller-cluster-gc only
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster()), ctx=ctx)
+    assert "does not carry the finalizer metacontroller.io/decoratorcontroller-gc-b" in \
+        response["annotations"][LAST_ERROR]
+    assert w.existing(aws, alpha) == alpha
+
+    ours = w.aws_cluster()
+    ours["metadata"]["finalizers"] = ["metacontroller.io/decoratorcontroller-gc-b"]
+    assert w.finalize_until_done(ctx, ours).finalized
+    assert w.existing(aws, alpha).count() == 0
+
+
+def test_finalizers_that_are_not_a_list_prove_nothing(aws, net, gc_ctx):
+    """A string holding the finalizer's name is not a list containing it."""
+    _, alpha = _prod_and_alpha(aws, net)
+    ctx, kube = gc_ctx()
+    odd = w.aws_cluster()
+    odd["metadata"]["finalizers"] = "x-metacontroller.io/decoratorcontroller-cluster-gc-x"
+    kube.add_object(odd)
+    response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster()), ctx=ctx)
+    assert response["finalized"] is False and "does not carry the finalizer" in response["annotations"][LAST_ERROR]
+    assert w.existing(aws, alpha) == alpha
+
+
+def test_a_tagging_answer_with_only_bystanders_is_confirmed_by_the_listing(aws, net, gc_ctx):
+    """The tagging API lists CAPA's own security group but not yet a load balancer made moments ago (injected:
+    its answer keeps only the security groups). Nothing it lists is ours to delete, which is not proof that
+    nothing is left: the listing in the same call finds the load balancer."""
+    capa_sg = w.build_cluster(aws, net, "c", w.cluster_tags("alpha"), security_groups=1,
+                              sg_tags=w.cluster_tags("alpha", service=None) + [
+                                  {"Key": "sigs.k8s.io/cluster-api-provider-aws/cluster/alpha", "Value": "owned"}])
+    new_lb = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1)
+    ctx, _ = gc_ctx()
+
+    def lagging(parsed=None, model=None, **_):
+        if model.name == "GetResources" and isinstance(parsed, dict):
+            parsed["ResourceTagMappingList"] = [m for m in parsed.get("ResourceTagMappingList", [])
+                                                if ":security-group/" in m["ResourceARN"]]
+
+    ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", lagging)
+    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster()), ctx)
+    assert observed["discovery"]["method"] == "listing"
+    assert [r["id"] for r in observed["discovery"]["resources"] if r["kind"] == "elbv2-load-balancer"] == \
+        new_lb.load_balancers
+    first = w.finalize_once(ctx, w.aws_cluster())
+    assert first["finalized"] is False
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=6)
+    assert run.finalized
+    assert w.existing(aws, new_lb).count() == 0 and w.existing(aws, capa_sg) == capa_sg

@@ -309,3 +309,15 @@ def test_finalize_route_rejects_a_malformed_request(client):
     del parent["metadata"]["labels"]
     reply = client.post("/cluster-gc/finalize", json={"parent": parent, "finalizing": True})
     assert reply.status_code == 400 and "ownerReferences" in reply.get_json()["error"]
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"region": 5}, "spec.region"),
+    ({"region": "us-east-1", "eksClusterName": {"name": "x"}}, "spec.eksClusterName"),
+])
+def test_finalize_route_rejects_a_mistyped_spec_before_asking_anyone(client, spec, field):
+    kind = "AWSManagedControlPlane" if "eksClusterName" in spec else "AWSCluster"
+    parent = aws_cluster(kind=kind)
+    parent["spec"] = spec
+    reply = client.post("/cluster-gc/finalize", json={"parent": parent, "finalizing": True})
+    assert reply.status_code == 400 and field in reply.get_json()["error"]

@@ -448,6 +448,25 @@ def test_a_node_missing_from_one_request_is_not_taken_for_gone(aws, make_ctx, ku
     assert response["status"].get("errorReason") != "NodeNotFound"
 
 
+def test_finalize_without_the_node_in_the_request_does_not_leave_the_taint(aws, make_ctx, kube):
+    """Metacontroller's finalize request lacks the Node and the API server cannot be asked: not finalized yet."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    h.call(after=2)
+    assert OOS in kube.taints("node-a")
+    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    kube.put_fencing_request(h.fr)
+    body = {"controller": {}, "parent": h.fr, "children": {}, "related": {}, "finalizing": True}
+    kube.unavailable = True
+    held = serve("fencing-request", "finalize", json.loads(json.dumps(body)), h.ctx)
+    assert held["finalized"] is False and held["resyncAfterSeconds"] >= 1
+    kube.unavailable = False
+    done = serve("fencing-request", "finalize", json.loads(json.dumps(body)), h.ctx)
+    assert done["finalized"] is True and OOS not in kube.taints("node-a")
+
+
 def test_a_holder_in_another_namespace_keeps_the_taint(aws, make_ctx, kube):
     ec2 = aws("ec2")
     kube.add_node(_node(_launch(ec2)))
@@ -478,6 +497,77 @@ def test_a_fenced_holder_whose_taint_record_is_not_written_yet_keeps_the_taint(a
                                       {"type": names.FENCING_SUCCEEDED, "status": "True"}]}})
     assert h.call("finalize", after=1)["finalized"] is True
     assert OOS in kube.taints("node-a")
+
+
+def test_aftercare_leaves_the_taint_to_an_unfinished_holder_in_another_namespace(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
+    h = RequestHarness(make_ctx, kube, {})
+    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    holder = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+              "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+              "spec": {"nodeRef": {"name": "node-a"}},
+              "status": {"phase": names.RECOVERING, "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}}
+    kube.put_fencing_request(holder)
+    _set_ready(kube, "node-a", "True", h.now)
+    h.call(after=30)
+    assert OOS in kube.taints("node-a"), "team-a/team-fence still counts on it"
+    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED, "this request has let go"
+    assert "OutOfServiceTaintKept" in kube.reasons()
+    # Both finished: neither waits for the other, the taint comes off.
+    holder["status"] = {"phase": names.SUCCEEDED, "recovery": {"outOfServiceTaint": names.TAINT_APPLIED,
+                                                               "completionTime": _fmt(h.now)}}
+    other = RequestHarness(make_ctx, kube, {})
+    other.fr = holder
+    other.now = h.now
+    other.call(after=30)
+    assert OOS not in kube.taints("node-a")
+
+
+def test_letting_go_of_the_taint_rests_on_the_fresh_node_not_a_stale_body(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                              "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+                              "spec": {"nodeRef": {"name": "node-a"}},
+                              "status": {"phase": names.RECOVERING,
+                                         "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}})
+    stale = copy.deepcopy(kube.nodes["node-a"])  # Ready in the body only; the API server has it down
+    stale["status"]["conditions"][0].update(status="True", lastTransitionTime=_fmt(h.now))
+    body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
+            "related": {"Node.v1": {"node-a": stale}}}
+    h.now += dt.timedelta(seconds=30)
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert response["status"]["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    assert OOS in kube.taints("node-a")
+
+
+def test_a_node_replaced_after_the_checks_is_not_tainted(aws, make_ctx, kube):
+    """The Node is deleted and re-created under its name between the fresh read and the taint's patch."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()  # stop requested
+    original_get = kube.get
+
+    def replace_after_the_check(res, name, namespace=None):
+        found = original_get(res, name, namespace=namespace)
+        if res.__name__ == "Node" and kube.nodes[name]["metadata"]["uid"] == "uid-node-a":
+            kube.nodes[name]["metadata"]["uid"] = "uid-newcomer"  # what the next read will see
+        return found
+
+    kube.get = replace_after_the_check
+    h.call(after=2)
+    assert OOS not in kube.taints("node-a"), "the newcomer is not the node that was fenced"
+    assert h.status["recovery"].get("outOfServiceTaint") != names.TAINT_APPLIED
+    kube.get = original_get
+    h.call(after=5)
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NodeReplaced"
+    assert OOS not in kube.taints("node-a")
 
 
 def test_a_malformed_request_elsewhere_does_not_block_finalize(aws, make_ctx, kube):
@@ -511,6 +601,23 @@ def test_an_unverified_call_says_why_and_backs_off(aws, make_ctx, kube):
     h.call(after=waits[-1])
     assert OOS in kube.taints("node-a") and h.status["phase"] == names.RECOVERING
     assert h.condition(names.VERIFIED_CONDITION) is None and "unverifiedCalls" not in h.status
+
+
+def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
+    """The body predates the delete; the API server's copy has a deletionTimestamp: no stop, finalize takes over."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {})
+    deleting = copy.deepcopy(h.fr)
+    deleting["metadata"]["deletionTimestamp"] = _fmt(T0)
+    kube.put_fencing_request(deleting)
+    body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
+            "related": {"Node.v1": {"node-a": kube.nodes["node-a"]}}}
+    response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
+    assert _state(ec2, instance) == "running"
+    assert "being deleted" in next(c for c in response["status"]["conditions"]
+                                   if c["type"] == names.VERIFIED_CONDITION)["message"]
 
 
 def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx, kube):
@@ -645,7 +752,8 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
     assert {"key": names.REQUIRED_TAINT, "effect": "NoSchedule"} in kube.taints("node-a")
     assert list(kube.pods) == ["default/db-0"], "the RWO pod waits for FencingComplete"
 
-    h.set_request_status({"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True"}]})
+    h.set_request_status({"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True",
+                                                                 "lastTransitionTime": _fmt(h.now)}]})
     h.call(after=5)
     assert h.condition(names.COMPLETE)["status"] == "True"
     assert kube.pods == {}, "fenced: now the RWO pod may go"
@@ -766,3 +874,77 @@ def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(mak
     claimed["status"] = {"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True"}]}
     _forged_call(h, h.node, _fresh_policy(h.now), [claimed])
     assert "default/db-0" in kube.pods
+
+
+def _in_flight(node: dict, required_since: dt.datetime) -> dict:
+    """The node with FencingRequired=True: fencing is in flight."""
+    node = copy.deepcopy(node)
+    node["status"]["conditions"].append({"type": names.REQUIRED, "status": "True", "reason": "FencingRequested",
+                                         "message": "x", "lastTransitionTime": _fmt(required_since)})
+    return node
+
+
+def test_fencing_in_flight_fails_no_pod_over_on_a_fresh_blip(make_ctx, kube):
+    """The body says Ready=Unknown for 10 minutes; the API server's node came back and went Unknown 2s ago.
+
+    Its FencingRequest is still in flight, which carries the request on, but
+    no pod fails over until Ready=Unknown itself has held its 30s.
+    """
+    blip = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=2)), T0 - dt.timedelta(seconds=300))
+    h = NodeHarness(make_ctx, kube, blip, _policy())
+    _failover_pod(kube)
+    kube.add_object(_fresh_policy(h.now))
+    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                              "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr"},
+                              "spec": {"nodeRef": {"name": "node-a", "uid": "uid-node-a"}},
+                              "status": {"phase": "PoweringOff"}})
+    lying = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
+                       T0 - dt.timedelta(seconds=300))
+    response = _forged_call(h, lying, _fresh_policy(h.now))
+    assert "default/web-1" in kube.pods
+    assert not any(c[0] == "delete_with_options" for c in kube.calls)
+    assert response["attachments"], "the FencingRequest in flight is kept"
+
+
+def test_an_unverified_failover_is_reported_once_and_retried(make_ctx, kube):
+    """API unreachable for the fresh reads: an Event and the annotation once; the same failure again writes nothing."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    _failover_pod(kube)
+    kube.add_object(_fresh_policy(h.now))
+    original_get = kube.get
+
+    def unreachable(res, name, namespace=None):
+        from hooks.kube.client import KubeUnavailable
+
+        raise KubeUnavailable("Kubernetes API unreachable (test)")
+
+    kube.get = unreachable
+    first = _forged_call(h, h.node, _fresh_policy(h.now))
+    assert "not verified" in first["annotations"][names.ERROR_ANNOTATION]
+    assert first["resyncAfterSeconds"] >= 1
+    assert kube.reasons().count("FailoverUnverified") == 1
+    h.node["metadata"]["annotations"] = {names.ERROR_ANNOTATION: first["annotations"][names.ERROR_ANNOTATION]}
+    again = _forged_call(h, h.node, _fresh_policy(h.now))
+    assert names.ERROR_ANNOTATION not in again["annotations"], "the same error is not written again"
+    assert kube.reasons().count("FailoverUnverified") == 1
+    assert "default/web-1" in kube.pods
+    kube.get = original_get
+    done = _forged_call(h, h.node, _fresh_policy(h.now))
+    assert "default/web-1" not in kube.pods
+    assert done["annotations"] == {names.ERROR_ANNOTATION: None}, "a verified call clears the error"
+
+
+def test_failover_needs_the_governing_policy_the_request_was_decided_on(make_ctx, kube):
+    """The policy was deleted and recreated under the same name since the body was built: no force delete this call."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    _failover_pod(kube)
+    recreated = _fresh_policy(h.now)
+    recreated["metadata"]["uid"] = "uid-policy-new"
+    kube.add_object(recreated)
+    seen = _fresh_policy(h.now)
+    seen["metadata"]["uid"] = "uid-policy-old"
+    response = _forged_call(h, h.node, seen)
+    assert "default/web-1" in kube.pods
+    assert "uid-policy-new" in response["annotations"][names.ERROR_ANNOTATION]
+    _forged_call(h, h.node, recreated)
+    assert "default/web-1" not in kube.pods, "decided on the policy the API server has: the pod fails over"

@@ -171,6 +171,43 @@ def test_request_spec_defaults_and_errors():
         assert field in err.value.field
 
 
+def _other_request(name, ns, node="n1", **status):
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}"}, "spec": {"nodeRef": {"name": node}},
+            "status": status}
+
+
+def test_taint_holders_look_at_every_namespace_and_skip_malformed_requests():
+    me = {"metadata": {"uid": "uid-me"}}
+    fenced = [{"type": names.FENCING_SUCCEEDED, "status": "True"}]
+    others = [
+        _other_request("applied", "team-a", recovery={"outOfServiceTaint": "Applied"}),
+        _other_request("fenced-unrecorded", "team-b", conditions=fenced),
+        _other_request("removed", "team-c", conditions=fenced, recovery={"outOfServiceTaint": "Removed"}),
+        _other_request("other-node", "team-d", node="n2", recovery={"outOfServiceTaint": "Applied"}),
+        {**_other_request("deleting", "x", recovery={"outOfServiceTaint": "Applied"}),
+         "metadata": {"name": "deleting", "namespace": "x", "uid": "u-d", "deletionTimestamp": "2026-01-01T00:00:00Z"}},
+        {**_other_request("me", "x", recovery={"outOfServiceTaint": "Applied"}), "metadata": {"uid": "uid-me"}},
+        {"metadata": "odd", "spec": ["x"], "status": 5},
+        "not even an object",
+    ]
+    assert fr.taint_holders(me, others, "n1") == ["team-a/applied", "team-b/fenced-unrecorded"]
+    resource_deletion = _other_request("rd", "team-e", conditions=fenced)
+    resource_deletion["spec"]["recoveryStrategy"] = "ResourceDeletion"
+    assert fr.taint_holders(me, [resource_deletion], "n1") == []
+
+
+def test_the_out_of_service_taint_goes_only_on_the_node_of_the_verified_uid():
+    """FakeKube stands in for the API server: the Node was replaced after the checks, before the patch."""
+    from hooks.kube import taints
+
+    kube = FakeKube()
+    kube.add_node({"metadata": {"name": "n1", "uid": "uid-new"}, "spec": {}})
+    with pytest.raises(taints.NodeReplaced):
+        taints.add(kube, "n1", names.OUT_OF_SERVICE_TAINT, "NoExecute", names.OUT_OF_SERVICE_VALUE, uid="uid-old")
+    assert kube.taints("n1") == []
+    assert taints.add(kube, "n1", names.OUT_OF_SERVICE_TAINT, "NoExecute", names.OUT_OF_SERVICE_VALUE, uid="uid-new")
+
+
 @given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", fullmatch=True))
 def test_request_names_are_valid_object_names(node_name):
     name = request_name(node_name)
@@ -254,3 +291,99 @@ def test_fencing_crds_parse_into_structural_schemas():
                 walk(schema["items"], f"{path}[]")
 
         walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], name)
+
+
+def test_the_fencing_request_crd_bounds_what_the_hook_would_refuse():
+    """The API server refuses what parse_spec would report as InvalidSpec, and a spec never changes under a fence."""
+    import pathlib
+    import re
+
+    import yaml
+
+    path = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds" / "fencingrequests.yaml"
+    schema = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    assert {"rule": "self == oldSelf", "message": "spec is immutable; delete the FencingRequest and create another"} \
+        in spec["x-kubernetes-validations"]
+    props = spec["properties"]
+    assert (props["retries"]["minimum"], props["retries"]["maximum"]) == (1, fr.MAX_RETRIES)
+    for key in ("retryInterval", "timeout"):
+        pattern = re.compile(props[key]["pattern"])
+        assert pattern.match("1m30s") and not pattern.match("Infinity") and not pattern.match("-5s")
+        assert "duration('1h')" in props[key]["x-kubernetes-validations"][0]["rule"]
+    assert "duration(self) > duration('0s')" in props["timeout"]["x-kubernetes-validations"][0]["rule"]
+    status = schema["properties"]["status"]["properties"]
+    assert status["unverifiedCalls"]["type"] == "integer"
+    assert status["recovery"]["properties"]["nodeReadyAgainTime"]["format"] == "date-time"
+
+
+def test_a_count_stamped_in_the_future_is_not_trusted():
+    """A countedAt ahead of this clock would stay 'fresh' long after its sync stopped."""
+    status = {"observedGeneration": 3, "unhealthyNodeNames": ["a"], "countedAt": "2026-11-21T12:01:00Z",
+              "conditions": [{"type": "StormGuard", "status": "False"}]}
+    policy = policies.parse({**_policy(), "status": status})
+    assert storm.verdict(policy, "a", NOW, 90).outcome == storm.PENDING
+    status["countedAt"] = "2026-11-21T12:00:05Z"  # a few seconds of clock skew between replicas
+    assert storm.verdict(policies.parse({**_policy(), "status": status}), "a", NOW, 90).outcome == storm.ALLOWED
+
+
+@pytest.mark.parametrize("interval, max_age, expected", [("30", "90", 30), ("30", "30", 10), ("600", "90", 30)])
+def test_policies_are_counted_well_within_the_count_max_age(interval, max_age, expected):
+    """Whatever the two settings say, a running policy sync never lets its own count expire."""
+    from hooks.controllers import node_fencing_policy
+    from hooks.contract import parse_request
+
+    settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS": interval,
+                              "NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS": max_age})
+    body = {"controller": {}, "parent": _policy(), "children": {}, "related": {}}
+    plan = node_fencing_policy.decide(parse_request(body, "composite", "sync"), settings, NOW, {})
+    assert plan.response["resyncAfterSeconds"] == expected, "at most a third of the max age, at most the interval"
+
+
+def test_policy_lists_are_bounded():
+    rule = {"type": "Ready", "status": "Unknown", "duration": "60s"}
+    with pytest.raises(RequestError, match="unhealthyConditions"):
+        policies.parse(_policy(unhealthyConditions=[rule] * 33))
+    with pytest.raises(RequestError, match="namespaces"):
+        policies.parse(_policy(failover={"namespaces": [f"ns{i}" for i in range(257)]}))
+    assert len(policies.parse(_policy(unhealthyConditions=[rule] * 32)).rules) == 32
+
+
+@pytest.mark.parametrize("spec", [{"maxUnhealthy": "²"},
+                                  {"unhealthyConditions": [{"type": "Ready", "status": "Unknown",
+                                                            "duration": "70000000h"}]}])
+def test_a_policy_the_crd_might_accept_never_fails_every_node_sync(client, spec):
+    """The policy says why it is invalid; every Node's sync (healthy or not) still answers, ignoring it."""
+    policy = _policy(**spec)
+    policy["metadata"]["uid"] = "uid-p"
+    for ready in ("True", "Unknown"):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
+                "status": {"conditions": [{"type": "Ready", "status": ready,
+                                           "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+        r = client.post("/node-fencing/sync", json={
+            "controller": {}, "parent": node, "children": {},
+            "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"p": policy}}})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        assert r.get_json()["attachments"] == [] and r.get_json()["status"] is None, "an invalid policy governs nothing"
+    r = client.post("/node-fencing-policy/sync", json={"controller": {}, "parent": policy, "children": {},
+                                                        "related": {}})
+    assert r.status_code == 200
+    valid = next(c for c in r.get_json()["status"]["conditions"] if c["type"] == names.POLICY_VALID)
+    assert valid["status"] == "False" and "parent.spec" in valid["message"]
+
+
+def test_healthy_and_merely_triaged_nodes_cost_no_api_call(make_ctx):
+    """Every Node syncs through node-fencing: only a node whose failover gate is open is looked up."""
+    from hooks.dispatch import serve
+
+    kube = FakeKube()  # records every call; no API server here
+    ctx = make_ctx({}, now=NOW, kube=kube)
+    policy = _policy()
+    policy["status"] = {"observedGeneration": 3, "countedAt": "2026-11-21T11:59:50Z", "unhealthyNodeNames": ["n1"],
+                        "conditions": [{"type": "StormGuard", "status": "False"}]}
+    for ready, ago in (("True", 9999), ("Unknown", 5)):
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
+                "status": _ready(ready, ago)}
+        serve("node-fencing", "sync", {"controller": {}, "parent": node, "children": {},
+                                       "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"p": policy}}}, ctx)
+    assert [c for c in kube.calls if c[0] != "create"] == [], "no reads; only the FencingTriaged Event is created"

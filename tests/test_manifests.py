@@ -80,3 +80,28 @@ def test_only_metacontroller_reaches_the_hooks_and_only_prometheus_the_metrics(a
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NODEWARDEN_METRICS_PORT"] == str(ports["metrics"]) and ports["metrics"] != ports["http"]
+
+
+def _granted(objects: list[dict], account: tuple[str, str]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) the ClusterRoles bound to the ServiceAccount ``account`` allow."""
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    granted = set()
+    for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
+        if not any(s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == account
+                   for s in binding.get("subjects") or []):
+            continue
+        for rule in roles.get(binding["roleRef"]["name"], {}).get("rules", []):
+            granted |= {(g, r, v) for g in rule.get("apiGroups", []) for r in rule.get("resources", [])
+                        for v in rule.get("verbs", [])}
+    return granted
+
+
+@pytest.mark.parametrize("kind", ["AWSCluster", "AWSManagedControlPlane"])
+def test_the_hook_server_may_re_read_cluster_gc_parents(aws_objects, kind):
+    """cluster-gc deletes nothing without a fresh read of its parent; a Forbidden read would hold every cluster."""
+    from hooks.kube.fresh import KINDS
+
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    group, plural, _ = KINDS[kind]
+    assert (group, plural, "get") in _granted(aws_objects, account)

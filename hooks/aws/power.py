@@ -1,8 +1,9 @@
 """EC2 power for fencing: force a stop, start again, read the state.
 
 Only the state DescribeInstances reports proves a power-off (``stopped`` or
-``terminated``, DESIGN.md §4); what StopInstances answers is a request
-accepted, not a fact.
+``terminated``); what StopInstances answers is a request accepted, not a
+fact. An instance DescribeInstances does not know is no proof either (a
+wrong region looks the same), so InstanceNotFound is an error, never "off".
 """
 from __future__ import annotations
 

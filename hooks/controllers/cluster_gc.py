@@ -9,6 +9,9 @@ holds the cluster object until they are gone.
 sync changes nothing (the parent's status belongs to CAPA). finalize, on
 every call:
 
+0. re-reads the parent from the API server and goes on only if it is the
+   same object, being deleted, with this controller's finalizer; everything
+   below reads that copy, never the request body (``verify``);
 1. decides whether to collect at all: the global switch, the opt-out
    annotation ``aws.cluster.x-k8s.io/external-resource-gc`` (Go boolean,
    absent means true), the tasks annotation, the cluster's name and region;
@@ -28,6 +31,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import logging
+import re
 import time
 from dataclasses import dataclass
 
@@ -60,8 +64,12 @@ PARENT_KINDS = ("AWSCluster", MANAGED_CONTROL_PLANE)
 # clusterctl move sets this on the objects it deletes from the source cluster
 # after copying them: the cluster lives on elsewhere, its resources with it.
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
-# What Metacontroller puts on every object this DecoratorController finalizes.
-FINALIZER = "metacontroller.io/decoratorcontroller-cluster-gc"
+# What Metacontroller puts on every object a DecoratorController finalizes,
+# followed by the controller's name (NODEWARDEN_GC_CONTROLLER_NAME).
+FINALIZER_PREFIX = "metacontroller.io/decoratorcontroller-"
+FINALIZER = FINALIZER_PREFIX + "cluster-gc"
+# An AWS region's shape; anything else never reaches an endpoint name.
+_REGION = re.compile(r"^[a-z]{2,8}(-[a-z0-9]{1,16}){1,4}$")
 
 # Our progress, on the parent while it is held.
 REMAINING = "cluster-gc.nodewarden.io/remaining"
@@ -152,8 +160,17 @@ def cluster_name(parent: dict) -> tuple[str, str]:
     )
 
 
+def finalizer(settings: Settings) -> str:
+    """The finalizer Metacontroller puts on the objects of this DecoratorController."""
+    return FINALIZER_PREFIX + settings.gc_controller_name
+
+
 def resolve_scope(request: HookRequest, settings: Settings) -> Scope:
-    """What this finalize call should do, from the request and settings alone."""
+    """What this finalize call should do, from the request and settings alone.
+
+    Raises RequestError for a mistyped field (spec.region, spec.eksClusterName,
+    an ownerReferences item); ``scope_of`` turns that into a blocked deletion.
+    """
     if not request.deleting:
         # finalize also runs when an object stops matching the selector: not a deletion.
         return Scope(SKIP, "")
@@ -182,7 +199,18 @@ def resolve_scope(request: HookRequest, settings: Settings) -> Scope:
     region = fields.string(request.parent, "spec", "region") or settings.aws_region
     if not region:
         return Scope(BLOCKED, "no AWS region: spec.region is empty and AWS_REGION is not set")
+    if not _REGION.match(region):
+        return Scope(BLOCKED, f"region {region[:64]!r} (spec.region, else AWS_REGION) is not an AWS region")
     return Scope(COLLECT, "", name, region, tasks)
+
+
+def scope_of(request: HookRequest, settings: Settings) -> Scope:
+    """resolve_scope, with a field it cannot read blocking the deletion (and saying which)."""
+    try:
+        return resolve_scope(request, settings)
+    except RequestError as exc:
+        return Scope(BLOCKED, f"cannot read {exc}; fix the field, or set {GC_ANNOTATION}=false "
+                              "to delete without collecting")
 
 
 # ------------------------------------------------------------------- targets
@@ -260,7 +288,9 @@ def _cleared() -> dict:
 
 def _stall(request: HookRequest, settings: Settings, now: dt.datetime, message: str) -> tuple[dict, float]:
     """Annotations and resync while nothing moves: the wait doubles with the time stalled."""
-    since = timefmt.parse(request.annotations.get(STALLED_SINCE)) or now
+    since = timefmt.parse(request.annotations.get(STALLED_SINCE))
+    if since is None or since > now:  # ours, but anyone can write it: a future one would pin the backoff
+        since = now
     elapsed = max(0.0, (now - since).total_seconds())
     resync = min(settings.error_backoff_max_seconds, max(settings.error_backoff_seconds, elapsed))
     return {LAST_ERROR: message[:_MESSAGE_LIMIT], STALLED_SINCE: timefmt.fmt(since)}, resync
@@ -269,7 +299,7 @@ def _stall(request: HookRequest, settings: Settings, now: dt.datetime, message: 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     if not request.finalizing:
         return Plan(decorator_response())  # sync: nothing to change while the cluster lives
-    scope = resolve_scope(request, settings)
+    scope = scope_of(request, settings)
     if scope.decision == SKIP:
         actions = [_event(request, "ExternalResourceGCSkipped", scope.reason)] if scope.reason else []
         return Plan(decorator_response(annotations=_cleared(), finalized=True), actions)
@@ -350,7 +380,7 @@ def settle(
     request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, outcomes: list[Outcome]
 ) -> tuple[dict, list[Action]]:
     """The response from what the deletes did, and the Events to emit."""
-    scope = resolve_scope(request, settings)
+    scope = scope_of(request, settings)
     targets = select_targets(scope, observed["discovery"], settings)
     done = {(o.action.params["kind"], o.action.target) for o in outcomes if o.ok}
     failures = [o for o in outcomes if not o.ok and o.result in (runner.IN_USE, runner.THROTTLED, runner.FAILED)]
@@ -365,7 +395,7 @@ def gather(request: HookRequest, ctx) -> dict:
 
     A failed discovery is recorded as ``{"error": …}``, never raised.
     """
-    scope = resolve_scope(request, ctx.settings)
+    scope = scope_of(request, ctx.settings)
     if scope.decision != COLLECT:
         return {}
     query = discovery.Query(
@@ -414,8 +444,10 @@ def verify(request: HookRequest, ctx) -> HookRequest:
     label = f"{parent.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
     if not meta.get("deletionTimestamp"):
         raise fresh.Unverified(f"{label} is not being deleted")
-    if FINALIZER not in (meta.get("finalizers") or []):
-        raise fresh.Unverified(f"{label} does not carry the finalizer {FINALIZER}")
+    ours = finalizer(ctx.settings)
+    finalizers = meta.get("finalizers")
+    if not isinstance(finalizers, list) or ours not in finalizers:
+        raise fresh.Unverified(f"{label} does not carry the finalizer {ours}")
     try:
         parent = parse_object(parent, "parent")
     except RequestError as exc:
@@ -435,7 +467,10 @@ def finalize(request: HookRequest, ctx=None) -> dict:
     ctx = ctx or runtime.current()
     started = time.monotonic()
     settings, now = ctx.settings, ctx.now()
-    if resolve_scope(request, settings).decision == COLLECT:
+    resolve_scope(request, settings)  # a body with a mistyped field is a 400, before anything is asked
+    if request.deleting and settings.external_resource_gc:
+        # From here on every decision (a move, the opt-out, the tasks, the name,
+        # the region) is taken from the API server's copy, not from the body.
         try:
             request = verify(request, ctx)
         except fresh.Unverified as exc:

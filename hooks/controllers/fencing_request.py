@@ -17,10 +17,16 @@ writes it, and each call moves one step:
   PoweringOn           Reboot only: StartInstances until the state is running.
   Succeeded            and, whatever the phase, the out-of-service taint comes
                        off once the node is Ready again with no terminating pod
-                       and no VolumeAttachment left.
+                       and no VolumeAttachment left (bounded by the release
+                       timeout), unless an unfinished request for the node in
+                       any namespace still holds it.
 
 The finalize hook takes the out-of-service taint off when a request is
 deleted half-way, unless another live request for the node still holds it.
+
+Every call that would act (or fail the request on what its Node says) is
+decided again on the FencingRequest and Node read fresh from the API server;
+when they cannot be read, nothing is done but Verified=False and a backoff.
 """
 from __future__ import annotations
 
@@ -85,8 +91,11 @@ def _ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
     written (the request was deleted in between): fenced, strategy taint,
     and not recorded as removed.
     """
-    if not _has_out_of_service_taint(node):
-        return False
+    return _has_out_of_service_taint(node) and _may_hold(status, spec)
+
+
+def _may_hold(status: dict, spec: fr.Spec) -> bool:
+    """Whether this request may have put the out-of-service taint on its node (see _ours_to_remove)."""
     recorded = _recorded(status, "recovery").get("outOfServiceTaint")
     if recorded == names.TAINT_APPLIED:
         return True
@@ -225,7 +234,7 @@ class _Step:
             else:  # missing from this request is not proof: the API server is asked again next time
                 self.provider["lastDescribeError"] = self.observed.get("nodeError") or \
                     f"Node {self.spec.node_name} was not in the request and could not be looked up"
-                self.resync(backoff(self.settings, 1))
+                self.unlocated()
             return False
         uid = self.node["metadata"].get("uid")
         for expected in (self.spec.node_uid, _recorded(self.status, "providerStatus").get("nodeUID")):
@@ -248,6 +257,21 @@ class _Step:
         if uid:
             self.provider["nodeUID"] = uid
         return True
+
+    def unlocated(self) -> None:
+        """Wait for the Node to be readable, but not for ever: a power operation that cannot start or go on
+        fails NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS after its last step (recovery has its own timeout)."""
+        if self.phase == names.RECOVERING:
+            return self.resync(backoff(self.settings, 1))
+        provider, rec = _recorded(self.status, "providerStatus"), _recorded(self.status, "recovery")
+        steps = [timefmt.parse(v) for v in (self.status.get("startTime"), provider.get("lastStopTime"),
+                                            provider.get("lastStartTime"), rec.get("completionTime"))]
+        last = max((m for m in steps if m is not None), default=None)
+        waited = (self.now - last).total_seconds() if last else 0
+        if waited >= self.settings.fencing_queue_timeout_seconds:
+            return self.fail("NodeUnavailable", f"Node {self.spec.node_name} could not be read for {waited:.0f}s: "
+                                                f"{self.provider.get('lastDescribeError')}")
+        self.resync(backoff(self.settings, 1))
 
     def observe_instance(self) -> str | None:
         seen = self.observed.get("instance")
@@ -372,9 +396,10 @@ class _Step:
         if self.spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED:
             if not self.still_fenced():
                 return
+            uid = self.provider.get("nodeUID")  # the taint goes on this Node only, never on a namesake
             self.actions.append(Action("kube.taint", self.spec.node_name, {
                 "key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
-                "effect": names.OUT_OF_SERVICE_EFFECT}))
+                "effect": names.OUT_OF_SERVICE_EFFECT, **({"uid": uid} if uid else {})}))
             rec["outOfServiceTaint"] = names.TAINT_APPLIED
             self.event("OutOfServiceTaintApplied",
                        f"Tainted node {self.spec.node_name} {names.OUT_OF_SERVICE_TAINT}={names.OUT_OF_SERVICE_VALUE}:"
@@ -456,6 +481,18 @@ class _Step:
                 return self.resync(backoff(self.settings, 1))
             if terminating or attachments:
                 return self.resync(self.settings.fencing_recovery_poll_seconds)
+        holders = self.observed.get("otherHolders")
+        if holders:
+            # An unfinished request for the node still counts on the taint: ours lets go, it takes it off.
+            rec["outOfServiceTaint"] = names.TAINT_REMOVED
+            self.event("OutOfServiceTaintKept", f"Node {self.spec.node_name} is Ready again; the out-of-service "
+                                                f"taint stays for {', '.join(holders)}")
+            return
+        if holders is None and back_for < self.settings.fencing_release_timeout_seconds:
+            # Not knowing whether another request holds it is not "no one"; the release timeout still fires.
+            self.recovery["lastError"] = "cannot list FencingRequests: " \
+                                         f"{self.observed.get('holdersError') or 'not looked up'}"
+            return self.resync(backoff(self.settings, 1))
         self.actions.append(Action("kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
         rec["outOfServiceTaint"] = names.TAINT_REMOVED
         if not seen:
@@ -522,6 +559,12 @@ def _invalid_spec(request: HookRequest, now: dt.datetime, problem: RequestError)
 
 
 def _finalize(step: _Step) -> Plan:
+    if step.node is None and not _node_gone(step.observed) and _may_hold(step.status, step.spec):
+        # Missing from this request and not readable: its taint may still be on; only a 404 proves it gone.
+        step.recovery["lastError"] = step.observed.get("nodeError") or \
+            f"Node {step.spec.node_name} was not in the request and could not be looked up"
+        step.resync(backoff(step.settings, 1))
+        return step.plan(finalized=False)
     if not _ours_to_remove(step.status, step.spec, step.node):
         return step.plan(finalized=True)
     if step.observed.get("holdersError"):
@@ -578,6 +621,11 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
     if (recovering and not taint_first) or _in_aftercare(status, node):
         _observe_node_objects(ctx, spec.node_name, observed)
+    if _in_aftercare(status, node):
+        try:
+            observed["otherHolders"] = _other_holders(request, spec, ctx, unfinished_only=True)
+        except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
+            observed["holdersError"] = kube_error(exc)
     return observed
 
 
@@ -621,9 +669,10 @@ def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) 
         observed["volumeAttachmentsError"] = kube_error(exc)
 
 
-def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context) -> list[str]:
+def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context,
+                   unfinished_only: bool = False) -> list[str]:
     """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
-    return fr.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name)
+    return fr.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name, unfinished_only)
 
 
 # --------------------------------------------------------------------------- trust
@@ -640,8 +689,12 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     if request.parent.get("kind") != names.REQUEST_KIND:
         raise fresh.Unverified(f"fencing-request acts only for a {names.REQUEST_KIND}")
     parent = fresh.same_object(ctx.kube, request.parent)
-    if request.finalizing and not (parent.get("metadata") or {}).get("deletionTimestamp"):
+    deleting = bool((parent.get("metadata") or {}).get("deletionTimestamp"))
+    if request.finalizing and not deleting:
         raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is not being deleted")
+    if deleting and not request.finalizing:
+        # Deleted since this sync was sent: nothing new starts; the finalize hook takes over.
+        raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is being deleted")
     try:
         parent = parse_object(parent, "parent")
         spec = fr.parse_spec(parent)
@@ -657,11 +710,14 @@ _NODE_VERDICTS = ("NodeReady", "NodeReplaced", "InvalidProviderID")
 
 
 def _needs_verification(request: HookRequest, plan: Plan) -> bool:
-    """An action on a node or an instance, or a final verdict drawn from the Node."""
+    """An action on a node or an instance, or a record drawn from the Node (a verdict, letting go of the taint)."""
     if any(a.kind != "event" for a in plan.actions):
         return True
-    status = plan.response.get("status") or {}
-    return (status.get("phase") == names.FAILED and _own_status(request.parent).get("phase") != names.FAILED
+    status, before = plan.response.get("status") or {}, _own_status(request.parent)
+    if _recorded(before, "recovery").get("outOfServiceTaint") == names.TAINT_APPLIED and \
+            _recorded(status, "recovery").get("outOfServiceTaint") == names.TAINT_REMOVED:
+        return True  # letting go of the taint rests on the Node too
+    return (status.get("phase") == names.FAILED and before.get("phase") != names.FAILED
             and status.get("errorReason") in _NODE_VERDICTS)
 
 

@@ -76,6 +76,13 @@ class Situation:
     hold_message: str = ""
     complete: bool = False
     failed_message: str = ""
+    # Why no pod may fail over now ("" when pods may): the same gate as a new
+    # FencingRequired (due under its own rule, not an excluded control-plane
+    # node, a fresh count that allows it), held even while fencing is in flight.
+    failover_hold: str = ""
+    # The power-off is proven for this node and this unhealthy spell, and the
+    # instance is meant to stay off: single-writer pods may go.
+    fenced: bool = False
 
     @property
     def unhealthy(self) -> bool:
@@ -90,6 +97,53 @@ def _condition_true(status: dict, ctype: str) -> bool:
 def _our_request(request: HookRequest) -> dict | None:
     found = request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)
     return found[0] if found else None
+
+
+def _fenced(fr: dict | None, request: HookRequest, state: Health) -> bool:
+    """Whether the FencingRequest proves this node cannot write now.
+
+    FencingSucceeded=True alone is not enough: the request must name this
+    node (and its uid where recorded), the power-off must have been confirmed
+    during the current unhealthy spell (a node that came back after an
+    earlier fence and went NotReady again is not powered off), and the
+    instance must be meant to stay off (Recovering, or Succeeded with action
+    Off; not a Reboot powering on, not a request that failed, say, because
+    the instance runs again).
+    """
+    if fr is None or state.since is None:
+        return False
+    spec = fr.get("spec") if isinstance(fr.get("spec"), dict) else {}
+    st = fr.get("status") if isinstance(fr.get("status"), dict) else {}
+    ref = spec.get("nodeRef") if isinstance(spec.get("nodeRef"), dict) else {}
+    provider = st.get("providerStatus") if isinstance(st.get("providerStatus"), dict) else {}
+    uid = request.meta.get("uid")
+    if ref.get("name") != request.name:
+        return False
+    for recorded in (ref.get("uid"), provider.get("nodeUID")):
+        if recorded is not None and recorded != uid:
+            return False
+    cond = conditions.find(st, names.FENCING_SUCCEEDED) or {}
+    confirmed_at = timefmt.parse(cond.get("lastTransitionTime"))
+    if cond.get("status") != "True" or confirmed_at is None or confirmed_at < state.since:
+        return False
+    phase = st.get("phase")
+    return phase == names.RECOVERING or (phase == names.SUCCEEDED and spec.get("action", names.ACTION_OFF) ==
+                                         names.ACTION_OFF)
+
+
+def _gate(request: HookRequest, policy: Policy, state: Health, now: dt.datetime,
+          settings: Settings) -> tuple[str, str]:
+    """(reason, message) that holds new fencing and failover, or ("", "") when both may go."""
+    if not state.due(now):
+        return "WaitingForDuration", f"{state.describe()}; fencing falls due at {timefmt.fmt(state.due_at)}"
+    if policy.exclude_control_plane and health.is_control_plane(request.labels):
+        return "ControlPlaneExcluded", f"NodeFencingPolicy {policy.name} never fences control-plane nodes"
+    verdict = storm.verdict(policy, request.name, now, settings.fencing_count_max_age_seconds)
+    if verdict.outcome == storm.HOLD:
+        return "StormGuard", verdict.message
+    if verdict.outcome == storm.PENDING:
+        return "PolicyCountPending", verdict.message
+    return "", ""
 
 
 def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situation:
@@ -107,28 +161,22 @@ def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situat
     complete = _condition_true(fr_status, names.FENCING_SUCCEEDED)
     failed = "" if complete or fr_status.get("phase") != names.FAILED else (
         f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
-    # Fencing in flight is never abandoned half-way, even if the guard now holds.
+    hold_reason, hold_message = _gate(request, policy, state, now, settings)
+    # Fencing in flight is never abandoned half-way, even if the guard now holds;
+    # failover still waits for the gate.
     if fencing_request is not None or _condition_true(node_status, names.REQUIRED):
         return Situation(policy, state, fencing_request, required=True, complete=complete,
-                         failed_message=failed)
-    if not state.due(now):
-        return Situation(policy, state, fencing_request, hold_reason="WaitingForDuration",
-                         hold_message=f"{state.describe()}; fencing falls due at {timefmt.fmt(state.due_at)}")
-    if policy.exclude_control_plane and health.is_control_plane(request.labels):
-        return Situation(policy, state, fencing_request, hold_reason="ControlPlaneExcluded",
-                         hold_message=f"NodeFencingPolicy {policy.name} never fences control-plane nodes")
-    verdict = storm.verdict(policy, request.name, now, settings.fencing_count_max_age_seconds)
-    if verdict.outcome == storm.HOLD:
-        return Situation(policy, state, fencing_request, hold_reason="StormGuard", hold_message=verdict.message)
-    if verdict.outcome == storm.PENDING:
-        return Situation(policy, state, fencing_request, hold_reason="PolicyCountPending",
-                         hold_message=verdict.message)
+                         failed_message=failed, failover_hold=hold_reason,
+                         fenced=_fenced(fencing_request, request, state))
+    if hold_reason:
+        return Situation(policy, state, fencing_request, hold_reason=hold_reason, hold_message=hold_message,
+                         failover_hold=hold_reason)
     return Situation(policy, state, fencing_request, required=True)
 
 
 def needs_pods(sit: Situation) -> bool:
     """Pods are listed only for a node whose fencing is due: no payload grows with pods."""
-    return sit.unhealthy and sit.required
+    return sit.unhealthy and sit.required and not sit.failover_hold
 
 
 # --------------------------------------------------------------------------- decide
@@ -295,6 +343,8 @@ def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.dat
     resync = sit.health.seconds_until_due(now) if not sit.required and sit.hold_reason == "WaitingForDuration" else None
     if sit.required or sit.hold_reason in ("StormGuard", "PolicyCountPending"):
         resync = settings.fencing_resync_seconds
+    if sit.required and sit.failover_hold == "WaitingForDuration":
+        resync = min(resync, sit.health.seconds_until_due(now))  # pods may fail over then
     if needs_pods(sit):
         failover_actions, failover_error = _failover(request, sit, observed)
         actions.extend(failover_actions)
@@ -336,7 +386,7 @@ def _transition_events(request: HookRequest, before: dict, desired: dict) -> lis
 def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[list[Action], str]:
     if observed.get("podsError"):
         return [], f"listing the node's pods for failover failed: {observed['podsError']}"
-    go, held = failover.select(observed.get("pods") or [], sit.policy, observed.get("claims") or {}, sit.complete)
+    go, held = failover.select(observed.get("pods") or [], sit.policy, observed.get("claims") or {}, sit.fenced)
     actions = []
     for choice in go:
         meta = choice.pod["metadata"]
@@ -446,10 +496,22 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
         if fencing_request else {}
-    return dataclasses.replace(
+    verified = dataclasses.replace(
         request, parent=node,
         related=ObjectGroups.parse({f"{names.POLICY_KIND}.{names.API_VERSION}": policies_now}, "related"),
         children=ObjectGroups.parse(children, "children"))
+    seen, now_governing = _governing(request), _governing(verified)
+    if seen is not None and now_governing is not None and \
+            (seen.name, seen.uid) != (now_governing.name, now_governing.uid):
+        raise fresh.Unverified(f"the NodeFencingPolicy governing the node is {now_governing.name} "
+                               f"(uid {now_governing.uid}) on the API server, not the request's {seen.name} "
+                               f"(uid {seen.uid})")
+    return verified
+
+
+def _governing(request: HookRequest) -> Policy | None:
+    valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
+    return policies.governing(valid, request.labels)
 
 
 def _plan(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> Plan:
@@ -469,7 +531,13 @@ def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
             log.warning("node-fencing did not fail pods over", extra={"node": request.name, "reason": str(exc)})
             kept = [a for a in plan.actions if a.kind != "kube.force-delete-pod" and
                     not (a.kind == "event" and a.target.startswith("Pod/"))]
-            annotations = {names.ERROR_ANNOTATION: message[:1024]}
+            message = message[:1024]
+            annotations = dict(plan.response.get("annotations") or {})
+            annotations.pop(names.ERROR_ANNOTATION, None)
+            if request.annotations.get(names.ERROR_ANNOTATION) != message:
+                # Said once per cause: the same failure again writes nothing and emits no Event.
+                annotations[names.ERROR_ANNOTATION] = message
+                kept.append(_node_event(request, "FailoverUnverified", message, warning=True))
             plan = Plan(dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(ctx.settings, 1)),
                         kept)
     outcomes = actuators.act(CONTROLLER, plan.actions, ctx)

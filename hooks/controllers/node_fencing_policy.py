@@ -96,7 +96,17 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     elif not counts.holds and was_holding:
         actions.append(Action("event", request.name, {"reason": "StormGuardReleased", "message": guard["message"]}))
     # Counted again at least this often, so node-fencing always has a fresh count to trust.
-    return Plan(composite_response(status=status, resync_after=settings.fencing_count_interval_seconds), actions)
+    return Plan(composite_response(status=status, resync_after=count_interval(settings)), actions)
+
+
+def count_interval(settings: Settings) -> float:
+    """How often a policy is counted: its interval, and at least three times within the count's max age.
+
+    A count expires after NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS; counting
+    well within that keeps a healthy policy from ever looking expired, whatever
+    the two settings say.
+    """
+    return max(1.0, min(settings.fencing_count_interval_seconds, settings.fencing_count_max_age_seconds / 3))
 
 
 def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Settings, now: dt.datetime) -> str:
@@ -111,7 +121,7 @@ def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Sett
         and previous.get("unhealthyNodes") == counts.unhealthy and previous.get("fencingNodes") == counts.fencing \
         and previous.get("fencedNodes") == counts.fenced and \
         (previous.get("unhealthyNodeNames") or []) == list(counts.unhealthy_names)
-    if same and before is not None and 0 <= (now - before).total_seconds() < settings.fencing_count_interval_seconds / 2:
+    if same and before is not None and 0 <= (now - before).total_seconds() < count_interval(settings) / 2:
         return previous["countedAt"]
     return timefmt.fmt(now)
 

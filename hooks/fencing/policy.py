@@ -13,6 +13,8 @@ DEFAULT_DURATION = 60.0
 DEFAULT_MAX_UNHEALTHY = "40%"
 _PERCENT = re.compile(r"^([0-9]{1,3})%$")
 MAX_NODES = 1_000_000
+MAX_RULES = 32
+MAX_NAMESPACES = 256
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Policy:
     failover_namespaces: tuple[str, ...] = ()
     status: dict = field(default_factory=dict)
     deleting: bool = False
+    uid: str = ""
 
     def selects(self, node_labels: dict) -> bool:
         return selectors.matches(self.node_selector, node_labels)
@@ -63,6 +66,8 @@ def _rules(obj: dict, where: str) -> tuple[Rule, ...]:
     items = fields.objects(obj, "spec", "unhealthyConditions", where=where)
     if not items:
         return DEFAULT_RULES
+    if len(items) > MAX_RULES:  # every Node's sync walks them all
+        raise RequestError(f"{where}.spec.unhealthyConditions", f"has {len(items)} items; at most {MAX_RULES}")
     rules = []
     for i, item in enumerate(items):
         path = f"{where}.spec.unhealthyConditions[{i}]"
@@ -109,6 +114,9 @@ def parse(obj: dict, where: str = "parent") -> Policy:
     namespaces = failover.get("namespaces") or []
     if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
         raise RequestError(f"{where}.spec.failover.namespaces", "must be a list of namespace names")
+    if len(namespaces) > MAX_NAMESPACES:
+        raise RequestError(f"{where}.spec.failover.namespaces",
+                           f"has {len(namespaces)} items; at most {MAX_NAMESPACES}")
     generation = meta.get("generation") or 0
     return Policy(
         name=meta["name"],
@@ -123,6 +131,7 @@ def parse(obj: dict, where: str = "parent") -> Policy:
         failover_namespaces=tuple(namespaces),
         status=fields.mapping(obj, "status", where=where),
         deleting=bool(meta.get("deletionTimestamp")),
+        uid=meta.get("uid") if isinstance(meta.get("uid"), str) else "",
     )
 
 

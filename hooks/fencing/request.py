@@ -76,8 +76,8 @@ def older_active(me: dict, others: list[dict], node_name: str) -> list[str]:
     First by creationTimestamp, then by uid, so two requests made in the
     same second still agree which of them goes first.
     """
-    mine = me.get("metadata") or {}
-    my_key = (mine.get("creationTimestamp") or "", mine.get("uid") or "")
+    mine = _section(me, "metadata")
+    my_key = (str(mine.get("creationTimestamp") or ""), str(mine.get("uid") or ""))
     found = []
     for other in others:
         meta = other.get("metadata") if isinstance(other.get("metadata"), dict) else {}
@@ -117,9 +117,11 @@ def holds_out_of_service_taint(obj: dict) -> bool:
     return fenced and strategy == names.OUT_OF_SERVICE
 
 
-def taint_holders(me: dict, others: list, node_name: str) -> list[str]:
+def taint_holders(me: dict, others: list, node_name: str, unfinished_only: bool = False) -> list[str]:
     """Other live requests for the node, from any namespace, that still count on its out-of-service taint.
 
+    ``unfinished_only``: a finished request takes the taint off by itself once
+    the node is back, so two finished ones never wait on each other.
     A malformed request is skipped, never a reason to fail the whole listing.
     """
     my_uid = _section(me, "metadata").get("uid")
@@ -127,6 +129,8 @@ def taint_holders(me: dict, others: list, node_name: str) -> list[str]:
     for other in others:
         meta = _section(other, "metadata")
         if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
+            continue
+        if unfinished_only and _section(other, "status").get("phase") in names.FINISHED_PHASES:
             continue
         if _section(_section(other, "spec"), "nodeRef").get("name") != node_name:
             continue

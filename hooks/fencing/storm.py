@@ -7,9 +7,10 @@ are unhealthy. The NodeFencingPolicy controller counts (it sees the policy's
 nodes); the node-fencing hook reads the verdict from the policy's status, and
 proceeds only when that status was computed for the current spec, already
 counts this node, and was observed recently (``countedAt``, at most
-NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS old), so a stale, frozen or missing
-count never lets fencing through: a policy sync that stopped (its request too
-large, its hook failing) holds fencing instead of trusting its last answer.
+NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS old and not from the future), so a
+stale, frozen or missing count never lets fencing through: a policy sync
+that stopped (its request too large, its hook failing) holds fencing instead
+of trusting its last answer.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from hooks.fencing.policy import Policy
 ALLOWED = "allowed"
 HOLD = "hold"
 PENDING = "pending"
+# How far ahead of this clock a count's countedAt may be (clocks of two hook replicas).
+MAX_SKEW_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,11 @@ def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) ->
         return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted its nodes for this spec yet")
     counted = timefmt.parse(status.get("countedAt"))
     age = (now - counted).total_seconds() if counted else None
-    if age is None or abs(age) > max_age:
+    if age is None or age < -MAX_SKEW_SECONDS or age > max_age:
+        # A stamp from the future would stay "fresh" long after its sync stopped: not trusted either.
         # A fixed message: the age changes every second and would rewrite the node each time.
-        return Verdict(PENDING, f"the last count of NodeFencingPolicy {policy.name} is missing or older than "
-                                f"{max_age:g}s: no fencing on a count that may be out of date")
+        return Verdict(PENDING, f"the last count of NodeFencingPolicy {policy.name} is missing, from the future "
+                                f"or older than {max_age:g}s: no fencing on a count that may be out of date")
     if guard.get("status") == "True":
         # A fixed message: counts change often in a storm, and every change would rewrite every held node.
         return Verdict(HOLD, f"the storm guard of NodeFencingPolicy {policy.name} holds new fencing: more than "

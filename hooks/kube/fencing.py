@@ -1,5 +1,5 @@
 """What fencing does through the Kubernetes API: force deletes, VolumeAttachments,
-claims' access modes, and the FencingRequests of a namespace."""
+claims' access modes, and the FencingRequests of every namespace."""
 from __future__ import annotations
 
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
@@ -71,4 +71,5 @@ def claim_access_modes(kube, namespace: str, name: str) -> list[str]:
 def fencing_requests(kube, namespace: str = "*") -> list[dict]:
     """FencingRequests of one namespace, or of every namespace (the default)."""
     items = kube.list(FencingRequest, namespace=namespace)
-    return [i.to_dict() if hasattr(i, "to_dict") else dict(i) for i in items]
+    found = [i.to_dict() if hasattr(i, "to_dict") else i for i in items]
+    return [i for i in found if isinstance(i, dict)]

@@ -17,10 +17,20 @@ def _node_taints(node) -> list[dict]:
     return [t.to_dict() for t in (spec.taints or [])] if spec else []
 
 
-def _write(kube, name: str, change) -> bool:
-    """Apply ``change(taints) -> new taints or None``; True when the node changed."""
+class NodeReplaced(RuntimeError):
+    """The Node under that name is not the one the caller verified."""
+
+
+def _write(kube, name: str, change, uid: str | None = None) -> bool:
+    """Apply ``change(taints) -> new taints or None``; True when the node changed.
+
+    With ``uid``, only the Node of that uid is written (the resourceVersion
+    test then keeps it the same object up to the patch).
+    """
     for attempt in range(_ATTEMPTS):
         node = kube.get(Node, name)
+        if uid and node.metadata.uid != uid:
+            raise NodeReplaced(f"Node {name} is now uid {node.metadata.uid}, not {uid}: not written")
         taints = _node_taints(node)
         new = change(taints)
         if new is None:
@@ -39,7 +49,7 @@ def _write(kube, name: str, change) -> bool:
     return False
 
 
-def add(kube, node_name: str, key: str, effect: str, value: str | None = None) -> bool:
+def add(kube, node_name: str, key: str, effect: str, value: str | None = None, uid: str | None = None) -> bool:
     def change(taints):
         if any(t.get("key") == key and t.get("effect") == effect for t in taints):
             return None
@@ -48,7 +58,7 @@ def add(kube, node_name: str, key: str, effect: str, value: str | None = None) -
             taint["value"] = value
         return taints + [taint]
 
-    return _write(kube, node_name, change)
+    return _write(kube, node_name, change, uid)
 
 
 def remove(kube, node_name: str, key: str, effect: str | None = None) -> bool:

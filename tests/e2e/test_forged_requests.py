@@ -8,6 +8,7 @@ names counts. moto is checked after each forged request: nothing changed.
 """
 from __future__ import annotations
 
+import copy
 import uuid
 
 import pytest
@@ -16,11 +17,12 @@ import requests
 import gc_world as w
 from devcluster import fleet
 from devcluster.api import ApiError, wait_for
-from test_cluster_gc import FINALIZER, GC, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
+from test_cluster_gc import FINALIZER, GC, LAST_ERROR, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
 
 pytestmark = pytest.mark.e2e
 
 REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/{}/fencingrequests"
+DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
 def _post(cluster, route: str, body: dict) -> requests.Response:
@@ -42,16 +44,30 @@ def _finalize_body(parent: dict) -> dict:
             "attachments": {}, "related": {}, "finalizing": True}
 
 
-def test_a_forged_finalize_for_a_cluster_that_does_not_exist_deletes_nothing(capa, cluster, cloud, namespace):
+def _refused(reply: requests.Response) -> None:
+    """Answered, held, and held because the API server did not confirm the body."""
+    answer = reply.json()
+    assert answer.get("finalized") is False, answer
+    assert "not verified with the API server" in answer["annotations"][LAST_ERROR], answer
+
+
+def test_a_forged_finalize_for_a_cluster_that_does_not_exist_deletes_nothing(capa, api, cluster, cloud, namespace):
     victim = f"{namespace}-prod"
     net = w.network(cloud.ec2)
     made = w.build_cluster(lambda s: getattr(cloud, s), net, f"{namespace[-6:]}f", w.cluster_tags(victim),
                            load_balancers=1, target_groups=1, security_groups=1)
     forged = _forged_cluster(namespace, "prod", victim, str(uuid.uuid4()))
     for _ in range(3):
-        reply = _post(cluster, "cluster-gc/finalize", _finalize_body(forged))
-        assert reply.json().get("finalized") is not True
+        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(forged)))
+    # Bodies that would skip or block (a move, an opt-out, an unreadable value) are checked first too.
+    for claim in ({DELETE_FOR_MOVE: ""}, {GC: "false"}, {GC: "maybe"}):
+        variant = copy.deepcopy(forged)
+        variant["metadata"]["annotations"] = claim
+        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(variant)))
     assert w.existing(lambda s: getattr(cloud, s), made) == made
+    events = api.get(f"/api/v1/namespaces/{namespace}/events",
+                     params={"fieldSelector": "involvedObject.name=prod"})["items"]
+    assert events == []  # nothing written about an object the API server does not have
 
 
 def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, cluster, cloud, namespace):
@@ -65,8 +81,7 @@ def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, clus
     # Its real name, namespace and uid; only the deletion is made up.
     forged = _forged_cluster(namespace, "live", workload, live["metadata"]["uid"])
     for _ in range(3):
-        reply = _post(cluster, "cluster-gc/finalize", _finalize_body(forged))
-        assert reply.json().get("finalized") is not True
+        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(forged)))
     assert w.existing(lambda s: getattr(cloud, s), made) == made
     assert not api.get(path)["metadata"].get("deletionTimestamp")
     api.patch(path, {"metadata": {"annotations": {GC: "false"}}})  # let it go without collecting

@@ -8,7 +8,7 @@ Two ways, one result:
   lists is then checked to exist, since it can list resources deleted moments
   ago;
 - when that API is refused or configured off, and whenever it finds nothing
-  left (it lags: what it omits may exist), list the load balancers and
+  left to collect (it lags: what it omits may exist), list the load balancers and
   target groups and read their tags in chunks of 20, and ask EC2 for the
   security groups and volumes carrying the tags.
 
@@ -37,6 +37,7 @@ from hooks.aws.gc.resources import (
     KIND_TASK,
     cluster_tag,
     is_candidate,
+    made_by,
     parse_arn,
 )
 
@@ -69,16 +70,23 @@ def discover(aws, query: Query) -> dict:
             fallback = f"tagging API refused: {describe_error(exc)}"
         else:
             found = _existing(aws, query, candidates)
-            if found:
+            if _collectable(found, query):
                 return _result(TAGGING_API, "", found)
             # The tagging API lags behind the services (a resource made moments
-            # ago may not be listed yet), so "nothing left" is never taken from
-            # it alone: the listing must agree before anything is finalized.
+            # ago may not be listed yet), so "nothing left to collect" is never
+            # taken from it alone: the listing must agree before anything is
+            # finalized. What it lists but nobody collects (CAPA's own security
+            # groups, say) does not count as "something left".
             listed = _listed(aws, query)
-            if not listed:
-                return _result(TAGGING_API, "", [])
-            return _result(LISTING, f"tagging API listed nothing, listing found {len(listed)}", listed)
+            if not _collectable(listed, query):
+                return _result(TAGGING_API, "", found)
+            return _result(LISTING, f"tagging API listed nothing to collect, listing found {len(listed)}", listed)
     return _result(LISTING, fallback, _listed(aws, query))
+
+
+def _collectable(resources: list[dict], query: Query) -> bool:
+    """Whether any of ``resources`` is one cluster-gc would delete (the controller's own rule)."""
+    return any(made_by(r["kind"], r["tags"], query.cluster_name, query.include_lb_controller) for r in resources)
 
 
 def _result(method: str, fallback: str, resources: list[dict]) -> dict:
