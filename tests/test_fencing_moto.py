@@ -56,6 +56,14 @@ def _set_ready(kube: FakeKube, node: str, status: str, at: dt.datetime) -> None:
                                                  "lastHeartbeatTime": _fmt(at), "lastTransitionTime": _fmt(at)}] + others
 
 
+def _one_request(aws, make_ctx, kube, spec: dict | None = None):
+    """A NotReady node-a on a running moto instance, and a harness for one request fencing it."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    return ec2, instance, RequestHarness(make_ctx, kube, spec or {})
+
+
 class RequestHarness:
     """Plays Metacontroller for one FencingRequest: related Node, status applied, the clock moved."""
 
@@ -261,11 +269,9 @@ def test_deleting_a_request_half_way_leaves_no_taint(aws, make_ctx, kube):
 
 
 def test_finalize_keeps_trying_while_the_api_is_down(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
-    h = RequestHarness(make_ctx, kube, {})
+    _, _, h = _one_request(aws, make_ctx, kube)
     h.call()
-    h.call(after=2)
+    h.call(after=2)  # powered off, tainted out of service
     h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
     kube.unavailable = True
     held = h.call("finalize", after=1)
@@ -332,10 +338,7 @@ def test_the_node_seen_by_the_api_server_decides_not_the_body(aws, make_ctx, kub
 
 
 def test_no_reachable_api_server_means_no_power_off(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     kube.unavailable = True
     response = h.call()
     assert response["resyncAfterSeconds"] >= 1 and _state(ec2, instance) == "running"
@@ -424,10 +427,7 @@ def test_resource_deletion_times_out_when_pods_keep_coming_back(aws, make_ctx, k
 
 
 def test_a_node_missing_from_one_request_is_not_taken_for_gone(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
     assert OOS in kube.taints("node-a")
     node = kube.nodes["node-a"]
@@ -450,11 +450,9 @@ def test_a_node_missing_from_one_request_is_not_taken_for_gone(aws, make_ctx, ku
 
 def test_finalize_without_the_node_in_the_request_does_not_leave_the_taint(aws, make_ctx, kube):
     """Metacontroller's finalize request lacks the Node and the API server cannot be asked: not finalized yet."""
-    ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
-    h = RequestHarness(make_ctx, kube, {})
+    _, _, h = _one_request(aws, make_ctx, kube)
     h.call()
-    h.call(after=2)
+    h.call(after=2)  # powered off, tainted out of service
     assert OOS in kube.taints("node-a")
     h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
     kube.put_fencing_request(h.fr)
@@ -467,36 +465,33 @@ def test_finalize_without_the_node_in_the_request_does_not_leave_the_taint(aws, 
     assert done["finalized"] is True and OOS not in kube.taints("node-a")
 
 
-def test_a_holder_in_another_namespace_keeps_the_taint(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
-    h = RequestHarness(make_ctx, kube, {})
-    h.call()
-    h.call(after=2)
-    assert OOS in kube.taints("node-a")
-    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
-                                  "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
-                                  "spec": {"nodeRef": {"name": "node-a"}},
-                                  "status": {"phase": names.RECOVERING,
-                                             "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}})
-    assert h.call("finalize", after=1)["finalized"] is True
-    assert OOS in kube.taints("node-a"), "team-a/team-fence still counts on it"
+_OTHER_REQUESTS = {
+    # Recorded as holding the taint, in another namespace: finalize looks in every namespace.
+    "holder-in-another-namespace": ({"metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+                                     "spec": {"nodeRef": {"name": "node-a"}},
+                                     "status": {"phase": names.RECOVERING,
+                                                "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}}, True),
+    # Fenced with the taint strategy, its status saying so never written: it still holds.
+    "fenced-holder-not-recorded-yet": ({"metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+                                        "spec": {"nodeRef": {"name": "node-a"}},
+                                        "status": {"phase": names.RECOVERING, "conditions": [
+                                            {"type": names.FENCING_SUCCEEDED, "status": "True"}]}}, True),
+    # One odd request in the listing is skipped, not taken for a failed listing (which would hold forever).
+    "malformed-elsewhere": ({"metadata": {"name": "odd", "namespace": "team-b", "uid": "uid-odd"},
+                             "spec": ["not", "an", "object"], "status": "nor this"}, False),
+}
 
 
-def test_a_fenced_holder_whose_taint_record_is_not_written_yet_keeps_the_taint(aws, make_ctx, kube):
-    """The other request tainted the node but its status saying so was never written: it still holds."""
-    ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
-    h = RequestHarness(make_ctx, kube, {})
+@pytest.mark.parametrize("case", sorted(_OTHER_REQUESTS))
+def test_finalize_keeps_the_taint_exactly_while_another_request_holds_it(aws, make_ctx, kube, case):
+    other, kept = _OTHER_REQUESTS[case]
+    _, _, h = _one_request(aws, make_ctx, kube)
     h.call()
-    h.call(after=2)
-    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
-                                  "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
-                                  "spec": {"nodeRef": {"name": "node-a"}},
-                                  "status": {"phase": names.RECOVERING, "conditions": [
-                                      {"type": names.FENCING_SUCCEEDED, "status": "True"}]}})
-    assert h.call("finalize", after=1)["finalized"] is True
+    h.call(after=2)  # powered off, tainted out of service
     assert OOS in kube.taints("node-a")
+    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND, **copy.deepcopy(other)})
+    assert h.call("finalize", after=1)["finalized"] is True
+    assert (OOS in kube.taints("node-a")) is kept
 
 
 def test_aftercare_leaves_the_taint_to_an_unfinished_holder_in_another_namespace(aws, make_ctx, kube):
@@ -525,10 +520,7 @@ def test_aftercare_leaves_the_taint_to_an_unfinished_holder_in_another_namespace
 
 
 def test_letting_go_of_the_taint_rests_on_the_fresh_node_not_a_stale_body(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
     kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
                               "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
@@ -547,10 +539,7 @@ def test_letting_go_of_the_taint_rests_on_the_fresh_node_not_a_stale_body(aws, m
 
 def test_a_node_replaced_after_the_checks_is_not_tainted(aws, make_ctx, kube):
     """The Node is deleted and re-created under its name between the fresh read and the taint's patch."""
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     h.call()  # stop requested
     original_get = kube.get
 
@@ -570,25 +559,8 @@ def test_a_node_replaced_after_the_checks_is_not_tainted(aws, make_ctx, kube):
     assert OOS not in kube.taints("node-a")
 
 
-def test_a_malformed_request_elsewhere_does_not_block_finalize(aws, make_ctx, kube):
-    """One odd FencingRequest in the listing is skipped, not taken for a failed listing (which would hold forever)."""
-    ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
-    h = RequestHarness(make_ctx, kube, {})
-    h.call()
-    h.call(after=2)
-    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
-                                  "metadata": {"name": "odd", "namespace": "team-b", "uid": "uid-odd"},
-                                  "spec": ["not", "an", "object"], "status": "nor this"})
-    assert h.call("finalize", after=1)["finalized"] is True
-    assert OOS not in kube.taints("node-a")
-
-
 def test_an_unverified_call_says_why_and_backs_off(aws, make_ctx, kube):
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     h.call()  # stop requested
     kube.unavailable = True  # the power-off is confirmed next, but the taint waits for the API server's word
     waits = [h.call(after=2)["resyncAfterSeconds"] for _ in range(3)]
@@ -605,10 +577,7 @@ def test_an_unverified_call_says_why_and_backs_off(aws, make_ctx, kube):
 
 def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
     """The body predates the delete; the API server's copy has a deletionTimestamp: no stop, finalize takes over."""
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     deleting = copy.deepcopy(h.fr)
     deleting["metadata"]["deletionTimestamp"] = _fmt(T0)
     kube.put_fencing_request(deleting)
@@ -622,10 +591,7 @@ def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
 
 def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx, kube):
     """Metacontroller's cached Node still says Ready; the API server says NotReady: fence, do not fail."""
-    ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
-    h = RequestHarness(make_ctx, kube, {})
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
     kube.put_fencing_request(h.fr)
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
             "related": {"Node.v1": {"node-a": _node(instance, ready="True")}}}
@@ -810,6 +776,12 @@ def _forged_call(h: NodeHarness, node: dict, policy: dict | None = None, attachm
     return serve("node-fencing", "sync", json.loads(json.dumps(body)), h.ctx)
 
 
+def _unreachable(res, name, namespace=None):
+    from hooks.kube.client import KubeUnavailable
+
+    raise KubeUnavailable("Kubernetes API unreachable (test)")
+
+
 def _fresh_policy(now: dt.datetime) -> dict:
     policy = _policy()
     policy["status"]["countedAt"] = _fmt(now)
@@ -838,26 +810,6 @@ def test_failover_waits_for_a_fresh_count_on_the_api_server(make_ctx, kube):
     assert "default/web-1" in kube.pods
     assert response["status"] is None or all(
         c.get("status") != "True" for c in response["status"]["conditions"] if c["type"] == names.REQUIRED)
-
-
-def test_no_reachable_api_server_means_no_failover(make_ctx, kube):
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
-    _failover_pod(kube)
-    kube.add_object(_fresh_policy(h.now))
-    original_get = kube.get
-
-    def unreachable(res, name, namespace=None):
-        from hooks.kube.client import KubeUnavailable
-
-        raise KubeUnavailable("Kubernetes API unreachable (test)")
-
-    kube.get = unreachable  # reads fail; the force delete itself would still go through
-    response = _forged_call(h, h.node, _fresh_policy(h.now))
-    assert "default/web-1" in kube.pods
-    assert "not verified" in response["annotations"][names.ERROR_ANNOTATION]
-    kube.get = original_get
-    _forged_call(h, h.node, _fresh_policy(h.now))
-    assert "default/web-1" not in kube.pods, "once the API server answers, the pod fails over"
 
 
 def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(make_ctx, kube):
@@ -912,13 +864,7 @@ def test_an_unverified_failover_is_reported_once_and_retried(make_ctx, kube):
     _failover_pod(kube)
     kube.add_object(_fresh_policy(h.now))
     original_get = kube.get
-
-    def unreachable(res, name, namespace=None):
-        from hooks.kube.client import KubeUnavailable
-
-        raise KubeUnavailable("Kubernetes API unreachable (test)")
-
-    kube.get = unreachable
+    kube.get = _unreachable  # reads fail; the force delete itself would still go through
     first = _forged_call(h, h.node, _fresh_policy(h.now))
     assert "not verified" in first["annotations"][names.ERROR_ANNOTATION]
     assert first["resyncAfterSeconds"] >= 1

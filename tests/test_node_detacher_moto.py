@@ -220,6 +220,14 @@ def _until(h, done, hook="sync", limit=12):
     raise AssertionError(f"not done after {limit} calls: {h.responses[-1]}")
 
 
+def _cordoned_and_detached(h):
+    """Warm the Attachment, cordon, and sync through exclude, deregister and drain."""
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    for _ in range(3):
+        h.sync()
+
+
 def _deleting(h, seconds_ago=0):
     import datetime as dt
 
@@ -251,10 +259,7 @@ def test_a_target_group_deleted_while_draining_counts_as_drained(world, harness)
 
 def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, harness):
     h, kube = harness
-    h.sync()
-    h.node["spec"]["unschedulable"] = True
-    for _ in range(3):
-        h.sync()
+    _cordoned_and_detached(h)
     world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])  # the Service was deleted
     h.node["spec"]["unschedulable"] = False
     h.sync()
@@ -290,10 +295,7 @@ def test_a_deleting_node_is_let_go_at_its_deadline_whatever_fails(world, harness
 
 def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world, harness):
     h, kube = harness
-    h.sync()
-    h.node["spec"]["unschedulable"] = True
-    for _ in range(3):
-        h.sync()
+    _cordoned_and_detached(h)
     undo = _refuse(h.ctx.aws.client("elbv2", "us-east-1"), "RegisterTargets")
     try:
         h.node["spec"]["unschedulable"] = False
@@ -366,10 +368,7 @@ def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
     ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
                     "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
-    h.sync()
-    h.node["spec"]["unschedulable"] = True
-    for _ in range(3):
-        h.sync()
+    _cordoned_and_detached(h)
     h.node["spec"]["taints"] = [{"key": names.DETACHING_TAINT, "effect": "NoSchedule"}]
     h.node["spec"]["unschedulable"] = False
     _pod_request(h, since=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))

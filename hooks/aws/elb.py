@@ -32,55 +32,47 @@ def _gone(exc: ClientError) -> bool:
     return error_code(exc) in GONE_CODES
 
 
+def _unless_gone(call, forgiven: tuple[str, ...] = (), **params) -> str | None:
+    """One call; GONE when its load balancer no longer exists, None when done or ``forgiven``."""
+    try:
+        call(**params)
+    except ClientError as exc:
+        if _gone(exc):
+            return GONE
+        if error_code(exc) not in forgiven:
+            raise
+    return None
+
+
 def deregister_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> str | None:
-    """Out of the target group; GONE when the group no longer exists (out all the same)."""
+    """Out of the target group; GONE when the group no longer exists (out all the same).
+
+    AWS answers success for an absent target; some implementations say
+    InvalidTarget instead. Either way the target is not registered.
+    """
     for batch in _chunks(_targets(instance_id, ports)):
-        try:
-            elbv2.deregister_targets(TargetGroupArn=target_group_arn, Targets=batch)
-        except ClientError as exc:
-            # AWS answers success for an absent target; some implementations say
-            # InvalidTarget instead. Either way the target is not registered.
-            if _gone(exc):
-                return GONE
-            if error_code(exc) != "InvalidTarget":
-                raise
+        if _unless_gone(elbv2.deregister_targets, ("InvalidTarget",), TargetGroupArn=target_group_arn,
+                        Targets=batch) == GONE:
+            return GONE
     return None
 
 
 def register_targets(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> str | None:
     """Back into the target group; GONE when it no longer exists (nothing to rejoin)."""
     for batch in _chunks(_targets(instance_id, ports)):
-        try:
-            elbv2.register_targets(TargetGroupArn=target_group_arn, Targets=batch)
-        except ClientError as exc:
-            if _gone(exc):
-                return GONE
-            raise
+        if _unless_gone(elbv2.register_targets, TargetGroupArn=target_group_arn, Targets=batch) == GONE:
+            return GONE
     return None
 
 
 def deregister_instance(elb, load_balancer_name: str, instance_id: str) -> str | None:
-    try:
-        elb.deregister_instances_from_load_balancer(
-            LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
-        )
-    except ClientError as exc:
-        if _gone(exc):
-            return GONE
-        raise
-    return None
+    return _unless_gone(elb.deregister_instances_from_load_balancer, LoadBalancerName=load_balancer_name,
+                        Instances=[{"InstanceId": instance_id}])
 
 
 def register_instance(elb, load_balancer_name: str, instance_id: str) -> str | None:
-    try:
-        elb.register_instances_with_load_balancer(
-            LoadBalancerName=load_balancer_name, Instances=[{"InstanceId": instance_id}]
-        )
-    except ClientError as exc:
-        if _gone(exc):
-            return GONE
-        raise
-    return None
+    return _unless_gone(elb.register_instances_with_load_balancer, LoadBalancerName=load_balancer_name,
+                        Instances=[{"InstanceId": instance_id}])
 
 
 def target_states(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> dict[int, str]:
