@@ -89,7 +89,7 @@ def scenario(endpoint: str, counts: dict, env: dict, faults: w.Faults | None = N
     kept = w.build_cluster(client, net, "b", w.cluster_tags("beta"), **others)
 
     ctx = runtime.Context(load_settings({**{k: v for k, v in os.environ.items() if k.startswith("AWS_")}, **env}))
-    ctx._kube = w.RecordingKube()
+    ctx._kube = w.FakeKube()
     calls = w.Calls().attach(ctx.aws)
     if faults:
         faults.attach(ctx.aws)

@@ -1,9 +1,11 @@
 """Every side effect a controller can plan, by Action kind: one actuator each.
 
 Controllers decide (pure) and put Actions in their Plan; ``act`` carries them
-out here, idempotently, and reports one Outcome per action. A failure is an
-Outcome with the error, never an exception: the controller's settle step
-keeps what already happened and retries the rest.
+out here, idempotently, and reports one Outcome per action. Right before an
+action runs, each of its preconditions is read again from AWS or the API
+server; one that does not hold keeps the action from running. A failure is
+an Outcome with the error, never an exception: the pipeline keeps what
+already happened and the next call retries the rest.
 """
 from __future__ import annotations
 
@@ -11,16 +13,17 @@ import logging
 from typing import Callable
 
 from hooks import runtime
-from hooks.aws import elb, power
+from hooks.aws import elb, gc, power
 from hooks.aws.clients import describe_error as aws_error
+from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import pods, taints
+from hooks.kube import fresh, pods, taints
 from hooks.kube.client import describe_error as kube_error
-from hooks.metrics import record_action
-from hooks.plan import Action, Outcome
+from hooks.metrics import STORM_GUARD, record_action
+from hooks.plan import Action, Outcome, PoweredOff, SameObject
 
 log = logging.getLogger(__name__)
-EVENT = "event"  # reported by the controller after acting, not an actuator
+PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
 
 
 def _namespaced(target: str) -> tuple[str, str]:
@@ -45,6 +48,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
         ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"]),
     "elb.register": lambda ctx, a: elb.register_instance(
         ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"]),
+    # cluster-gc: one delete of a load balancer, target group, security group or volume.
+    "aws.delete": lambda ctx, a: gc.delete(ctx.aws, a.params["kind"], a.params["region"], a.target),
     # EC2 power for fencing.
     "aws.stop": lambda ctx, a: power.stop(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
     "aws.start": lambda ctx, a: power.start(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
@@ -57,20 +62,70 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
+    # Metrics that follow a decision.
+    "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
 }
 
 
-def act(controller: str, actions: list[Action], ctx: runtime.Context) -> list[Outcome]:
-    """Run every non-event action in order; one Outcome each, errors as text."""
-    outcomes = []
-    for action in actions:
-        if action.kind == EVENT:
-            continue
+class Gate:
+    """Sequencing for a batch of actions: may hold an action back given what happened so far.
+
+    ``hold(action, outcomes, started)`` answers None to run it, or an Outcome
+    that stands for it unrun (deferred, held behind an unfinished step);
+    ``started`` is when the hook call began (time.monotonic()).
+    """
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        return None
+
+
+def _precondition_failure(ctx: runtime.Context, requirement) -> str:
+    """Why a precondition does not hold right now ("" when it does), read fresh from AWS or the API server."""
+    if isinstance(requirement, PoweredOff):
         try:
-            outcome = Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
-        except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
-            message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
-            outcome = Outcome(action, False, error=message)
+            state = power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+        except Exception as exc:  # noqa: BLE001 - unreadable is not powered off
+            return f"power state of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+        if state not in power.OFF_STATES:
+            return f"instance {requirement.instance_id} is {state}, not powered off"
+        return ""
+    if isinstance(requirement, SameObject):
+        where = f"{requirement.kind} {requirement.namespace + '/' if requirement.namespace else ''}{requirement.name}"
+        try:
+            obj = fresh.read(ctx.kube, requirement.kind, requirement.name, requirement.namespace)
+        except fresh.Unverified as exc:
+            return f"{where} not confirmed: {exc}"
+        if obj is None:
+            return f"{where} no longer exists"
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid != requirement.uid:
+            return f"{where} is now uid {uid}, not {requirement.uid}"
+        return ""
+    return f"unknown precondition {requirement!r}"
+
+
+def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
+    for requirement in action.requires:
+        problem = _precondition_failure(ctx, requirement)
+        if problem:
+            return Outcome(action, False, f"not done: {problem}", code=PRECONDITION)
+    try:
+        return Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
+        message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
+        return Outcome(action, False, error=message, code=error_code(exc))
+
+
+def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate | None = None,
+        started: float = 0.0) -> list[Outcome]:
+    """Run the actions in order, each after its preconditions are read again; one Outcome each, errors as text."""
+    outcomes: list[Outcome] = []
+    for action in actions:
+        held = gate.hold(action, outcomes, started) if gate is not None else None
+        if held is not None:
+            outcomes.append(held)
+            continue
+        outcome = _run_one(ctx, action)
         outcomes.append(outcome)
         record_action(controller, action.kind, outcome.ok)
         log.info("action", extra={"controller": controller, "kind": action.kind, "target": action.target,

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from hooks import controllers, runtime
+from hooks import controllers, pipeline, runtime
 from hooks.config import ConfigError, load_settings
 from hooks.contract import RequestError, parse_request, shape_response
 from hooks.dispatch import UnknownHook, resolve, serve
@@ -24,7 +24,7 @@ def _guess_controller(body: dict) -> str | None:
     name = ((body.get("controller") or {}).get("metadata") or {}).get("name")
     if name in controllers.CONTROLLERS:
         return name
-    # Helper controllers (e.g. node-detacher-pods) share their main controller's hooks.
+    # A controller installed under another name (NODEWARDEN_GC_CONTROLLER_NAME, say) starts with ours.
     for known in sorted(controllers.CONTROLLERS, key=len, reverse=True):
         if name and name.startswith(known):
             return known
@@ -48,10 +48,9 @@ def replay(args) -> int:
         else:
             module = controllers.load(controller)[1]
             request = parse_request(body, kind, hook)
-            observed = document.get("observed", {}) if args.offline else module.gather(request, ctx)
-            plan = module.decide(request, ctx.settings, ctx.now(), observed)
-            result = {"response": shape_response(kind, plan.response),
-                      "actions": [a.to_dict() for a in plan.actions], "observed": observed}
+            observed, plan = pipeline.replay(module, request, ctx,
+                                             document.get("observed", {}) if args.offline else None)
+            result = {**plan.to_dict(), "response": shape_response(kind, plan.response), "observed": observed}
     except (UnknownHook, RequestError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

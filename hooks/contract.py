@@ -143,6 +143,8 @@ class HookRequest:
     related: ObjectGroups = field(default_factory=ObjectGroups)
     finalizing: bool = False
     controller: dict = field(default_factory=dict)
+    # Set by the pipeline once the parent (and what the actions rest on) was re-read from the API server.
+    verified: bool = False
 
     @property
     def meta(self) -> dict:

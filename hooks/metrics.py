@@ -26,6 +26,11 @@ ACTIONS = Counter(
     "Side effects carried out by controllers.",
     ["controller", "kind", "outcome"],
 )
+EVENTS_DROPPED = Counter(
+    "nodewarden_events_dropped_total",
+    "Kubernetes Events not sent: rate limited per object, or the send queue was full.",
+    ["why"],
+)
 STORM_GUARD = Gauge(
     "nodewarden_fencing_storm_guard_active",
     "1 while a NodeFencingPolicy holds new fencing back because too many nodes are unhealthy.",

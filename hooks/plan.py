@@ -1,26 +1,114 @@
 """Decide, then act: the shape shared by every controller.
 
 ``decide(request, settings, now, observed) -> Plan`` is pure: the response a
-controller wants if every action succeeds, plus the actions. ``observed`` is
-a JSON-able dict of what the controller looked up before deciding (AWS state,
-pods on a node), so JSON fixtures can give it too. ``sync`` gathers
-``observed``, decides, runs the actions through actuators and settles the
-response with their outcomes, so a failure never loses what already happened.
+controller wants, the actions that get it there and the Events that report
+them. ``observed`` is a JSON-able dict of what the controller looked up before
+deciding (AWS state, pods on a node), so JSON fixtures can give it too.
+
+An Action carries two promises the runner (``hooks.pipeline``) keeps for it:
+
+- ``record``: the changes to the response that are true only once the action
+  has succeeded (a counter of deleted pods, "the taint is on"). They are
+  applied after it succeeds and never otherwise, so a failed step is simply
+  still pending on the next call.
+- ``requires``: the facts it rests on (the instance is powered off, the object
+  is still the one with this uid), read again from AWS or the API server right
+  before it runs. An action whose precondition does not hold does not run.
+
+``reports`` is the Event that says the action happened: sent only if it did.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from hooks.events import Event
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to a response at ``path``: set a value, add to a counter, or extend a JSON list in a string."""
+
+    path: tuple[str, ...]
+    value: Any = None
+    add: int = 0
+    union: tuple = ()  # items merged into the JSON-encoded list found at ``path`` (an annotation)
+
+    def to_dict(self) -> dict:
+        out: dict = {"path": list(self.path)}
+        if self.add:
+            out["add"] = self.add
+        elif self.union:
+            out["union"] = [list(i) if isinstance(i, tuple) else i for i in self.union]
+        else:
+            out["value"] = self.value
+        return out
+
+    def apply(self, response: dict) -> None:
+        """Apply in place; the containers along the path are copied first, never shared."""
+        node = response
+        for key in self.path[:-1]:
+            child = node.get(key)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[key] = child
+            node = child
+        last = self.path[-1]
+        if self.add:
+            current = node.get(last)
+            node[last] = (current if isinstance(current, int) and not isinstance(current, bool) else 0) + self.add
+        elif self.union:
+            try:
+                current = json.loads(node.get(last) or "[]")
+            except (TypeError, ValueError):
+                current = []
+            merged = {tuple(i) if isinstance(i, list) else i for i in current if isinstance(i, (list, str, int))}
+            merged |= set(self.union)
+            node[last] = json.dumps([list(i) if isinstance(i, tuple) else i for i in sorted(merged, key=repr)],
+                                    separators=(",", ":"))
+        else:
+            node[last] = self.value
+
+
+@dataclass(frozen=True)
+class PoweredOff:
+    """The instance is stopped or terminated, as DescribeInstances says right now."""
+
+    instance_id: str
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class SameObject:
+    """The object exists on the API server with this uid (a namesake is another object)."""
+
+    kind: str
+    name: str
+    uid: str
+    namespace: str | None = None
+
+
+Precondition = PoweredOff | SameObject
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # e.g. "elbv2.deregister", "kube.evict", "event"
+    kind: str  # e.g. "elbv2.deregister", "kube.evict"
     target: str  # what it acts on: an ARN, "namespace/name", a node name
     params: dict = field(default_factory=dict)
+    record: tuple[Change, ...] = ()
+    requires: tuple[Precondition, ...] = ()
+    reports: Event | None = None
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "target": self.target, "params": self.params}
+        out: dict = {"kind": self.kind, "target": self.target, "params": self.params}
+        if self.record:
+            out["record"] = [c.to_dict() for c in self.record]
+        if self.requires:
+            out["requires"] = [{"type": type(p).__name__, **p.__dict__} for p in self.requires]
+        if self.reports is not None:
+            out["reports"] = self.reports.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -29,15 +117,25 @@ class Outcome:
     ok: bool
     error: str = ""
     result: Any = None
+    code: str = ""  # the AWS error code or exception class of a failure; "Precondition" when one did not hold
 
 
 @dataclass
 class Plan:
     response: dict
     actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    # Decided on the request body alone, which proves nothing: the runner has the
+    # controller verify the request with the API server before any of it is done.
+    verify: bool = False
+    # What the decision was made from, for the controller's settle step (not sent anywhere).
+    basis: Any = None
+    # Sequencing for the actions (see hooks.actuators.Gate); None runs them all in order.
+    gate: Any = None
 
     def to_dict(self) -> dict:
-        return {"response": self.response, "actions": [a.to_dict() for a in self.actions]}
+        return {"response": self.response, "actions": [a.to_dict() for a in self.actions],
+                "events": [e.to_dict() for e in self.events]}
 
 
 def backoff(settings, attempt: int) -> float:

@@ -23,6 +23,9 @@ class Context:
     clock: Callable[[], dt.datetime] = utcnow
     _aws: object | None = field(default=None, repr=False)
     _kube: object | None = field(default=None, repr=False)
+    # Events are sent by a background thread; inline sends them in the caller's (tests, CLI).
+    events_inline: bool = False
+    _events: object | None = field(default=None, repr=False)
 
     @property
     def aws(self):
@@ -39,6 +42,14 @@ class Context:
 
             self._kube = Kube()
         return self._kube
+
+    @property
+    def events(self):
+        if self._events is None:
+            from hooks.events import Recorder
+
+            self._events = Recorder(lambda: self.kube, inline=self.events_inline)
+        return self._events
 
     def now(self) -> dt.datetime:
         return self.clock()

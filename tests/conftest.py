@@ -59,7 +59,7 @@ def make_ctx():
         base = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
         base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
         base.update(env or {})
-        ctx = runtime.Context(load_settings(base))
+        ctx = runtime.Context(load_settings(base), events_inline=True)
         if now is not None:
             ctx.clock = lambda: now
         if kube is not None:

@@ -15,13 +15,16 @@ bench/cluster_gc.py:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import collections
 import time
 from dataclasses import dataclass, field
 
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import cluster_gc
-from support import RecordingKube, apply_decorator_response  # noqa: F401 - re-exported for the bench
+from fake_kube import FakeKube  # noqa: F401 - re-exported for the bench
+from support import apply_decorator_response
 
 REGION = "us-east-1"
 
@@ -250,10 +253,13 @@ def aws_cluster(
     return parent
 
 
-def parse_finalize(parent: dict):
-    """The parsed request of a finalize call on ``parent``, as Metacontroller (hook v2) sends it."""
+def parse_finalize(parent: dict, verified: bool = False):
+    """The parsed request of a finalize call on ``parent``, as Metacontroller (hook v2) sends it.
+
+    ``verified``: as the pipeline has it once the API server confirmed it.
+    """
     body = {"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": True}
-    return parse_request(body, DECORATOR, "finalize")
+    return dataclasses.replace(parse_request(body, DECORATOR, "finalize"), verified=verified)
 
 
 def finalize_once(ctx, parent: dict) -> dict:

@@ -37,7 +37,7 @@ class Clock:
 @pytest.fixture
 def gc_ctx(aws, make_ctx):
     def build(env: dict | None = None):
-        kube = w.RecordingKube()
+        kube = w.FakeKube()
         ctx = make_ctx(env=env, kube=kube)
         ctx.clock = Clock()
         return ctx, kube
@@ -90,7 +90,7 @@ def test_collects_the_clusters_leftovers_and_nothing_else(aws, net, gc_ctx):
     # Volumes are opt-in: the default tasks leave them.
     assert gone == w.Made(volumes=made.volumes)
     assert w.existing(aws, kept) == kept
-    assert "ExternalResourcesDeleted" in kube.events() and kube.events()[-1] == "ExternalResourcesCollected"
+    assert "ExternalResourcesDeleted" in kube.reasons() and kube.reasons()[-1] == "ExternalResourcesCollected"
     # Progress annotations are cleared when finalizing; status is never touched.
     assert all(r["status"] is None for r in run.responses)
     assert not any(k.startswith("cluster-gc.nodewarden.io/") for k in run.parent["metadata"]["annotations"])
@@ -165,7 +165,7 @@ def test_target_group_in_use_is_retried(aws, net, gc_ctx):
     assert "ResourceInUse" in first["annotations"][LAST_ERROR]
     # The load balancer went, so this call made progress: resync soon.
     assert first["resyncAfterSeconds"] == ctx.settings.gc_progress_resync_seconds
-    assert "ExternalResourceGCRetrying" in kube.events()
+    assert "ExternalResourceGCRetrying" in kube.reasons()
 
     run = w.finalize_until_done(ctx, w.apply_decorator_response(parent, first), advance=ctx.clock.advance)
     assert run.finalized and faults.injected[("DeleteTargetGroup", "ResourceInUse")] == 2
@@ -198,7 +198,7 @@ def test_security_group_dependency_violation_backs_off_then_finishes(aws, net, g
     assert resyncs == [5, 5, 10, 20]  # doubling with the time stalled
     assert run.parent["metadata"]["annotations"][STALLED_SINCE] == "2026-11-21T12:00:00Z"
     # One Warning for the stall, not one per retry (the message did not change).
-    assert kube.events().count("ExternalResourceGCRetrying") == 1
+    assert kube.reasons().count("ExternalResourceGCRetrying") == 1
 
     run = w.finalize_until_done(ctx, run.parent, advance=ctx.clock.advance)
     assert run.finalized and w.existing(aws, made).count() == 0
@@ -260,7 +260,7 @@ def test_tagging_api_denied_falls_back_to_listing(aws, net, gc_ctx):
     faults = w.Faults().add("GetResources", "AccessDeniedException", times=float("inf")).attach(ctx.aws)
     calls = w.Calls().attach(ctx.aws)
 
-    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster()), ctx)
+    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx)
     assert observed["discovery"]["method"] == "listing"
     assert "AccessDeniedException" in observed["discovery"]["fallback"]
     # 27 ELBv2 load balancers (ours and others): tags read 20 at a time.
@@ -327,7 +327,7 @@ def test_opted_out_cluster_is_finalized_at_once_and_keeps_everything(aws, net, g
     response = w.finalize_once(ctx, w.aws_cluster(annotations={cluster_gc.GC_ANNOTATION: "false"}))
     assert response["finalized"] is True
     assert calls.total == 0 and w.existing(aws, made) == made
-    assert kube.events() == ["ExternalResourceGCSkipped"]
+    assert kube.reasons() == ["ExternalResourceGCSkipped"]
 
 
 def test_managed_control_plane_collects_by_eks_cluster_name(aws, net, gc_ctx):
@@ -350,7 +350,7 @@ def test_discovery_failure_is_recorded_not_raised(aws, net, gc_ctx):
     assert response["finalized"] is False
     assert response["annotations"][LAST_ERROR].startswith("discovery failed: AccessDenied")
     assert response["resyncAfterSeconds"] == ctx.settings.error_backoff_seconds
-    assert kube.events() == ["ExternalResourceGCRetrying"]
+    assert kube.reasons() == ["ExternalResourceGCRetrying"]
 
 
 def test_every_call_stays_well_under_two_seconds(aws, net, gc_ctx):
@@ -382,7 +382,7 @@ def test_a_forged_finalize_for_a_cluster_the_api_server_does_not_have_deletes_no
         assert response["finalized"] is False
     assert "does not exist on the API server" in response["annotations"][LAST_ERROR]
     assert w.existing(aws, prod) == prod and w.existing(aws, alpha) == alpha
-    assert kube.events() == []  # no Events about an object that does not exist
+    assert kube.reasons() == []  # no Events about an object that does not exist
 
 
 def test_a_forged_deletion_of_a_live_cluster_deletes_nothing(aws, net, gc_ctx):
@@ -427,7 +427,7 @@ def test_a_uid_other_than_the_bodys_or_a_missing_finalizer_deletes_nothing(aws, 
 
 def test_no_reachable_api_server_means_no_delete(aws, net, gc_ctx, make_ctx):
     _, alpha = _prod_and_alpha(aws, net)
-    ctx = make_ctx(kube=w.RecordingKube(fail=True))
+    ctx = make_ctx(kube=w.FakeKube(unavailable=True))
     response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster("alpha")), ctx=ctx)
     assert response["finalized"] is False and response["resyncAfterSeconds"] >= 5
     assert "cannot read AWSCluster" in response["annotations"][LAST_ERROR]
@@ -442,7 +442,7 @@ def test_a_cluster_being_moved_by_clusterctl_keeps_everything(aws, net, gc_ctx):
     response = w.finalize_once(ctx, moving)
     assert response["finalized"] is True
     assert calls.total == 0 and w.existing(aws, made) == made
-    assert kube.events() == ["ExternalResourceGCSkipped"]
+    assert kube.reasons() == ["ExternalResourceGCSkipped"]
 
 
 def test_an_empty_tagging_answer_is_not_finalized_while_the_listing_finds_resources(aws, net, gc_ctx):
@@ -477,7 +477,7 @@ def test_a_forged_body_gets_no_event_and_no_finalized_whatever_it_claims(aws, ne
     response = cluster_gc.finalize(w.parse_finalize(forged), ctx=ctx)
     assert response["finalized"] is False
     assert "does not exist on the API server" in response["annotations"][LAST_ERROR]
-    assert kube.events() == [] and calls.total == 0
+    assert kube.reasons() == [] and calls.total == 0
     assert w.existing(aws, prod) == prod
 
 
@@ -489,7 +489,7 @@ def test_a_move_is_read_from_the_api_server_not_from_a_stale_body(aws, net, gc_c
     response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster()), ctx=ctx)
     assert response["finalized"] is True
     assert w.existing(aws, made) == made
-    assert kube.events() == ["ExternalResourceGCSkipped"]
+    assert kube.reasons() == ["ExternalResourceGCSkipped"]
 
 
 def _mistyped(change) -> dict:
@@ -527,7 +527,7 @@ def test_a_mistyped_field_of_the_api_servers_copy_blocks_and_says_which(aws, net
     assert response["finalized"] is False and response["resyncAfterSeconds"] >= ctx.settings.error_backoff_seconds
     message = response["annotations"][LAST_ERROR]
     assert any(field in message for field in ("spec.region", "spec.eksClusterName", "ownerReferences")), message
-    assert kube.events() == ["ExternalResourceGCBlocked"]
+    assert kube.reasons() == ["ExternalResourceGCBlocked"]
     assert calls.total == 0 and w.existing(aws, made) == made
 
 
@@ -574,7 +574,7 @@ def test_a_tagging_answer_with_only_bystanders_is_confirmed_by_the_listing(aws, 
                                                 if ":security-group/" in m["ResourceARN"]]
 
     ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", lagging)
-    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster()), ctx)
+    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx)
     assert observed["discovery"]["method"] == "listing"
     assert [r["id"] for r in observed["discovery"]["resources"] if r["kind"] == "elbv2-load-balancer"] == \
         new_lb.load_balancers

@@ -5,9 +5,8 @@ import argparse
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
-from lightkube.core.exceptions import ApiError
 
-from hooks import runtime
+from hooks import actuators, runtime
 from hooks.app import create_app
 from hooks.aws.gc import resources as r
 from hooks.aws.gc import runner
@@ -16,7 +15,7 @@ from hooks import cli_gc
 from hooks.config import load_settings
 from hooks.controllers import cluster_gc
 from hooks.plan import Action
-from support import RecordingKube
+from tests.fake_kube import FakeKube
 from gc_world import aws_cluster
 
 
@@ -132,83 +131,51 @@ class FakeClock:
         return self.t
 
 
-def test_a_later_task_waits_for_every_earlier_one_of_the_call():
+def _run(monkeypatch, delete, actions, budget=float("inf"), clock=None, started=0.0):
+    """cluster-gc's deletes through the one actuator path, with AWS's delete replaced by ``delete``."""
+    import hooks.aws.gc as gc_module
+
+    monkeypatch.setattr(gc_module, "delete", delete)
+    ctx = runtime.Context(load_settings({"AWS_REGION": "us-east-1"}), events_inline=True)
+    gate = runner.Gate(budget, clock or FakeClock())
+    return [runner.classify(o) for o in actuators.act("cluster-gc", actions, ctx, gate, started)]
+
+
+def test_a_later_task_waits_for_every_earlier_one_of_the_call(monkeypatch):
     delete = FakeDelete({"lb2": _error("OperationNotPermitted")})
     actions = [_action("lb1", 0), _action("lb2", 0), _action("lb3", 0), _action("tg1", 1), _action("sg1", 2)]
-    outcomes = runner.run(None, actions, deadline=float("inf"), delete=delete)
+    results = _run(monkeypatch, delete, actions)
     assert delete.calls == ["lb1", "lb2", "lb3"]  # the whole stage is tried, the next ones are held
-    assert [o.result for o in outcomes] == [r.DELETED, runner.FAILED, r.DELETED, runner.HELD, runner.HELD]
+    assert results == [r.DELETED, runner.FAILED, r.DELETED, runner.HELD, runner.HELD]
 
 
-def test_in_use_and_throttling_are_classified_and_throttling_stops_the_call():
+def test_in_use_and_throttling_are_classified_and_throttling_stops_the_call(monkeypatch):
     delete = FakeDelete({"tg1": _error("ResourceInUse"), "tg2": _error("Throttling")})
     actions = [_action("tg1", 1), _action("tg2", 1), _action("tg3", 1)]
-    outcomes = runner.run(None, actions, deadline=float("inf"), delete=delete)
-    assert [o.result for o in outcomes] == [runner.IN_USE, runner.THROTTLED, runner.DEFERRED]
+    assert _run(monkeypatch, delete, actions) == [runner.IN_USE, runner.THROTTLED, runner.DEFERRED]
     assert delete.calls == ["tg1", "tg2"]
 
 
-def test_the_time_budget_defers_the_rest_but_the_first_action_always_runs():
+def test_the_time_budget_defers_the_rest_but_the_first_action_always_runs(monkeypatch):
     clock = FakeClock()
     clock.t = 10.0  # discovery already used the whole budget
     delete = FakeDelete(clock=clock, step=0.1)
-    outcomes = runner.run(None, [_action("a", 0), _action("b", 0)], deadline=5.0, clock=clock, delete=delete)
-    assert [o.result for o in outcomes] == [r.DELETED, runner.DEFERRED]
+    assert _run(monkeypatch, delete, [_action("a", 0), _action("b", 0)], budget=5.0, clock=clock) == \
+        [r.DELETED, runner.DEFERRED]
 
     clock.t = 0.0
     delete = FakeDelete(clock=clock, step=0.4)
-    outcomes = runner.run(None, [_action(str(i), 0) for i in range(5)], deadline=1.0, clock=clock, delete=delete)
-    assert [o.result for o in outcomes].count(r.DELETED) == 3  # at 0.0, 0.4, 0.8; then out of time
+    results = _run(monkeypatch, delete, [_action(str(i), 0) for i in range(5)], budget=1.0, clock=clock)
+    assert results.count(r.DELETED) == 3  # at 0.0, 0.4, 0.8; then out of time
 
 
-def test_an_unreachable_endpoint_stops_the_call():
+def test_an_unreachable_endpoint_stops_the_call(monkeypatch):
     delete = FakeDelete({"a": EndpointConnectionError(endpoint_url="http://127.0.0.1:9")})
-    outcomes = runner.run(None, [_action("a", 0), _action("b", 0)], deadline=float("inf"), delete=delete)
-    assert [o.result for o in outcomes] == [runner.FAILED, runner.DEFERRED] and delete.calls == ["a"]
+    assert _run(monkeypatch, delete, [_action("a", 0), _action("b", 0)]) == [runner.FAILED, runner.DEFERRED]
+    assert delete.calls == ["a"]
 
 
 # ---------------------------------------------------------------------- CLI
-
-
-class FakeKube:
-    """Objects by (kind, namespace, name); 404 for anything else, like an API server without the CRD."""
-
-    def __init__(self, objects: list[dict], without_crds: tuple[str, ...] = ()):
-        self.objects = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects}
-        self.without_crds = without_crds
-        self.patches: list[tuple] = []
-
-    def _no_such_type(self, kind):
-        # The API server answers a plain-text 404 for a resource type it does not serve.
-        import httpx2 as httpx
-
-        request = httpx.Request("GET", f"https://x/apis/{kind}")
-        response = httpx.Response(404, text="404 page not found", request=request)
-        raise httpx.HTTPStatusError("Client error '404 Not Found'", request=request, response=response)
-
-    @staticmethod
-    def _missing():
-        import httpx2 as httpx
-
-        response = httpx.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound", "message": "nf"},
-                                  request=httpx.Request("GET", "http://x"))
-        return ApiError(response=response)
-
-    def get(self, res, name, namespace=None):
-        if res._api_info.resource.kind in self.without_crds:
-            self._no_such_type(res._api_info.resource.kind)
-        obj = self.objects.get((res._api_info.resource.kind, namespace, name))
-        if obj is None:
-            raise self._missing()
-        return obj
-
-    def list(self, res, namespace=None, labels=None, fields=None):
-        kind = res._api_info.resource.kind
-        return [o for (k, ns, _), o in sorted(self.objects.items()) if k == kind and ns == namespace and all(
-            (o["metadata"].get("labels") or {}).get(key) == value for key, value in (labels or {}).items())]
-
-    def merge_patch(self, res, name, patch, namespace=None):
-        self.patches.append((res._api_info.resource.kind, namespace, name, patch))
 
 
 def _obj(kind, name, namespace="ns", labels=None, spec=None):
@@ -271,8 +238,8 @@ def test_cli_errors_are_plain(capsys):
 def client():
     env = {"AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
-    ctx = runtime.Context(load_settings(env))
-    ctx._kube = RecordingKube()
+    ctx = runtime.Context(load_settings(env), events_inline=True)
+    ctx._kube = FakeKube()
     ctx._kube.add_object(aws_cluster())  # the API server has the deleting cluster the requests name
     return create_app(ctx).test_client()
 

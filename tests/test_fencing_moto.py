@@ -1,7 +1,7 @@
 """fencing-request and node-fencing against moto in server mode: real StopInstances,
 StartInstances and DescribeInstances, real instance state.
 
-The Kubernetes side is tests/fencing_support.FakeKube (no API server here;
+The Kubernetes side is tests/fake_kube.FakeKube (no API server here;
 tests/e2e/test_fencing.py runs the same flow on the real one). The clock is
 the test's, so retries and timeouts are walked through without sleeping.
 """
@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from hooks.dispatch import serve
 from hooks.fencing import names
-from tests.fencing_support import FakeKube
+from tests.fake_kube import FakeKube
 
 pytestmark = pytest.mark.moto
 
@@ -623,7 +623,7 @@ def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, ma
 
     def pods_fail(res, *args, **kw):
         if res.__name__ == "Pod":
-            raise __import__("tests.fencing_support", fromlist=["_api_error"])._api_error(503, "etcd is slow")
+            raise __import__("tests.fake_kube", fromlist=["api_error"]).api_error(503, "etcd is slow")
         return original_list(res, *args, **kw)
 
     kube.list = pods_fail
@@ -746,7 +746,7 @@ def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
     original = kube.delete_with_options
 
     def refuse(*args, **kw):
-        raise __import__("tests.fencing_support", fromlist=["_api_error"])._api_error(403, "forbidden")
+        raise __import__("tests.fake_kube", fromlist=["api_error"]).api_error(403, "forbidden")
 
     kube.delete_with_options = refuse
     response = h.call()

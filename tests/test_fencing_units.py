@@ -15,7 +15,7 @@ from hooks.controllers.node_fencing import request_name
 from hooks.fencing import durations, failover, health, names, selectors, storm
 from hooks.fencing import policy as policies
 from hooks.fencing import request as fr
-from tests.fencing_support import FakeKube
+from tests.fake_kube import FakeKube
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -231,7 +231,7 @@ def test_single_writer_detection():
 def client():
     env = {"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
-    ctx = runtime.Context(load_settings(env))
+    ctx = runtime.Context(load_settings(env), events_inline=True)
     ctx._kube = FakeKube()
     return create_app(ctx).test_client()
 

@@ -49,7 +49,7 @@ class _OfflineKube:
 
 def _ctx(case: dict) -> runtime.Context:
     env = {"NODEWARDEN_CLUSTER_NAME": "test-cluster", "AWS_REGION": "us-east-1", **case.get("env", {})}
-    ctx = runtime.Context(load_settings(env))
+    ctx = runtime.Context(load_settings(env), events_inline=True)
     ctx._aws, ctx._kube = _OfflineAws(), _OfflineKube()
     return ctx
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hooks import runtime
 from hooks.app import create_app
 from hooks.config import load_settings
-from tests.support import RecordingKube
+from tests.fake_kube import FakeKube
 
 NODE = {"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "n1", "uid": "u1", "labels": {}, "annotations": {}},
@@ -29,8 +29,8 @@ def client():
     env = {"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_MAX_BODY_BYTES": "65536", "AWS_REGION": "us-east-1",
            # Nothing listens here: any AWS call fails fast instead of reaching the internet.
            "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
-    ctx = runtime.Context(load_settings(env))
-    ctx._kube = RecordingKube(fail=True)
+    ctx = runtime.Context(load_settings(env), events_inline=True)
+    ctx._kube = FakeKube(unavailable=True)
     app = create_app(ctx)
     return app.test_client()
 
@@ -174,7 +174,7 @@ def test_no_reachable_kubernetes_api_still_answers_and_reports(tmp_path, monkeyp
 def test_metrics_and_hooks_answer_only_on_their_own_ports():
     """With a metrics port, a NetworkPolicy can admit Prometheus there without admitting it to the hooks."""
     ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_METRICS_PORT": "9090"}))
-    ctx._kube = RecordingKube(fail=True)
+    ctx._kube = FakeKube(unavailable=True)
     app = create_app(ctx).test_client()
     hooks_port, metrics_port = "http://localhost:8080", "http://localhost:9090"
     assert app.get("/metrics", base_url=metrics_port).status_code == 200

@@ -9,7 +9,8 @@ from botocore.exceptions import ClientError
 from hooks.aws.lb_discovery import CACHE
 from hooks.detacher import names
 from hooks.dispatch import serve
-from tests.support import RecordingKube, apply_decorator_response
+from tests.fake_kube import FakeKube
+from tests.support import apply_decorator_response
 
 pytestmark = pytest.mark.moto
 
@@ -97,7 +98,7 @@ class Harness:
 
 @pytest.fixture
 def harness(world, make_ctx):
-    kube = RecordingKube()
+    kube = FakeKube()
     # moto files classic ELBs under 'elb:loadbalancer' in the tagging API, where AWS uses
     # 'elasticloadbalancing:loadbalancer' (DESIGN.md §5), so the classic ELB is configured
     # as a static one here; tagged classic discovery is tested with a Stubber below.
@@ -141,7 +142,7 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     ann = h.node["metadata"]["annotations"]
     assert ann[names.DETACHING] == "true" and names.DETACHED_AT in ann
     assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready", names.CONDITION]
-    assert {"Detaching", "Deregistered", "Detached"} <= set(kube.events())
+    assert {"Detaching", "Deregistered", "Detached"} <= set(kube.reasons())
 
     h.node["spec"]["unschedulable"] = False
     h.sync()
@@ -151,7 +152,7 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
     assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready"]
-    assert "Reattached" in kube.events()
+    assert "Reattached" in kube.reasons()
 
 
 def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
@@ -179,7 +180,7 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         done = json.loads(ann[names.DEREGISTERED])
         assert ["tg", world["ours"], 30443] in done and ["tg", world["lbc"], 31000] not in done
         assert _members(elbv2, world["lbc"]) == [(world["mine"], 31000)]  # still there: the call failed
-        assert "DetachFailed" in kube.events()
+        assert "DetachFailed" in kube.reasons()
 
         h.sync()  # retry: only what is left is called again
         assert calls.count(world["lbc"]) == 2
@@ -194,7 +195,7 @@ def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(wor
     """The Node's state is proven only by the API server: while it cannot be read, nothing leaves a load
     balancer; the Attachment stays, and the detach goes on once the API answers."""
     CACHE.clear()
-    kube = RecordingKube(fail=True)
+    kube = FakeKube(unavailable=True)
     ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
     h.sync()
@@ -204,7 +205,7 @@ def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(wor
     held = h.sync()
     assert _members(world["elbv2"], world["ours"]) == before and len(before) == 2
     assert held["attachments"] and held["resyncAfterSeconds"] >= 1
-    kube.fail = False
+    kube.unavailable = False
     h.sync()
     assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
@@ -288,7 +289,7 @@ def test_a_deleting_node_is_let_go_at_its_deadline_whatever_fails(world, harness
         assert all(r.get("finalized") is False for r in held)
         _deleting(h, seconds_ago=400)  # past NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS (330)
         assert h.sync("finalize")["finalized"] is True
-        assert "DetachAbandoned" in kube.events() or h.responses[-1]["finalized"] is True
+        assert "DetachAbandoned" in kube.reasons() or h.responses[-1]["finalized"] is True
     finally:
         undo()
 
@@ -306,7 +307,7 @@ def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world
         h.sync()
         assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
         assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
-        assert "ReattachAbandoned" in kube.events()
+        assert "ReattachAbandoned" in kube.reasons()
     finally:
         undo()
 
@@ -327,13 +328,13 @@ def test_a_pod_request_ends_when_its_daemonset_is_gone(world, harness):
     h.sync()  # no managed DaemonSet ingress/contour exists in the API server
     ann = h.node["metadata"]["annotations"]
     assert names.FOR_POD not in ann and names.DETACHING not in ann
-    assert "DaemonSetPodRequestEnded" in kube.events()
+    assert "DaemonSetPodRequestEnded" in kube.reasons()
     assert len(_members(world["elbv2"], world["ours"])) == 2  # never left
 
 
 def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
     CACHE.clear()
-    kube = RecordingKube()
+    kube = FakeKube()
     kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet",
                      "metadata": {"name": "contour", "namespace": "ingress"}})
     ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
@@ -363,7 +364,7 @@ def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
     import datetime as dt
 
     CACHE.clear()
-    kube = RecordingKube()
+    kube = FakeKube()
     kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "contour", "namespace": "ingress"}})
     ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
                     "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour"}, kube=kube)
@@ -379,8 +380,8 @@ def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
 
 
 def test_a_pod_we_evicted_from_a_leaving_node_starts_no_pod_request(make_ctx):
-    from hooks.detacher import pod_trigger
     from hooks.config import load_settings
+    from hooks.controllers import node_detacher_pods
     from hooks.contract import DECORATOR, parse_request
 
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -394,8 +395,8 @@ def test_a_pod_we_evicted_from_a_leaving_node_starts_no_pod_request(make_ctx):
     import datetime as dt
 
     now = dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
-    assert pod_trigger.decide_pod(request, settings, {**observed, "nodeLeaving": True}, now).actions == []
-    assert pod_trigger.decide_pod(request, settings, {**observed, "nodeLeaving": False}, now).actions
+    assert node_detacher_pods.decide(request, settings, now, {**observed, "nodeLeaving": True}).actions == []
+    assert node_detacher_pods.decide(request, settings, now, {**observed, "nodeLeaving": False}).actions
 
 
 # ------------------------------------------------------------------ trust and bad input

@@ -21,10 +21,15 @@ _CONFIG = Config(
 )
 
 
+TRANSPORT = "Transport"  # error_code of a failure to reach AWS at all (endpoint, timeout)
+
+
 def error_code(exc: BaseException) -> str:
-    """The AWS error code of a failure, or its class name for transport errors."""
+    """The AWS error code of a failure, TRANSPORT when AWS was not reached, else the exception's class name."""
     if isinstance(exc, ClientError):
         return exc.response.get("Error", {}).get("Code", "ClientError")
+    if isinstance(exc, BotoCoreError):
+        return TRANSPORT
     return type(exc).__name__
 
 

@@ -8,6 +8,10 @@ wrong region looks the same), so InstanceNotFound is an error, never "off".
 from __future__ import annotations
 
 
+# The only states that prove a power-off.
+OFF_STATES = ("stopped", "terminated")
+
+
 class InstanceNotFound(LookupError):
     pass
 

@@ -1,7 +1,8 @@
 """The controllers this server hosts: name -> (Metacontroller kind, module).
 
-Each module defines ``sync`` and optionally ``finalize`` and ``customize``,
-taking the parsed request (and an optional Context) and returning the response.
+Each module implements hooks.pipeline.Controller and defines ``sync`` and
+optionally ``finalize`` and ``customize``, taking the parsed request (and an
+optional Context) and returning the response.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hooks.contract import COMPOSITE, DECORATOR
 
 CONTROLLERS: dict[str, tuple[str, str]] = {
     "node-detacher": (DECORATOR, "hooks.controllers.node_detacher"),
+    "node-detacher-pods": (DECORATOR, "hooks.controllers.node_detacher_pods"),
     "node-fencing": (DECORATOR, "hooks.controllers.node_fencing"),
     "node-fencing-policy": (COMPOSITE, "hooks.controllers.node_fencing_policy"),
     "fencing-request": (COMPOSITE, "hooks.controllers.fencing_request"),

@@ -32,12 +32,12 @@ import datetime as dt
 import hashlib
 import logging
 import re
-import time
+import sys
 from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hooks import fields, runtime, timefmt
+from hooks import events, fields, pipeline, timefmt
 from hooks.aws.clients import describe_error
 from hooks.aws.gc import discovery, runner
 from hooks.aws.gc.resources import (
@@ -49,10 +49,11 @@ from hooks.aws.gc.resources import (
 )
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, decorator_response, parse_object
-from hooks.kube import events, fresh
+from hooks.kube import fresh
 from hooks.plan import Action, Outcome, Plan
 
-CONTROLLER = "cluster-gc"
+NAME = "cluster-gc"
+FAILURE_REASON = None  # settle's ExternalResourceGCRetrying says what failed
 log = logging.getLogger(__name__)
 
 # CAPA's names (DESIGN.md §7).
@@ -78,7 +79,6 @@ STALLED_SINCE = "cluster-gc.nodewarden.io/stalled-since"
 PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE)
 
 DELETE = "aws.delete"
-EVENT = "event"
 
 SKIP = "skip"  # finalize at once, delete nothing
 BLOCKED = "blocked"  # hold the cluster: something must be fixed first
@@ -273,15 +273,6 @@ def summarize(targets: list[Target]) -> str:
 # -------------------------------------------------------------------- decide
 
 
-def _event(request: HookRequest, reason: str, message: str, warning: bool = False) -> Action:
-    meta = request.meta
-    return Action(
-        EVENT,
-        f"{meta.get('namespace', '')}/{meta['name']}",
-        {"reason": reason, "message": message[:_MESSAGE_LIMIT], "type": "Warning" if warning else "Normal"},
-    )
-
-
 def _cleared() -> dict:
     return {key: None for key in PROGRESS_ANNOTATIONS}
 
@@ -299,40 +290,43 @@ def _stall(request: HookRequest, settings: Settings, now: dt.datetime, message: 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     if not request.finalizing:
         return Plan(decorator_response())  # sync: nothing to change while the cluster lives
+    if request.deleting and settings.external_resource_gc and not request.verified:
+        resolve_scope(request, settings)  # a body with a mistyped field is a 400, before anything is asked
+        # Every decision (a move, the opt-out, the tasks, the name, the region)
+        # is taken from the API server's copy, never from the body.
+        return Plan(decorator_response(finalized=False), verify=True)
     scope = scope_of(request, settings)
     if scope.decision == SKIP:
-        actions = [_event(request, "ExternalResourceGCSkipped", scope.reason)] if scope.reason else []
-        return Plan(decorator_response(annotations=_cleared(), finalized=True), actions)
+        said = [events.normal(events.GC_SKIPPED, scope.reason)] if scope.reason else []
+        return Plan(decorator_response(annotations=_cleared(), finalized=True), events=said)
     if scope.decision == BLOCKED:
-        return _blocked(request, settings, now, scope.reason, "ExternalResourceGCBlocked")
+        return _blocked(request, settings, now, scope.reason, events.GC_BLOCKED)
     found = observed.get("discovery") or {"error": "discovery did not run"}
     if found.get("error"):
-        return _blocked(request, settings, now, f"discovery failed: {found['error']}", "ExternalResourceGCRetrying")
+        return _blocked(request, settings, now, f"discovery failed: {found['error']}", events.GC_RETRYING)
     targets = select_targets(scope, found, settings)
     if not targets:
         message = (
             f"nothing of cluster {scope.cluster_name}'s {', '.join(scope.tasks)} left in {scope.region} "
             f"(found by {found.get('method', '?')}); finalized"
         )
-        return Plan(
-            decorator_response(annotations=_cleared(), finalized=True),
-            [_event(request, "ExternalResourcesCollected", message)],
-        )
+        return Plan(decorator_response(annotations=_cleared(), finalized=True),
+                    events=[events.normal(events.RESOURCES_COLLECTED, message)])
     actions = plan_deletes(targets, scope, settings)
-    # The response if every delete succeeds; settle() corrects it with the outcomes
-    # and makes the Events then. With nothing to delete (volumes still in use),
-    # this is the final word.
+    # The response and Events if every delete succeeds; settle() redoes them
+    # from the outcomes when one did not.
     planned = {(a.params["kind"], a.target) for a in actions}
     response, notices = progress_response(request, settings, now, scope, targets, planned, [])
-    return Plan(response, actions if actions else notices)
+    return Plan(response, actions, notices, basis=(scope, targets),
+                gate=runner.Gate(settings.gc_call_budget_seconds))
 
 
 def _blocked(request: HookRequest, settings: Settings, now: dt.datetime, message: str, reason: str) -> Plan:
     annotations, resync = _stall(request, settings, now, message)
-    actions = []
+    said = []
     if request.annotations.get(LAST_ERROR) != annotations[LAST_ERROR]:
-        actions.append(_event(request, reason, message, warning=True))
-    return Plan(decorator_response(annotations=annotations, resync_after=resync, finalized=False), actions)
+        said.append(events.warning(reason, message))
+    return Plan(decorator_response(annotations=annotations, resync_after=resync, finalized=False), events=said)
 
 
 def progress_response(
@@ -343,11 +337,11 @@ def progress_response(
     targets: list[Target],
     done: set[tuple[str, str]],
     failures: list[Outcome],
-) -> tuple[dict, list[Action]]:
+) -> tuple[dict, list[events.Event]]:
     """The response after deleting ``done`` (and failing ``failures``) of ``targets``, plus its Events."""
     left = [t for t in targets if t.key not in done]
     waiting = [t for t in left if not t.deletable]
-    throttled = any(o.result == runner.THROTTLED for o in failures)
+    throttled = any(runner.classify(o) == runner.THROTTLED for o in failures)
     problem = ""
     if failures:
         first = failures[0]
@@ -356,11 +350,11 @@ def progress_response(
         states = ", ".join(f"{t.id} ({t.state or 'unknown'})" for t in waiting[:5])
         problem = f"waiting for {len(waiting)} volume(s) to become available: {states}"
     annotations: dict = {REMAINING: summarize(left)}
-    actions: list[Action] = []
+    said: list[events.Event] = []
     if done:
         deleted = summarize([t for t in targets if t.key in done]).replace("=", " ")
-        actions.append(
-            _event(request, "ExternalResourcesDeleted", f"deleted {len(done)} ({deleted}); remaining: {annotations[REMAINING]}")
+        said.append(
+            events.normal(events.EXTERNAL_RESOURCES_DELETED, f"deleted {len(done)} ({deleted}); remaining: {annotations[REMAINING]}")
         )
     if problem and (throttled or not done):
         stalled, resync = _stall(request, settings, now, problem)
@@ -372,19 +366,18 @@ def progress_response(
         annotations.update({LAST_ERROR: problem or None, STALLED_SINCE: None})
         resync = settings.gc_progress_resync_seconds
     if problem and request.annotations.get(LAST_ERROR) != annotations[LAST_ERROR]:
-        actions.append(_event(request, "ExternalResourceGCRetrying", problem, warning=True))
-    return decorator_response(annotations=annotations, resync_after=resync, finalized=False), actions
+        said.append(events.warning(events.GC_RETRYING, problem))
+    return decorator_response(annotations=annotations, resync_after=resync, finalized=False), said
 
 
-def settle(
-    request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, outcomes: list[Outcome]
-) -> tuple[dict, list[Action]]:
-    """The response from what the deletes did, and the Events to emit."""
-    scope = scope_of(request, settings)
-    targets = select_targets(scope, observed["discovery"], settings)
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
+    """The response and Events from what the deletes did."""
+    scope, targets = plan.basis
     done = {(o.action.params["kind"], o.action.target) for o in outcomes if o.ok}
-    failures = [o for o in outcomes if not o.ok and o.result in (runner.IN_USE, runner.THROTTLED, runner.FAILED)]
-    return progress_response(request, settings, now, scope, targets, done, failures)
+    failures = [o for o in outcomes if not o.ok and runner.classify(o) in (runner.IN_USE, runner.THROTTLED,
+                                                                            runner.FAILED)]
+    response, said = progress_response(request, settings, now, scope, targets, done, failures)
+    return dataclasses.replace(plan, response=response, events=said)
 
 
 # ----------------------------------------------------------------------- act
@@ -393,8 +386,11 @@ def settle(
 def gather(request: HookRequest, ctx) -> dict:
     """The look-ups this call needs (read-only): ``{"discovery": …}`` when collecting, else nothing.
 
+    Nothing is looked up for a deletion before the API server has confirmed it.
     A failed discovery is recorded as ``{"error": …}``, never raised.
     """
+    if request.deleting and ctx.settings.external_resource_gc and not request.verified:
+        return {}
     scope = scope_of(request, ctx.settings)
     if scope.decision != COLLECT:
         return {}
@@ -414,18 +410,7 @@ def gather(request: HookRequest, ctx) -> dict:
     return {"discovery": found}
 
 
-def _emit(ctx, request: HookRequest, actions: list[Action]) -> None:
-    for action in actions:
-        if action.kind == EVENT:
-            p = action.params
-            events.emit(ctx.kube, request.parent, p["reason"], p["message"], warning=p["type"] == "Warning")
-
-
-def sync(request: HookRequest, ctx=None) -> dict:
-    ctx = ctx or runtime.current()
-    if request.finalizing:
-        return finalize(request, ctx)
-    return decide(request, ctx.settings, ctx.now(), {}).response
+needs_verification = pipeline.by_plan
 
 
 def verify(request: HookRequest, ctx) -> HookRequest:
@@ -455,41 +440,17 @@ def verify(request: HookRequest, ctx) -> HookRequest:
     return dataclasses.replace(request, parent=parent)
 
 
-def _unverified(request: HookRequest, settings: Settings, now: dt.datetime, reason: str) -> dict:
+def unverified(request: HookRequest, plan: Plan, ctx, reason: str) -> Plan:
     """Hold the finalizer and look again later; no Event, since the object may not exist at all."""
     log.warning("cluster-gc refused to delete", extra={"parent": f"{request.meta.get('namespace')}/{request.name}",
                                                        "reason": reason})
-    annotations, resync = _stall(request, settings, now, f"not verified with the API server: {reason}")
-    return decorator_response(annotations=annotations, resync_after=resync, finalized=False)
+    annotations, resync = _stall(request, ctx.settings, ctx.now(), f"not verified with the API server: {reason}")
+    return Plan(decorator_response(annotations=annotations, resync_after=resync, finalized=False))
+
+
+def sync(request: HookRequest, ctx=None) -> dict:
+    return pipeline.run(sys.modules[__name__], request, ctx)
 
 
 def finalize(request: HookRequest, ctx=None) -> dict:
-    ctx = ctx or runtime.current()
-    started = time.monotonic()
-    settings, now = ctx.settings, ctx.now()
-    resolve_scope(request, settings)  # a body with a mistyped field is a 400, before anything is asked
-    if request.deleting and settings.external_resource_gc:
-        # From here on every decision (a move, the opt-out, the tasks, the name,
-        # the region) is taken from the API server's copy, not from the body.
-        try:
-            request = verify(request, ctx)
-        except fresh.Unverified as exc:
-            return _unverified(request, settings, now, str(exc))
-    observed = gather(request, ctx)
-    plan = decide(request, settings, now, observed)
-    deletes = [a for a in plan.actions if a.kind == DELETE]
-    response, later_events = plan.response, []
-    if deletes:
-        outcomes = runner.run(ctx.aws, deletes, deadline=started + settings.gc_call_budget_seconds)
-        response, later_events = settle(request, settings, now, observed, outcomes)
-        log.info(
-            "collected",
-            extra={
-                "parent": f"{request.meta.get('namespace')}/{request.name}",
-                "remaining": response["annotations"].get(REMAINING),
-                "deleted": sum(1 for o in outcomes if o.ok),
-                "seconds": round(time.monotonic() - started, 3),
-            },
-        )
-    _emit(ctx, request, [a for a in plan.actions if a.kind == EVENT] + later_events)
-    return response
+    return pipeline.run(sys.modules[__name__], request, ctx)

@@ -34,8 +34,9 @@ import copy
 import dataclasses
 import datetime as dt
 import logging
+import sys
 
-from hooks import actuators, bounds, conditions, fields, runtime, timefmt
+from hooks import bounds, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.aws import power
 from hooks.aws import providerid
 from hooks.aws.clients import describe_error as aws_error
@@ -43,12 +44,13 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
 from hooks.fencing import health, names
 from hooks.fencing import request as fr
-from hooks.kube import events, fresh, pods
+from hooks.kube import fresh, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Outcome, Plan, backoff
+from hooks.plan import Action, Change, Outcome, Plan, PoweredOff, SameObject, backoff
 
-CONTROLLER = "fencing-request"
+NAME = "fencing-request"
+FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
 
 _OP = {"stop": ("Stop", "PowerOff", names.POWERING_OFF), "start": ("Start", "PowerOn", names.POWERING_ON)}
@@ -167,6 +169,7 @@ class _Step:
         _restamp(self.status, now)
         self.node = _node(request, spec, observed)
         self.actions: list[Action] = []
+        self.events: list[events.Event] = []
         self.resyncs: list[float] = []
 
     # small helpers ------------------------------------------------------
@@ -193,14 +196,19 @@ class _Step:
         self.resyncs.append(max(1.0, seconds))
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
-        params = {"reason": reason, "message": message}
-        if warning:
-            params["warning"] = True
-        self.actions.append(Action("event", f"FencingRequest/{self.request.name}", params))
+        self.events.append(events.Event(reason, message[:events.MESSAGE_LIMIT], warning))
 
     def condition(self, ctype: str, status: str, reason: str, message: str) -> None:
-        self.status = conditions.upsert(self.status, {"type": ctype, "status": status, "reason": reason,
-                                                      "message": message}, self.stamp())
+        self.status, _ = conditions.set(self.status, ctype, status, reason, message, self.stamp())
+
+    def fenced_node(self) -> tuple:
+        """What every destructive recovery step rests on, read again right before it runs:
+        the instance is still powered off, and the Node is still the one this request fenced."""
+        ps = self.provider
+        requires: list = [PoweredOff(ps["instanceID"], ps.get("region") or None)]
+        if ps.get("nodeUID"):
+            requires.append(SameObject("Node", self.spec.node_name, ps["nodeUID"]))
+        return tuple(requires)
 
     def fail(self, reason: str, message: str) -> None:
         self.phase = names.FAILED
@@ -321,9 +329,11 @@ class _Step:
         ps[f"last{title}Time"] = self.stamp()
         ps.pop(f"last{title}Error", None)
         self.phase = phase
-        self.actions.append(Action(f"aws.{op}", ps["instanceID"], {"region": ps.get("region"), "attempt": number}))
         verb = "Force-stopping" if op == "stop" else "Starting"
-        self.event(f"{title}Requested", f"{verb} instance {ps['instanceID']} (attempt {number} of {self.spec.retries})")
+        self.actions.append(Action(
+            f"aws.{op}", ps["instanceID"], {"region": ps.get("region"), "attempt": number},
+            reports=events.normal(f"{title}Requested",
+                                  f"{verb} instance {ps['instanceID']} (attempt {number} of {self.spec.retries})")))
         self.resync(self.settings.fencing_poll_seconds)
 
     def queued(self) -> bool:
@@ -355,7 +365,7 @@ class _Step:
         if self.queued() or not self.locate():
             return
         state = self.observe_instance()
-        if state in names.POWERED_OFF_STATES:
+        if state in power.OFF_STATES:
             self.provider["poweredOffTime"] = self.stamp()
             self.condition(names.FENCING_SUCCEEDED, "True", "PoweredOff",
                            f"instance {self.provider['instanceID']} is {state}")
@@ -370,7 +380,7 @@ class _Step:
         if not self.locate():
             return False
         state = self.observe_instance()
-        if state in names.POWERED_OFF_STATES:
+        if state in power.OFF_STATES:
             return True
         if state is None:  # unreadable: no step now; the recovery timeout bounds the wait
             self.recovery["lastError"] = f"power state of {self.provider.get('instanceID')} not confirmed: " \
@@ -397,13 +407,16 @@ class _Step:
             if not self.still_fenced():
                 return
             uid = self.provider.get("nodeUID")  # the taint goes on this Node only, never on a namesake
-            self.actions.append(Action("kube.taint", self.spec.node_name, {
-                "key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
-                "effect": names.OUT_OF_SERVICE_EFFECT, **({"uid": uid} if uid else {})}))
-            rec["outOfServiceTaint"] = names.TAINT_APPLIED
-            self.event("OutOfServiceTaintApplied",
-                       f"Tainted node {self.spec.node_name} {names.OUT_OF_SERVICE_TAINT}={names.OUT_OF_SERVICE_VALUE}:"
-                       f"{names.OUT_OF_SERVICE_EFFECT}: kube-controller-manager recovers its pods and volumes")
+            self.actions.append(Action(
+                "kube.taint", self.spec.node_name,
+                {"key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
+                 "effect": names.OUT_OF_SERVICE_EFFECT, **({"uid": uid} if uid else {})},
+                record=(Change(("status", "recovery", "outOfServiceTaint"), names.TAINT_APPLIED),),
+                requires=self.fenced_node(),
+                reports=events.normal(
+                    events.OUT_OF_SERVICE_TAINT_APPLIED,
+                    f"Tainted node {self.spec.node_name} {names.OUT_OF_SERVICE_TAINT}={names.OUT_OF_SERVICE_VALUE}:"
+                    f"{names.OUT_OF_SERVICE_EFFECT}: kube-controller-manager recovers its pods and volumes")))
             return self.resync(self.settings.fencing_recovery_poll_seconds)
         error = self.observed.get("podsError") or self.observed.get("volumeAttachmentsError")
         if error or "nodePods" not in self.observed or "volumeAttachments" not in self.observed:
@@ -425,17 +438,24 @@ class _Step:
 
     def delete_resources(self, node_pods: list[dict], attachments: list[dict]) -> None:
         rec = self.recovery
+        rec["podsDeleted"] = bounds.status_counter(rec, "podsDeleted")
+        rec["volumeAttachmentsDeleted"] = bounds.status_counter(rec, "volumeAttachmentsDeleted")
+        requires = self.fenced_node()
         for pod in sorted(node_pods, key=lambda p: (p["namespace"], p["name"])):
-            self.actions.append(Action("kube.force-delete-pod", f"{pod['namespace']}/{pod['name']}",
-                                       {"uid": pod.get("uid"), "node": self.spec.node_name}))
-        fresh_attachments = [v for v in attachments if not v["deleting"]]
-        for va in fresh_attachments:
-            self.actions.append(Action("kube.delete-volume-attachment", va["name"], {"node": self.spec.node_name}))
-        rec["podsDeleted"] = bounds.status_counter(rec, "podsDeleted") + len(node_pods)
-        rec["volumeAttachmentsDeleted"] = bounds.status_counter(rec, "volumeAttachmentsDeleted") + \
-            len(fresh_attachments)
-        self.event("ResourcesDeleted", f"Force-deleted {len(node_pods)} pod(s) and deleted {len(fresh_attachments)} "
-                                       f"VolumeAttachment(s) of node {self.spec.node_name}")
+            self.actions.append(Action(
+                "kube.force-delete-pod", f"{pod['namespace']}/{pod['name']}",
+                {"uid": pod.get("uid"), "node": self.spec.node_name},
+                record=(Change(("status", "recovery", "podsDeleted"), add=1),), requires=requires,
+                reports=events.normal(events.RESOURCES_DELETED,
+                                      f"Force-deleted from powered-off node {self.spec.node_name} "
+                                      f"(FencingRequest {self.request.meta.get('namespace')}/{self.request.name})",
+                                      about=events.pod_ref(pod["namespace"], pod["name"], pod.get("uid")))))
+        for va in (v for v in attachments if not v["deleting"]):
+            self.actions.append(Action(
+                "kube.delete-volume-attachment", va["name"], {"node": self.spec.node_name},
+                record=(Change(("status", "recovery", "volumeAttachmentsDeleted"), add=1),), requires=requires,
+                reports=events.normal(events.RESOURCES_DELETED, f"Deleted VolumeAttachment {va['name']} of "
+                                                                f"powered-off node {self.spec.node_name}")))
 
     def recovered(self, reason: str, message: str) -> None:
         self.recovery["completionTime"] = self.stamp()
@@ -493,26 +513,35 @@ class _Step:
             self.recovery["lastError"] = "cannot list FencingRequests: " \
                                          f"{self.observed.get('holdersError') or 'not looked up'}"
             return self.resync(backoff(self.settings, 1))
-        self.actions.append(Action("kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
-        rec["outOfServiceTaint"] = names.TAINT_REMOVED
         if not seen:
-            self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} has been Ready again for "
-                                                   f"{back_for:.0f}s: out-of-service taint removed; its pods and "
-                                                   "VolumeAttachments could not be listed", warning=True)
-            return
-        if terminating or attachments:
+            said = events.warning(events.OUT_OF_SERVICE_TAINT_REMOVED,
+                                  f"Node {self.spec.node_name} has been Ready again for {back_for:.0f}s: "
+                                  "out-of-service taint removed; its pods and VolumeAttachments could not be listed")
+        elif terminating or attachments:
             # A Ready node must not stay out of service forever for a pod stuck on a finalizer.
-            self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} has been Ready again for "
-                                                   f"{back_for:.0f}s: out-of-service taint removed with "
-                                                   f"{len(terminating)} pod(s) still terminating and "
-                                                   f"{len(attachments)} VolumeAttachment(s) left", warning=True)
-            return
-        self.event("OutOfServiceTaintRemoved", f"Node {self.spec.node_name} is Ready again with nothing left to "
-                                               "recover: out-of-service taint removed")
+            said = events.warning(events.OUT_OF_SERVICE_TAINT_REMOVED,
+                                  f"Node {self.spec.node_name} has been Ready again for {back_for:.0f}s: out-of-service "
+                                  f"taint removed with {len(terminating)} pod(s) still terminating and "
+                                  f"{len(attachments)} VolumeAttachment(s) left")
+        else:
+            said = events.normal(events.OUT_OF_SERVICE_TAINT_REMOVED,
+                                 f"Node {self.spec.node_name} is Ready again with nothing left to recover: "
+                                 "out-of-service taint removed")
+        self.untaint(said)
+
+    def untaint(self, said: events.Event, *extra: Change) -> None:
+        """Take the out-of-service taint off; recorded (and said) only once it is off."""
+        self.actions.append(Action(
+            "kube.untaint", self.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT},
+            record=(Change(("status", "recovery", "outOfServiceTaint"), names.TAINT_REMOVED), *extra),
+            reports=said))
 
     def plan(self, finalized: bool | None = None) -> Plan:
         resync = min(self.resyncs) if self.resyncs else None
-        return Plan(composite_response(status=self.status, resync_after=resync, finalized=finalized), self.actions)
+        if self.status.get("phase") in names.FINISHED_PHASES:
+            self.status = _without_unverified(self.status)
+        return Plan(composite_response(status=self.status, resync_after=resync, finalized=finalized),
+                    self.actions, self.events)
 
 
 def _ready_for(node: dict, now: dt.datetime) -> float:
@@ -547,15 +576,13 @@ def _invalid_spec(request: HookRequest, now: dt.datetime, problem: RequestError)
     status["observedGeneration"] = generation if isinstance(generation, int) and generation >= 0 else 0
     if request.finalizing:
         return Plan(composite_response(status=status, finalized=True))
-    actions = []
+    said = []
     if status.get("phase") not in names.FINISHED_PHASES:
         stamp = timefmt.fmt(now)
         status.update(phase=names.FAILED, errorReason="InvalidSpec", errorMessage=str(problem), completionTime=stamp)
-        status = conditions.upsert(status, {"type": names.FAILED_CONDITION, "status": "True",
-                                            "reason": "InvalidSpec", "message": str(problem)}, stamp)
-        actions.append(Action("event", f"FencingRequest/{request.name}",
-                              {"reason": "FencingFailed", "message": f"InvalidSpec: {problem}", "warning": True}))
-    return Plan(composite_response(status=status), actions)
+        status, _ = conditions.set(status, names.FAILED_CONDITION, "True", "InvalidSpec", str(problem), stamp)
+        said.append(events.warning(events.FENCING_FAILED, f"InvalidSpec: {problem}"))
+    return Plan(composite_response(status=status), events=said)
 
 
 def _finalize(step: _Step) -> Plan:
@@ -577,11 +604,11 @@ def _finalize(step: _Step) -> Plan:
         step.event("OutOfServiceTaintKept", f"Deleted half-way; the out-of-service taint stays for "
                                             f"{', '.join(holders)}")
         return step.plan(finalized=True)
-    step.actions.append(Action("kube.untaint", step.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT}))
-    step.recovery["outOfServiceTaint"] = names.TAINT_REMOVED
-    step.event("OutOfServiceTaintRemoved", f"FencingRequest deleted: out-of-service taint removed from node "
-                                           f"{step.spec.node_name}")
-    return step.plan(finalized=True)
+    # Finalized only once the taint is off: a failed untaint keeps the request (and its finalizer).
+    step.untaint(events.normal(events.OUT_OF_SERVICE_TAINT_REMOVED, f"FencingRequest deleted: out-of-service taint "
+                                                                    f"removed from node {step.spec.node_name}"),
+                 Change(("finalized",), True))
+    return step.plan(finalized=False)
 
 # --------------------------------------------------------------------------- observe
 
@@ -616,7 +643,7 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
         _observe_instance(ctx, node, provider, observed)
     powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
-        (observed.get("instance") or {}).get("state") in names.POWERED_OFF_STATES
+        (observed.get("instance") or {}).get("state") in power.OFF_STATES
     recovering = phase == names.RECOVERING or powered_off_now
     taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
     if (recovering and not taint_first) or _in_aftercare(status, node):
@@ -701,7 +728,12 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     except RequestError as exc:
         raise fresh.Unverified(f"the FencingRequest as the API server has it: {exc}") from None
     node = fresh.read(ctx.kube, "Node", spec.node_name)
-    related = {"Node.v1": {spec.node_name: parse_object(node, "related.Node")}} if node else {}
+    try:
+        related = {"Node.v1": {spec.node_name: parse_object(node, "related.Node")}} if node else {}
+    except RequestError as exc:
+        raise fresh.Unverified(f"the Node as the API server has it: {exc}") from None
+    # The API server answered: the record of earlier unverified calls goes.
+    parent = dict(parent, status=_without_unverified(fields.mapping(parent, "status")))
     return dataclasses.replace(request, parent=parent, related=ObjectGroups(related))
 
 
@@ -709,7 +741,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
 _NODE_VERDICTS = ("NodeReady", "NodeReplaced", "InvalidProviderID")
 
 
-def _needs_verification(request: HookRequest, plan: Plan) -> bool:
+def needs_verification(request: HookRequest, plan: Plan) -> bool:
     """An action on a node or an instance, or a record drawn from the Node (a verdict, letting go of the taint)."""
     if any(a.kind != "event" for a in plan.actions):
         return True
@@ -721,126 +753,61 @@ def _needs_verification(request: HookRequest, plan: Plan) -> bool:
             and status.get("errorReason") in _NODE_VERDICTS)
 
 
-def _unverified(request: HookRequest, ctx: runtime.Context, reason: str) -> dict:
+def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
     """Nothing irreversible without the API server's word: nothing is spent or recorded but why; ask again later."""
     log.warning("fencing-request did not act", extra={"request": f"{request.meta.get('namespace')}/{request.name}",
                                                       "reason": reason})
     status = _own_status(request.parent)
     calls = bounds.status_counter(status, "unverifiedCalls") + 1
     status["unverifiedCalls"] = calls
-    status = conditions.upsert(status, {
-        "type": names.VERIFIED_CONDITION, "status": "False", "reason": "Unverified",
-        "message": f"nothing is powered off, tainted or deleted until the API server confirms this request and "
-                   f"its Node: {reason}"[:1000]}, timefmt.fmt(ctx.now()))
-    return composite_response(status=status, resync_after=backoff(ctx.settings, calls),
-                              finalized=False if request.finalizing else None)
+    status, _ = conditions.set(
+        status, names.VERIFIED_CONDITION, "False", "Unverified",
+        f"nothing is powered off, tainted or deleted until the API server confirms this request and its Node: "
+        f"{reason}"[:1000], timefmt.fmt(ctx.now()))
+    return Plan(composite_response(status=status, resync_after=backoff(ctx.settings, calls),
+                                   finalized=False if request.finalizing else None))
 
 
-def _verified(response: dict) -> dict:
-    """The API server answered: the record of earlier unverified calls goes."""
-    status = response.get("status")
-    if isinstance(status, dict) and (conditions.find(status, names.VERIFIED_CONDITION) or "unverifiedCalls" in status):
-        status = conditions.remove(status, names.VERIFIED_CONDITION)
+def _without_unverified(status: dict) -> dict:
+    if conditions.find(status, names.VERIFIED_CONDITION) or "unverifiedCalls" in status:
+        status, _ = conditions.remove(status, names.VERIFIED_CONDITION)
         status.pop("unverifiedCalls", None)
-        response = {**response, "status": status}
-    return response
+    return status
 
 
 # --------------------------------------------------------------------------- act
 
 
-def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
-    """Fold failed actions back into the status, so the next call retries exactly them."""
-    failed = [o for o in outcomes if not o.ok]
-    if not failed:
-        return plan.response
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
+    """What the failures mean: the error where the next call looks for it, and a sooner retry.
+
+    Nothing is undone here: a step's own record is applied only when it succeeds.
+    """
     response = copy.deepcopy(plan.response)
     status = response["status"]
-    previous = _recorded(_own_status(request.parent), "recovery").get("outOfServiceTaint")
     resync = backoff(settings, 1)
     recovery_errors = []
-    for outcome in failed:
+    for outcome in (o for o in outcomes if not o.ok):
         kind = outcome.action.kind
         if kind in ("aws.stop", "aws.start"):
             title = _OP[kind.split(".")[1]][0]
             status.setdefault("providerStatus", {})[f"last{title}Error"] = outcome.error
             spec = fr.parse_spec(request.parent)
             resync = min(resync, max(1.0, spec.retry_interval))
-            continue
-        rec = status.setdefault("recovery", {})
-        if kind == "kube.taint":
-            if previous is None:
-                rec.pop("outOfServiceTaint", None)
-            else:
-                rec["outOfServiceTaint"] = previous
-        elif kind == "kube.untaint":
-            rec["outOfServiceTaint"] = names.TAINT_APPLIED
-            if request.finalizing:
-                response["finalized"] = False
-        elif kind == "kube.force-delete-pod":
-            rec["podsDeleted"] = max(0, bounds.status_counter(rec, "podsDeleted") - 1)
-        elif kind == "kube.delete-volume-attachment":
-            rec["volumeAttachmentsDeleted"] = max(0, bounds.status_counter(rec, "volumeAttachmentsDeleted") - 1)
-        recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")
+        else:
+            recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")
     if recovery_errors:
-        status["recovery"]["lastError"] = "; ".join(recovery_errors)[:2000]
+        status.setdefault("recovery", {})["lastError"] = "; ".join(recovery_errors)[:2000]
     response["resyncAfterSeconds"] = resync
-    return response
-
-
-# The Event that reports each action: not sent when the action failed.
-_REPORTED_BY = {
-    "aws.stop": "StopRequested",
-    "aws.start": "StartRequested",
-    "kube.taint": "OutOfServiceTaintApplied",
-    "kube.untaint": "OutOfServiceTaintRemoved",
-    "kube.force-delete-pod": "ResourcesDeleted",
-    "kube.delete-volume-attachment": "ResourcesDeleted",
-}
-
-
-def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
-    failed = [o for o in outcomes if not o.ok]
-    untrue = {_REPORTED_BY.get(o.action.kind) for o in failed}
-    for action in plan.actions:
-        if action.kind == "event" and action.params["reason"] not in untrue:
-            events.emit(ctx.kube, request.parent, action.params["reason"], action.params["message"],
-                        warning=action.params.get("warning", False), component=CONTROLLER)
-    for outcome in failed:
-        events.emit(ctx.kube, request.parent, "FencingActionFailed",
-                    f"{outcome.action.kind} {outcome.action.target}: {outcome.error}", warning=True,
-                    component=CONTROLLER)
+    return dataclasses.replace(plan, response=response)
 
 
 # --------------------------------------------------------------------------- hooks
 
 
-def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
-    ctx = ctx or runtime.current()
-    observed = gather(request, ctx)
-    plan = decide(request, ctx.settings, ctx.now(), observed)
-    verified = False
-    if _needs_verification(request, plan):
-        # Every action here changes a node or an instance: decide again on fresh objects first.
-        try:
-            request = verify(request, ctx)
-        except fresh.Unverified as exc:
-            return _unverified(request, ctx, str(exc))
-        verified = True
-        observed = gather(request, ctx)
-        plan = decide(request, ctx.settings, ctx.now(), observed)
-    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
-    response = settle(request, plan, outcomes, ctx.settings)
-    if verified or (response.get("status") or {}).get("phase") in names.FINISHED_PHASES:
-        response = _verified(response)
-    if plan.actions:
-        emit(request, plan, outcomes, ctx)
-    return response
-
-
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    return _serve(request, ctx)
+    return pipeline.run(sys.modules[__name__], request, ctx)
 
 
 def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    return _serve(request, ctx)
+    return pipeline.run(sys.modules[__name__], request, ctx)

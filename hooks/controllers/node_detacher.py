@@ -1,7 +1,8 @@
 """node-detacher: a leaving Node leaves every load balancer before its pods stop.
 
-DecoratorController on Nodes (sync + finalize) and on Pods (managed ingress
-DaemonSets). Each call walks one step of hooks.detacher.assess's phases:
+DecoratorController on Nodes (sync + finalize); a managed ingress DaemonSet's
+terminating pod asks for a detach through node-detacher-pods. Each call walks
+one step of hooks.detacher.assess's phases:
 
   exclude     label node.kubernetes.io/exclude-from-external-load-balancers,
               annotate, NodeBeingDetached=True (the label lands before any
@@ -19,22 +20,23 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import sys
 
-from hooks import actuators, bounds, conditions, fields, runtime, templates, timefmt
+from hooks import actuators, bounds, conditions, events, fields, objects, pipeline, runtime, templates, timefmt
 from hooks.aws import elb as elb_api
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.lb_discovery import CACHE as LB_INDEX
 from hooks.config import Settings
-from hooks.contract import HookRequest, RequestError, decorator_response, parse_object
+from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import assess as phases
 from hooks.detacher import names, shutdown, targets
 from hooks.detacher import pod_trigger
-from hooks.detacher.pod_trigger import decide_pod, gather_pod
-from hooks.kube import events, fresh, pods
+from hooks.kube import fresh, pods
 from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Outcome, Plan, backoff
+from hooks.plan import Action, Change, Outcome, Plan, backoff
 
-CONTROLLER = "node-detacher"
+NAME = "node-detacher"
+FAILURE_REASON = events.DETACH_FAILED
 log = logging.getLogger(__name__)
 
 _REASONS = {
@@ -50,12 +52,16 @@ _LABEL_SETTLE_SECONDS = 1.0
 # --------------------------------------------------------------------------- decide
 
 
-def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict,
-           sit: phases.Situation | None = None) -> Plan:
-    if request.parent.get("kind") == "Pod":
-        return decide_pod(request, settings, observed, now)
-    sit = sit or phases.assess(request, settings, now)
-    return _DECIDERS[sit.phase](request, sit, settings, now, observed)
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    ended = observed.get("podRequestEnded")
+    if ended:
+        request = pod_trigger.without_node_request(request)
+    sit = phases.assess(request, settings, now)
+    plan = _DECIDERS[sit.phase](request, sit, settings, now, observed)
+    if ended:
+        return pod_trigger.withdraw_node_request(plan, ended)
+    response = pod_trigger.keep_node_request_clock(request, plan.response, settings, now)
+    return dataclasses.replace(plan, response=response)
 
 
 def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings, observed: dict) -> list[dict]:
@@ -86,10 +92,6 @@ def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings,
     ]
 
 
-def _event(request: HookRequest, reason: str, message: str) -> Action:
-    return Action("event", request.name, {"reason": reason, "message": message})
-
-
 def _clear_error(annotations: dict, request: HookRequest) -> None:
     for key in (names.ERROR, names.ATTEMPTS):
         if key in request.annotations:
@@ -108,9 +110,8 @@ def _deletion_deadline_passed(request: HookRequest, settings: Settings, now: dt.
 def _released(request: HookRequest, message: str, attachments: list[dict]) -> Plan:
     """A deleting node let go at its deadline: the node is leaving whatever is left undone."""
     return Plan(decorator_response(attachments=attachments, finalized=True),
-                [Action("event", request.name, {"reason": "DetachAbandoned", "warning": True,
-                                                "message": f"Deadline for a deleting node passed; letting it go: "
-                                                           f"{message}"[:1024]})])
+                events=[events.warning(events.DETACH_ABANDONED,
+                                       f"Deadline for a deleting node passed; letting it go: {message}")])
 
 
 def _failure(request: HookRequest, settings: Settings, now: dt.datetime, message: str, attachments: list[dict],
@@ -127,7 +128,7 @@ def _failure(request: HookRequest, settings: Settings, now: dt.datetime, message
             resync_after=backoff(settings, attempt),
             finalized=False if request.finalizing else None,
         ),
-        [Action("event", request.name, {"reason": "DetachFailed", "message": message, "warning": True})],
+        events=[events.warning(events.DETACH_FAILED, message)],
     )
 
 
@@ -168,14 +169,11 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
     reason = _REASONS.get(sit.reasons[0], "LeavingTaint")
     status = None
     node_status = fields.mapping(request.parent, "status")
-    if conditions.differs(node_status, names.CONDITION, "True"):
-        status = conditions.upsert(
-            node_status,
-            {"type": names.CONDITION, "status": "True", "reason": reason,
-             "message": f"node-detacher is taking the node out of its load balancers ({reasons})"},
-            timefmt.fmt(now),
-            heartbeat=True,
-        )
+    if not conditions.is_true(node_status, names.CONDITION):
+        # Written once per detach, not per reason: every Node status write races the kubelet's.
+        status, _ = conditions.set(node_status, names.CONDITION, "True", reason,
+                                   f"node-detacher is taking the node out of its load balancers ({reasons})",
+                                   timefmt.fmt(now), heartbeat=True)
     return Plan(
         decorator_response(
             labels=labels,
@@ -185,7 +183,7 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
             resync_after=_LABEL_SETTLE_SECONDS,
             finalized=False if request.finalizing else None,
         ),
-        [_event(request, "Detaching", f"Leaving load balancers: {reasons}")],
+        events=[events.normal(events.DETACHING, f"Leaving load balancers: {reasons}")],
     )
 
 
@@ -194,7 +192,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     if sit.instance_id is None:
         if request.finalizing:  # nothing we can act on; never hold a deletion forever
             return Plan(decorator_response(attachments=[], finalized=True),
-                        [_event(request, "DetachSkipped", f"cannot detach: {sit.provider_error}")])
+                        events=[events.normal(events.DETACH_SKIPPED, f"cannot detach: {sit.provider_error}")])
         return _failure(request, settings, now, f"cannot detach: {sit.provider_error}", attachments)
     if observed.get("discoveryError"):
         return _failure(request, settings, now, f"load balancer discovery failed: {observed['discoveryError']}", attachments)
@@ -206,11 +204,12 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
         covered = [m for m in pending if (m[0], m[1]) == (lb_type, lb)]
         kind = "elbv2.deregister" if lb_type == "tg" else "elb.deregister"
         actions.append(Action(kind, lb, {"instance": sit.instance_id, "region": sit.region, "ports": ports,
-                                         "memberships": [list(m) for m in covered]}))
-    annotations = {names.DEREGISTERED: targets.encode(done | set(memberships))}
+                                         "memberships": [list(m) for m in covered]},
+                              # Recorded as deregistered only once the call succeeded.
+                              record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),)))
+    annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     _clear_error(annotations, request)
-    actions.append(_event(request, "Deregistered",
-                          f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)"))
+    said = [events.normal(events.DEREGISTERED, f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)")]
     return Plan(
         decorator_response(
             annotations=annotations,
@@ -219,6 +218,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
             finalized=False if request.finalizing else None,
         ),
         actions,
+        said,
     )
 
 
@@ -245,7 +245,7 @@ def _drain(request, sit, settings, now, observed) -> Plan:
     return Plan(
         decorator_response(annotations=annotations, attachments=attachments,
                            finalized=True if request.finalizing else None),
-        [Action("event", request.name, {"reason": "Detached", "message": message, **({"warning": True} if draining else {})})],
+        events=[events.Event(events.DETACHED, message, warning=bool(draining))],
     )
 
 
@@ -271,12 +271,10 @@ def _shutdown(request, sit, settings, now, observed) -> Plan:
         # Keeps DaemonSet controllers from putting evicted pods straight back.
         actions.append(Action("kube.taint", request.name, {"key": names.DETACHING_TAINT, "effect": "NoSchedule"}))
     actions.extend(Action("kube.evict", r.key, {"priority": r.priority}) for r in group)
-    if group:
-        actions.append(_event(request, "EvictingPods",
-                              f"Evicting {len(group)} pod(s) of deletion priority {priority}: "
-                              + ", ".join(r.key for r in group)))
+    said = [events.normal(events.EVICTING_PODS, f"Evicting {len(group)} pod(s) of deletion priority {priority}: "
+                                                + ", ".join(r.key for r in group))] if group else []
     return Plan(decorator_response(annotations=annotations, attachments=attachments,
-                                   resync_after=settings.drain_poll_seconds), actions)
+                                   resync_after=settings.drain_poll_seconds), actions, said)
 
 
 def _untaint_unless_leaving(request: HookRequest, sit: phases.Situation) -> list[Action]:
@@ -301,16 +299,16 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
         deregistered |= set(sit.memberships or ())
     deregistered = sorted(deregistered)
     actions = []
+    said = []
     failing_for = timefmt.seconds_since(request.annotations.get(names.REATTACH_FAILING_SINCE), now)
     if failing_for is not None and failing_for >= settings.reattach_timeout_seconds:
         # Holding our exclude label any longer would keep the node out of every
         # load balancer for good; the controllers that register nodes take it from here.
         deregistered = []
-        actions.append(Action("event", request.name, {
-            "reason": "ReattachAbandoned", "warning": True,
-            "message": f"Re-attaching failed for {failing_for:.0f}s "
-                       f"({request.annotations.get(names.ERROR, 'unknown error')}); our exclude label comes off "
-                       "and the load balancers' own controllers register the node"[:1024]}))
+        said.append(events.warning(events.REATTACH_ABANDONED,
+                                   f"Re-attaching failed for {failing_for:.0f}s "
+                                   f"({request.annotations.get(names.ERROR, 'unknown error')}); our exclude label "
+                                   "comes off and the load balancers' own controllers register the node"))
     if deregistered and sit.instance_id is None:
         return _failure(request, settings, now, f"cannot re-attach: {sit.provider_error}", attachments)
     for (lb_type, lb), ports in targets.group_by_load_balancer(deregistered).items():
@@ -322,15 +320,15 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
         actions.append(Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT}))
     labels = {names.EXCLUDE_LABEL: None} if request.labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE else {}
     annotations = {key: None for key in names.OUR_ANNOTATIONS if key in request.annotations}
-    node_status = fields.mapping(request.parent, "status")
-    status = conditions.remove(node_status, names.CONDITION) if conditions.find(node_status, names.CONDITION) else None
+    status, changed = conditions.remove(fields.mapping(request.parent, "status"), names.CONDITION)
     registered = sum(1 for a in actions if a.kind.endswith(".register"))
-    actions.append(_event(request, "Reattached",
-                          f"Registered again with {registered} load balancer(s)" if registered else "Back in service"))
+    said.append(events.normal(events.REATTACHED, f"Registered again with {registered} load balancer(s)"
+                              if registered else "Back in service"))
     return Plan(
-        decorator_response(labels=labels, annotations=annotations, status=status, attachments=attachments,
-                           finalized=True if request.finalizing else None),
+        decorator_response(labels=labels, annotations=annotations, status=status if changed else None,
+                           attachments=attachments, finalized=True if request.finalizing else None),
         actions,
+        said,
     )
 
 
@@ -348,13 +346,15 @@ _DECIDERS = {
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context, sit: phases.Situation | None = None) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     """The look-ups this call's phase needs; failures are recorded, never raised."""
-    if request.parent.get("kind") == "Pod":
-        return gather_pod(request, ctx)
     settings = ctx.settings
-    sit = sit or phases.assess(request, settings, ctx.now())
     observed: dict = {}
+    ended = pod_trigger.end_of_node_request(request, ctx, ctx.now())
+    if ended:
+        observed["podRequestEnded"] = ended
+        request = pod_trigger.without_node_request(request)
+    sit = phases.assess(request, settings, ctx.now())
     if sit.needs_discovery:
         try:
             index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)
@@ -372,7 +372,7 @@ def gather(request: HookRequest, ctx: runtime.Context, sit: phases.Situation | N
     if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
         try:
             node_pods = pods.on_node(ctx.kube, request.name)
-            daemonsets = {shutdown.daemonset_of(p) for p in node_pods} - {None}
+            daemonsets = {objects.daemonset_of(p) for p in node_pods} - {None}
             observed["pods"] = node_pods
             observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, daemonsets) if daemonsets else {}
         except Exception as exc:  # noqa: BLE001
@@ -396,47 +396,31 @@ def _target_states(ctx: runtime.Context, sit: phases.Situation) -> dict[str, str
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
-           now: dt.datetime | None = None) -> dict:
-    """The response given what really happened: failed steps stay pending."""
+           now: dt.datetime) -> Plan:
+    """What failed steps mean: the error on the node, a backoff, and for a re-attach, the detach state kept.
+
+    A failed deregistration needs nothing here: it is recorded as deregistered
+    only when it succeeds. The plan's Events are not sent: DetachFailed says it.
+    """
     failed = [o for o in outcomes if not o.ok]
     response = plan.response
-    if not failed:
-        return response
-    if now is not None and _deletion_deadline_passed(request, settings, now):
-        return dict(response, finalized=True)  # a deleting node is never held past its deadline
+    if _deletion_deadline_passed(request, settings, now):
+        return Plan(dict(response, finalized=True))  # a deleting node is never held past its deadline
     annotations = dict(response.get("annotations") or {})
-    failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
     if any(o.action.kind.endswith(".register") for o in failed):
         # Re-attach incomplete: keep detach state, remember what still needs registering.
+        failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
         response = dict(response, labels={}, status=None)
         annotations = {names.DEREGISTERED: targets.encode(failed_memberships),
                        names.REATTACH_FAILING_SINCE: request.annotations.get(names.REATTACH_FAILING_SINCE)
-                       or timefmt.fmt(now or runtime.utcnow())}
+                       or timefmt.fmt(now),
+                       **{k: v for k, v in annotations.items() if k in (names.FOR_POD, names.FOR_POD_SINCE)}}
         if "finalized" in response:
             response["finalized"] = False
-    elif names.DEREGISTERED in annotations:
-        kept = set(targets.decode(annotations[names.DEREGISTERED]) or []) - failed_memberships
-        annotations[names.DEREGISTERED] = targets.encode(kept)
     attempt = bounds.counter(request.annotations, names.ATTEMPTS) + 1
     annotations[names.ERROR] = actuators.failure_text(outcomes)
     annotations[names.ATTEMPTS] = str(attempt)
-    response = dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt))
-    return response
-
-
-def _emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
-    failed = [o for o in outcomes if not o.ok]
-    subject = request.parent
-    if request.parent.get("kind") == "Pod":  # pod-triggered detaches are reported on the Node
-        subject = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": plan.actions[0].target if plan.actions else ""}}
-    if failed:
-        events.emit(ctx.kube, subject, "DetachFailed", actuators.failure_text(outcomes), warning=True,
-                    component=CONTROLLER)
-        return
-    for action in plan.actions:
-        if action.kind == "event":
-            events.emit(ctx.kube, subject, action.params["reason"], action.params["message"],
-                        warning=action.params.get("warning", False), component=CONTROLLER)
+    return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)))
 
 
 # --------------------------------------------------------------------------- hooks
@@ -446,62 +430,26 @@ def _emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtim
 _VERIFIED_KINDS = ("elbv2.deregister", "elb.deregister", "kube.evict", "kube.taint", "kube.annotate-node")
 
 
+def needs_verification(request: HookRequest, plan: Plan) -> bool:
+    return any(a.kind in _VERIFIED_KINDS for a in plan.actions)
+
+
 def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
-    """The request with its parent (Node or Pod) re-read from the API server: same uid, or Unverified."""
-    parent = fresh.same_object(ctx.kube, request.parent)
-    try:
-        return dataclasses.replace(request, parent=parse_object(parent, "parent"))
-    except RequestError as exc:
-        raise fresh.Unverified(f"{request.parent.get('kind')} {request.name} as the API server has it: {exc}") from None
+    """The request with the Node re-read from the API server: same uid, or Unverified."""
+    return fresh.same_parent(request, ctx.kube)
 
 
-def _plan(request: HookRequest, ctx: runtime.Context, now: dt.datetime):
-    sit = None if request.parent.get("kind") == "Pod" else phases.assess(request, ctx.settings, now)
-    observed = gather(request, ctx, sit)
-    return decide(request, ctx.settings, now, observed, sit)
-
-
-def _unverified(request: HookRequest, plan: Plan, settings: Settings, reason: str) -> dict:
+def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
     """Nothing disruptive without the API server's word; the Attachment stays (omitting it would delete it)."""
     log.warning("node-detacher did not act", extra={"object": request.name, "reason": reason})
     attachments = plan.response.get("attachments") or []
-    return decorator_response(attachments=attachments, resync_after=backoff(settings, 1),
-                              finalized=False if request.finalizing else None)
-
-
-def _serve(request: HookRequest, ctx: runtime.Context | None) -> dict:
-    ctx = ctx or runtime.current()
-    now = ctx.now()
-    pod_request_end = None
-    if request.parent.get("kind") != "Pod":
-        request, pod_request_end = pod_trigger.end_of_node_request(request, ctx, now)
-    plan = _plan(request, ctx, now)
-    if any(a.kind in _VERIFIED_KINDS for a in plan.actions):
-        try:
-            request = verify(request, ctx)
-        except fresh.Unverified as exc:
-            return _unverified(request, plan, ctx.settings, str(exc))
-        if pod_request_end is None and request.parent.get("kind") != "Pod":
-            request, pod_request_end = pod_trigger.end_of_node_request(request, ctx, now)
-        plan = _plan(request, ctx, now)
-    if pod_request_end is not None:
-        plan = pod_trigger.withdraw_node_request(request, plan, pod_request_end)
-    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
-    if request.parent.get("kind") == "Pod":
-        # Never annotate users' pods with our errors: just try again later.
-        failed = any(not o.ok for o in outcomes)
-        response = decorator_response(resync_after=backoff(ctx.settings, 1)) if failed else plan.response
-    else:
-        response = settle(request, plan, outcomes, ctx.settings, now)
-        response = pod_trigger.keep_node_request_clock(request, response, ctx.settings, now)
-    if any(a.kind == "event" for a in plan.actions) or any(not o.ok for o in outcomes):
-        _emit(request, plan, outcomes, ctx)
-    return response
+    return Plan(decorator_response(attachments=attachments, resync_after=backoff(ctx.settings, 1),
+                                   finalized=False if request.finalizing else None))
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    return _serve(request, ctx)
+    return pipeline.run(sys.modules[__name__], request, ctx)
 
 
 def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    return _serve(request, ctx)
+    return pipeline.run(sys.modules[__name__], request, ctx)

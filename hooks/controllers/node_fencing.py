@@ -25,19 +25,22 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from hooks import actuators, conditions, fields, runtime, timefmt
+import sys
+
+from hooks import actuators, conditions, events, fields, objects, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response, parse_object
 from hooks.fencing import failover, health, names, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
-from hooks.kube import events, fresh, pods
+from hooks.kube import fresh, pods
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Outcome, Plan, backoff
+from hooks.plan import Action, Outcome, Plan, SameObject, backoff
 
-CONTROLLER = "node-fencing"
+NAME = "node-fencing"
+FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
 # After writing conditions, look again soon to lay the matching taints.
 _TAINT_SETTLE_SECONDS = 1.0
@@ -89,11 +92,6 @@ class Situation:
         return self.policy is not None and self.health.unhealthy
 
 
-def _condition_true(status: dict, ctype: str) -> bool:
-    cond = conditions.find(status, ctype)
-    return bool(cond) and cond.get("status") == "True"
-
-
 def _our_request(request: HookRequest) -> dict | None:
     found = request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)
     return found[0] if found else None
@@ -136,7 +134,7 @@ def _gate(request: HookRequest, policy: Policy, state: Health, now: dt.datetime,
     """(reason, message) that holds new fencing and failover, or ("", "") when both may go."""
     if not state.due(now):
         return "WaitingForDuration", f"{state.describe()}; fencing falls due at {timefmt.fmt(state.due_at)}"
-    if policy.exclude_control_plane and health.is_control_plane(request.labels):
+    if policy.exclude_control_plane and objects.is_control_plane(request.labels):
         return "ControlPlaneExcluded", f"NodeFencingPolicy {policy.name} never fences control-plane nodes"
     verdict = storm.verdict(policy, request.name, now, settings.fencing_count_max_age_seconds)
     if verdict.outcome == storm.HOLD:
@@ -158,13 +156,13 @@ def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situat
         return Situation(policy, state, fencing_request)
 
     fr_status = (fencing_request or {}).get("status") or {}
-    complete = _condition_true(fr_status, names.FENCING_SUCCEEDED)
+    complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
     failed = "" if complete or fr_status.get("phase") != names.FAILED else (
         f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
     hold_reason, hold_message = _gate(request, policy, state, now, settings)
     # Fencing in flight is never abandoned half-way, even if the guard now holds;
     # failover still waits for the gate.
-    if fencing_request is not None or _condition_true(node_status, names.REQUIRED):
+    if fencing_request is not None or conditions.is_true(node_status, names.REQUIRED):
         return Situation(policy, state, fencing_request, required=True, complete=complete,
                          failed_message=failed, failover_hold=hold_reason,
                          fenced=_fenced(fencing_request, request, state))
@@ -182,49 +180,20 @@ def needs_pods(sit: Situation) -> bool:
 # --------------------------------------------------------------------------- decide
 
 
-def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, sit=None) -> Plan:
-    sit = sit or assess(request, now, settings)
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    sit = assess(request, now, settings)
     if not sit.unhealthy:
         return _release(request, sit, settings, now)
     return _fence(request, sit, settings, now, observed)
 
 
-def _node_event(request: HookRequest, reason: str, message: str, warning: bool = False) -> Action:
-    params = {"reason": reason, "message": message}
-    if warning:
-        params["warning"] = True
-    return Action("event", f"Node/{request.name}", params)
-
-
 def _status_changes(node_status: dict, desired: dict[str, tuple[str, str, str]], now: dt.datetime) -> dict | None:
-    """The complete status with our conditions set, or None when nothing would change.
-
-    A condition is rewritten only when its status, reason or message changes,
-    and both its times move only then: no churn on a node that stays put.
-    """
-    current = [c for c in node_status.get("conditions") or [] if isinstance(c, dict)]
-    updated = list(current)
-    for ctype, (status, reason, message) in desired.items():
-        previous = conditions.find(node_status, ctype)
-        if previous and (previous.get("status"), previous.get("reason"), previous.get("message")) == (status, reason, message):
-            continue
-        same_status = bool(previous) and previous.get("status") == status and previous.get("lastTransitionTime")
-        cond = {
-            "type": ctype,
-            "status": status,
-            "lastHeartbeatTime": timefmt.fmt(now),
-            "lastTransitionTime": previous["lastTransitionTime"] if same_status else timefmt.fmt(now),
-            "reason": reason,
-            "message": message,
-        }
-        index = next((i for i, c in enumerate(updated) if c.get("type") == ctype), None)
-        if index is None:
-            updated.append(cond)
-        else:
-            updated[index] = cond
-    if updated == current:
-        return None
-    return {**node_status, "conditions": updated}
+    """The complete status with our conditions set, or None when nothing would change (no churn)."""
+    status, changed = node_status, False
+    for ctype, (value, reason, message) in desired.items():
+        status, one = conditions.set(status, ctype, value, reason, message, timefmt.fmt(now), heartbeat=True)
+        changed = changed or one
+    return status if changed else None
 
 
 def _taint_actions(request: HookRequest, want: dict[str, str]) -> list[Action]:
@@ -286,7 +255,7 @@ def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.d
     if ours:
         status = node_status
         for ctype in ours:
-            status = conditions.remove(status, ctype)
+            status, _ = conditions.remove(status, ctype)
     attachments: list[dict] = []
     resync = None
     fr = sit.fencing_request
@@ -300,15 +269,16 @@ def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.d
             attachments = [_desired_request(request, sit, settings)]
             resync = settings.fencing_resync_seconds
     actions: list[Action] = []
+    said = []
     if ours:
         why = "no NodeFencingPolicy selects the node" if sit.policy is None else "the node is healthy again"
-        actions.append(_node_event(request, "FencingCleared", f"Fencing conditions cleared: {why}"))
+        said.append(events.normal(events.FENCING_CLEARED, f"Fencing conditions cleared: {why}"))
     else:
         actions.extend(_taint_actions(request, {}))
     if status is not None and any(t.get("key") in names.OUR_TAINTS for t in fields.objects(request.parent, "spec", "taints")):
         resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
     return Plan(decorator_response(annotations=_clear_error(request), status=status, attachments=attachments,
-                                   resync_after=resync), actions)
+                                   resync_after=resync), actions, said)
 
 
 def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
@@ -330,8 +300,9 @@ def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.dat
     status = _status_changes(node_status, desired, now)
 
     actions: list[Action] = []
+    said = []
     if status is not None:
-        actions.extend(_transition_events(request, node_status, desired))
+        said.extend(_transition_events(node_status, desired))
     else:
         # Conditions are settled: lay the taints that go with them.
         want = {names.TRIAGED_TAINT: "PreferNoSchedule"}
@@ -351,7 +322,7 @@ def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.dat
         if failover_error:
             if request.annotations.get(names.ERROR_ANNOTATION) != failover_error:
                 annotations = {names.ERROR_ANNOTATION: failover_error}
-                actions.append(_node_event(request, "FailoverFailed", failover_error, warning=True))
+                said.append(events.warning(events.FAILOVER_FAILED, failover_error))
             else:
                 annotations = {}  # the same error again: no write, no new Event
             resync = backoff(settings, 1)
@@ -359,27 +330,27 @@ def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.dat
         resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
     attachments = [_desired_request(request, sit, settings)] if sit.required else []
     return Plan(decorator_response(annotations=annotations, status=status, attachments=attachments,
-                                   resync_after=max(resync, 1.0) if resync is not None else None), actions)
+                                   resync_after=max(resync, 1.0) if resync is not None else None), actions, said)
 
 
-def _transition_events(request: HookRequest, before: dict, desired: dict) -> list[Action]:
+def _transition_events(before: dict, desired: dict) -> list[events.Event]:
     events_out = []
     for ctype, (status, reason, message) in desired.items():
         previous = conditions.find(before, ctype) or {}
         if previous.get("status") == status and previous.get("reason") == reason:
             continue
         if ctype == names.TRIAGED and status == "True":
-            events_out.append(_node_event(request, "FencingTriaged", f"Node is unhealthy: {message}"))
+            events_out.append(events.normal(events.FENCING_TRIAGED, f"Node is unhealthy: {message}"))
         elif ctype == names.REQUIRED and status == "True":
-            events_out.append(_node_event(request, "FencingRequired", message))
+            events_out.append(events.normal(events.FENCING_REQUIRED, message))
         elif ctype == names.REQUIRED and reason == "StormGuard":
-            events_out.append(_node_event(request, "FencingHeldBack", message, warning=True))
+            events_out.append(events.warning(events.FENCING_HELD_BACK, message))
         elif ctype == names.REQUIRED and reason == "ControlPlaneExcluded":
-            events_out.append(_node_event(request, "FencingSkipped", message))
+            events_out.append(events.normal(events.FENCING_SKIPPED, message))
         elif ctype == names.COMPLETE and status == "True":
-            events_out.append(_node_event(request, "NodeFenced", "Power-off confirmed; the node's workloads may recover"))
+            events_out.append(events.normal(events.NODE_FENCED, "Power-off confirmed; the node's workloads may recover"))
         elif ctype == names.COMPLETE and reason == "FencingFailed":
-            events_out.append(_node_event(request, "FencingFailed", message, warning=True))
+            events_out.append(events.warning(events.FENCING_FAILED, message))
     return events_out
 
 
@@ -391,13 +362,15 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
     for choice in go:
         meta = choice.pod["metadata"]
         target = failover.key(choice.pod)
-        actions.append(Action("kube.force-delete-pod", target, {"uid": meta.get("uid"), "node": request.name}))
-        actions.append(Action("event", f"Pod/{target}", {
-            "reason": "FailedOver",
-            "message": f"Force-deleted from unhealthy node {request.name} ({sit.health.describe()}) "
-                       f"without waiting for fencing: {choice.why}",
-            "uid": meta.get("uid"),
-        }))
+        node_uid = request.meta.get("uid")
+        actions.append(Action(
+            "kube.force-delete-pod", target, {"uid": meta.get("uid"), "node": request.name},
+            # The node the decision was about, still the same object when the pod goes.
+            requires=(SameObject("Node", request.name, node_uid),) if node_uid else (),
+            reports=events.normal(events.FAILED_OVER,
+                                  f"Force-deleted from unhealthy node {request.name} ({sit.health.describe()}) "
+                                  f"without waiting for fencing: {choice.why}",
+                                  about=events.pod_ref(meta.get("namespace") or "", meta["name"], meta.get("uid")))))
     if held:
         log.info("failover held until the node is fenced",
                  extra={"node": request.name, "pods": [failover.key(c.pod) for c in held]})
@@ -407,9 +380,9 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context, sit=None) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     """Pods (and their claims) only for a node whose fencing is due."""
-    sit = sit or assess(request, ctx.now(), ctx.settings)
+    sit = assess(request, ctx.now(), ctx.settings)
     if not needs_pods(sit):
         return {}
     observed: dict = {}
@@ -437,40 +410,16 @@ def gather(request: HookRequest, ctx: runtime.Context, sit=None) -> dict:
 # --------------------------------------------------------------------------- act
 
 
-def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings) -> dict:
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
     """A failed action: the error on the node, and a backoff; conditions already decided stay."""
-    failed = [o for o in outcomes if not o.ok]
-    if not failed:
-        return plan.response
     message = actuators.failure_text(outcomes)
     annotations = dict(plan.response.get("annotations") or {})
     if request.annotations.get(names.ERROR_ANNOTATION) != message:
         annotations[names.ERROR_ANNOTATION] = message
     else:
         annotations.pop(names.ERROR_ANNOTATION, None)  # same error: no write, no hot loop
-    return dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(settings, 1))
-
-
-def emit(request: HookRequest, plan: Plan, outcomes: list[Outcome], ctx: runtime.Context) -> None:
-    failed_pods = {o.action.target for o in outcomes if not o.ok and o.action.kind == "kube.force-delete-pod"}
-    for action in plan.actions:
-        if action.kind != "event":
-            continue
-        kind, _, target = action.target.partition("/")
-        if kind == "Pod":
-            if target in failed_pods:
-                continue
-            namespace, name = target.split("/", 1)
-            subject = {"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "namespace": namespace, "uid": action.params.get("uid")}}
-        else:
-            subject = request.parent
-        events.emit(ctx.kube, subject, action.params["reason"], action.params["message"],
-                    warning=action.params.get("warning", False), component=CONTROLLER)
-    failed = [o for o in outcomes if not o.ok]
-    if failed:
-        events.emit(ctx.kube, request.parent, "FencingActionFailed", actuators.failure_text(outcomes),
-                    warning=True, component=CONTROLLER)
+    return dataclasses.replace(plan, response=dict(plan.response, annotations=annotations,
+                                                   resyncAfterSeconds=backoff(settings, 1)))
 
 
 # --------------------------------------------------------------------------- hooks
@@ -483,7 +432,10 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     policy whose fresh count allows it, the power-off for a single-writer
     pod), so all three are read again; the body only says which node.
     """
-    node = parse_object(fresh.same_object(ctx.kube, request.parent), "parent")
+    try:
+        node = parse_object(fresh.same_object(ctx.kube, request.parent), "parent")
+    except RequestError as exc:
+        raise fresh.Unverified(f"the Node as the API server has it: {exc}") from None
     try:
         found = ctx.kube.list(fresh.resource(names.POLICY_KIND))
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
@@ -496,10 +448,13 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
         if fencing_request else {}
-    verified = dataclasses.replace(
-        request, parent=node,
-        related=ObjectGroups.parse({f"{names.POLICY_KIND}.{names.API_VERSION}": policies_now}, "related"),
-        children=ObjectGroups.parse(children, "children"))
+    try:
+        verified = dataclasses.replace(
+            request, parent=node,
+            related=ObjectGroups.parse({f"{names.POLICY_KIND}.{names.API_VERSION}": policies_now}, "related"),
+            children=ObjectGroups.parse(children, "children"))
+    except RequestError as exc:
+        raise fresh.Unverified(f"an object as the API server has it: {exc}") from None
     seen, now_governing = _governing(request), _governing(verified)
     if seen is not None and now_governing is not None and \
             (seen.name, seen.uid) != (now_governing.name, now_governing.uid):
@@ -514,34 +469,25 @@ def _governing(request: HookRequest) -> Policy | None:
     return policies.governing(valid, request.labels)
 
 
-def _plan(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> Plan:
-    sit = assess(request, now, ctx.settings)  # one reading of the node serves the look-ups and the decision
-    return decide(request, ctx.settings, now, gather(request, ctx, sit), sit)
+def needs_verification(request: HookRequest, plan: Plan) -> bool:
+    """A force delete rests on the node, the policies and the FencingRequest: all read fresh first."""
+    return any(a.kind == "kube.force-delete-pod" for a in plan.actions)
+
+
+def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
+    """No pod fails over; the conditions and taints decided from the request stay (they are reversible)."""
+    message = f"failover not verified with the API server: {reason}"[:1024]
+    log.warning("node-fencing did not fail pods over", extra={"node": request.name, "reason": reason})
+    kept = [a for a in plan.actions if a.kind != "kube.force-delete-pod"]
+    annotations = dict(plan.response.get("annotations") or {})
+    annotations.pop(names.ERROR_ANNOTATION, None)
+    said = list(plan.events)
+    if request.annotations.get(names.ERROR_ANNOTATION) != message:
+        # Said once per cause: the same failure again writes nothing and emits no Event.
+        annotations[names.ERROR_ANNOTATION] = message
+        said.append(events.warning(events.FAILOVER_UNVERIFIED, message))
+    return Plan(dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(ctx.settings, 1)), kept, said)
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    ctx = ctx or runtime.current()
-    now = ctx.now()
-    plan = _plan(request, ctx, now)
-    if any(a.kind == "kube.force-delete-pod" for a in plan.actions):
-        try:
-            plan = _plan(verify(request, ctx), ctx, now)
-        except (fresh.Unverified, RequestError) as exc:
-            message = f"failover not verified with the API server: {exc}"
-            log.warning("node-fencing did not fail pods over", extra={"node": request.name, "reason": str(exc)})
-            kept = [a for a in plan.actions if a.kind != "kube.force-delete-pod" and
-                    not (a.kind == "event" and a.target.startswith("Pod/"))]
-            message = message[:1024]
-            annotations = dict(plan.response.get("annotations") or {})
-            annotations.pop(names.ERROR_ANNOTATION, None)
-            if request.annotations.get(names.ERROR_ANNOTATION) != message:
-                # Said once per cause: the same failure again writes nothing and emits no Event.
-                annotations[names.ERROR_ANNOTATION] = message
-                kept.append(_node_event(request, "FailoverUnverified", message, warning=True))
-            plan = Plan(dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(ctx.settings, 1)),
-                        kept)
-    outcomes = actuators.act(CONTROLLER, plan.actions, ctx)
-    response = settle(request, plan, outcomes, ctx.settings)
-    if plan.actions or outcomes:
-        emit(request, plan, outcomes, ctx)
-    return response
+    return pipeline.run(sys.modules[__name__], request, ctx)

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import sys
 
-from hooks import conditions, fields, runtime, timefmt
+from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.fencing import names, storm
 from hooks.fencing import policy as policies
-from hooks.kube import events
-from hooks.metrics import STORM_GUARD
 from hooks.plan import Action, Plan
 
-CONTROLLER = "node-fencing-policy"
+NAME = "node-fencing-policy"
+FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
 
 
@@ -34,45 +34,30 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     return {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "labelSelector": selector}]}
 
 
-def _condition(previous_status: dict, ctype: str, status: str, reason: str, message: str, now: dt.datetime) -> dict:
-    previous = conditions.find(previous_status, ctype) or {}
-    same = previous.get("status") == status and previous.get("lastTransitionTime")
-    return {
-        "type": ctype,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": previous["lastTransitionTime"] if same else timefmt.fmt(now),
-    }
-
-
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     previous = fields.mapping(request.parent, "status")
     generation = request.meta.get("generation") or 0
+    stamp = timefmt.fmt(now)
     try:
         policy = policies.parse(request.parent)
     except RequestError as exc:
         # Never fences with a spec it cannot read: the node-fencing hook skips invalid policies.
-        status = {
-            "observedGeneration": generation,
-            "conditions": [
-                _condition(previous, names.POLICY_VALID, "False", "InvalidSpec", str(exc), now),
-                _condition(previous, names.STORM_GUARD, "True", "InvalidSpec",
-                           "no fencing under a policy whose spec is invalid", now),
-            ],
-        }
-        return Plan(composite_response(status=status),
-                    [Action("event", request.name, {"reason": "InvalidSpec", "message": str(exc), "warning": True})])
+        status, _ = conditions.set(previous, names.POLICY_VALID, "False", events.INVALID_SPEC, str(exc), stamp)
+        status, _ = conditions.set(status, names.STORM_GUARD, "True", events.INVALID_SPEC,
+                                   "no fencing under a policy whose spec is invalid", stamp)
+        status = {"observedGeneration": generation, "conditions": status["conditions"]}
+        return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
 
     counts = storm.count(policy, request.related.of_kind("Node"), now)
     if counts.holds:
-        guard = _condition(previous, names.STORM_GUARD, "True", "TooManyUnhealthy",
-                           f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
-                           f"{counts.allowed} maxUnhealthy ({policy.max_unhealthy}) allows: no new fencing starts", now)
+        guard = ("True", "TooManyUnhealthy",
+                 f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
+                 f"{counts.allowed} maxUnhealthy ({policy.max_unhealthy}) allows: no new fencing starts")
     else:
-        guard = _condition(previous, names.STORM_GUARD, "False", "WithinLimit",
-                           f"{counts.unhealthy} of {counts.observed} nodes are unhealthy; "
-                           f"at most {counts.allowed} may be", now)
+        guard = ("False", "WithinLimit",
+                 f"{counts.unhealthy} of {counts.observed} nodes are unhealthy; at most {counts.allowed} may be")
+    kept, _ = conditions.set(previous, names.POLICY_VALID, "True", "Valid", "the spec is valid", stamp)
+    kept, _ = conditions.set(kept, names.STORM_GUARD, *guard, stamp)
     status = {
         "observedGeneration": generation,
         "countedAt": _counted_at(previous, counts, generation, settings, now),
@@ -81,7 +66,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         "fencingNodes": counts.fencing,
         "fencedNodes": counts.fenced,
         "maxUnhealthyNodes": counts.allowed,
-        "conditions": [_condition(previous, names.POLICY_VALID, "True", "Valid", "the spec is valid", now), guard],
+        "conditions": [c for c in kept["conditions"] if c.get("type") in (names.POLICY_VALID, names.STORM_GUARD)],
     }
     if not counts.holds:
         # The node-fencing hook starts fencing only for a node listed here: proof
@@ -89,14 +74,14 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status["unhealthyNodeNames"] = list(counts.unhealthy_names)
 
     actions = [Action("metric.storm-guard", request.name, {"active": counts.holds})]
-    was_holding = (conditions.find(previous, names.STORM_GUARD) or {}).get("status") == "True"
+    said = []
+    was_holding = conditions.is_true(previous, names.STORM_GUARD)
     if counts.holds and not was_holding:
-        actions.append(Action("event", request.name, {"reason": "StormGuardHolding", "message": guard["message"],
-                                                      "warning": True}))
+        said.append(events.warning(events.STORM_GUARD_HOLDING, guard[2]))
     elif not counts.holds and was_holding:
-        actions.append(Action("event", request.name, {"reason": "StormGuardReleased", "message": guard["message"]}))
+        said.append(events.normal(events.STORM_GUARD_RELEASED, guard[2]))
     # Counted again at least this often, so node-fencing always has a fresh count to trust.
-    return Plan(composite_response(status=status, resync_after=count_interval(settings)), actions)
+    return Plan(composite_response(status=status, resync_after=count_interval(settings)), actions, said)
 
 
 def count_interval(settings: Settings) -> float:
@@ -126,13 +111,15 @@ def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Sett
     return timefmt.fmt(now)
 
 
+def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+    return {}  # the related Nodes are all it reads
+
+
+needs_verification = pipeline.never  # it writes its own status and a metric, nothing irreversible
+verify = pipeline.as_is
+unverified = pipeline.refuse
+settle = pipeline.failures_only
+
+
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
-    ctx = ctx or runtime.current()
-    plan = decide(request, ctx.settings, ctx.now(), {})
-    for action in plan.actions:
-        if action.kind == "metric.storm-guard":
-            STORM_GUARD.labels(action.target).set(1 if action.params["active"] else 0)
-        elif action.kind == "event":
-            events.emit(ctx.kube, request.parent, action.params["reason"], action.params["message"],
-                        warning=action.params.get("warning", False), component=CONTROLLER)
-    return plan.response
+    return pipeline.run(sys.modules[__name__], request, ctx)

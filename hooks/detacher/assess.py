@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import fields, timefmt
+from hooks import fields, objects, timefmt
 from hooks.aws import providerid
 from hooks.config import Settings
 from hooks.contract import HookRequest
@@ -94,7 +94,7 @@ def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situat
             attachment_stale=stale,
         )
 
-    if triggers.is_control_plane(node) and not settings.detach_control_plane:
+    if objects.is_control_plane(fields.mapping(node, "metadata", "labels")) and not settings.detach_control_plane:
         return situation(SKIP)
     if not reasons:
         return situation(REATTACH if triggers.ours_present(node) else IDLE)

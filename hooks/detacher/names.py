@@ -30,4 +30,3 @@ ATTACHMENT_API = "nodewarden.io/v1alpha1"
 ATTACHMENT_KIND = "Attachment"
 NODE_LABEL = "nodewarden.io/node"
 
-CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")

@@ -1,18 +1,21 @@
 """Ingress DaemonSets: a terminating managed pod detaches its node.
 
-The Pod decorator hook sees one pod per call, so no Node sync's payload grows
-with the number of pods. It records the request on the Node
+The node-detacher-pods controller sees one pod per call, so no Node sync's
+payload grows with the number of pods. It records the request on the Node
 (``nodewarden.io/detach-for-pod: <ns>/<daemonset>/<old pod uid>``, and when,
 in ``nodewarden.io/detach-for-pod-since``), which the Node hook treats as a
 detach trigger. Every such request ends, whichever comes first:
 
-- a replacement pod of the same DaemonSet is Ready on that node (the Pod hook);
+- a replacement pod of the same DaemonSet is Ready on that node (node-detacher-pods);
 - the DaemonSet is gone or no longer managed (the Node hook looks it up);
 - no replacement came within NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS,
   e.g. the DaemonSet no longer runs on that node (the Node hook's clock).
 
 A pod we evicted ourselves from a leaving node starts no request: the node
 is already out of every load balancer for a reason that has its own end.
+
+This module holds what both controllers share: which DaemonSets are managed,
+and the Node side of a request (when it ends, and its clock).
 """
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ import logging
 import threading
 import time
 
-from hooks import fields, runtime, timefmt
+from hooks import events, runtime, timefmt
 from hooks.config import Settings
-from hooks.contract import HookRequest, decorator_response
+from hooks.contract import HookRequest
 from hooks.detacher import names, triggers
-from hooks.plan import Action, Plan
+from hooks.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +37,9 @@ _DS_CACHE_SECONDS = 30.0
 _DS_MISS_SECONDS = 2.0
 
 
-def owning_daemonset(pod: dict) -> str | None:
-    for i, ref in enumerate(fields.objects(pod, "metadata", "ownerReferences")):
-        if ref.get("kind") == "DaemonSet" and ref.get("controller") is not False:
-            name = fields.item_string(ref, "name", f"parent.metadata.ownerReferences[{i}]")
-            return f"{fields.string(pod, 'metadata', 'namespace') or ''}/{name}"
-    return None
-
-
 def configured(daemonset: str, settings: Settings) -> bool:
     _, _, name = daemonset.partition("/")
     return any(entry == daemonset or ("/" not in entry and entry == name) for entry in settings.managed_daemonsets)
-
-
-def is_ready(pod: dict) -> bool:
-    for cond in fields.objects(pod, "status", "conditions"):
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return False
 
 
 class _ManagedDaemonSets:
@@ -86,58 +74,7 @@ class _ManagedDaemonSets:
 MANAGED = _ManagedDaemonSets()
 
 
-def gather_pod(request: HookRequest, ctx: runtime.Context) -> dict:
-    pod = request.parent
-    daemonset = owning_daemonset(pod)
-    node_name = fields.string(pod, "spec", "nodeName")
-    if daemonset is None or not node_name or not (request.deleting or is_ready(pod)):
-        return {}  # only a terminating pod or a Ready replacement can change anything
-    observed: dict = {"daemonset": daemonset, "node": node_name}
-    try:
-        managed = configured(daemonset, ctx.settings) or MANAGED.contains(ctx.kube, ctx.settings.detacher_name, daemonset)
-        observed["managed"] = managed
-        if managed:
-            from lightkube.resources.core_v1 import Node
-
-            node = ctx.kube.get(Node, node_name)
-            observed["nodeRequest"] = (node.metadata.annotations or {}).get(names.FOR_POD)
-            observed["nodeLeaving"] = _leaving(node.to_dict() if hasattr(node, "to_dict") else node, ctx.settings)
-    except Exception as exc:  # noqa: BLE001 - retried on the next resync
-        from hooks.kube.client import describe_error
-
-        observed["error"] = describe_error(exc)
-    return observed
-
-
-def decide_pod(request: HookRequest, settings: Settings, observed: dict, now: dt.datetime) -> Plan:
-    if observed.get("error"):
-        return Plan(decorator_response(resync_after=settings.error_backoff_seconds))
-    if not observed.get("managed"):
-        return Plan(decorator_response())
-    pod = request.parent
-    daemonset, node = observed["daemonset"], observed["node"]
-    uid = fields.string(pod, "metadata", "uid") or request.name
-    current = observed.get("nodeRequest")
-    ours = f"{daemonset}/{uid}"
-    actions = []
-    if request.deleting:
-        if current is None and not observed.get("nodeLeaving"):
-            actions = [
-                Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: ours,
-                                                                    names.FOR_POD_SINCE: timefmt.fmt(now)}}),
-                Action("event", node, {"reason": "DaemonSetPodTerminating",
-                                       "message": f"{daemonset} pod {request.name} is terminating: detaching the node"}),
-            ]
-    elif is_ready(pod) and current and current.startswith(f"{daemonset}/") and current != ours:
-        actions = [
-            Action("kube.annotate-node", node, {"annotations": {names.FOR_POD: None, names.FOR_POD_SINCE: None}}),
-            Action("event", node, {"reason": "DaemonSetPodReady",
-                                   "message": f"{daemonset} replacement pod {request.name} is Ready: re-attaching"}),
-        ]
-    return Plan(decorator_response(), actions)
-
-
-def _leaving(node: dict, settings: Settings) -> bool:
+def leaving(node: dict, settings: Settings) -> bool:
     """Cordoned, deleting or tainted to go: its pods are being shut down on purpose, ours included."""
     return any(r in ("cordoned", "deleting") or r.startswith("taint:") for r in triggers.reasons(node, settings))
 
@@ -145,19 +82,21 @@ def _leaving(node: dict, settings: Settings) -> bool:
 # ------------------------------------------------------------ the Node hook's side
 
 
-def end_of_node_request(request: HookRequest, ctx: runtime.Context, now: dt.datetime):
-    """(request, why the node's pod-detach request ends now or None); the request as if it were gone."""
+def end_of_node_request(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> str | None:
+    """Why the node's pod-detach request ends now, or None (it stays, or there is none)."""
     value = request.annotations.get(names.FOR_POD)
     if not value:
-        return request, None
-    why = _ended(value, request.annotations.get(names.FOR_POD_SINCE), ctx, now)
-    if why is None:
-        return request, None
+        return None
+    return _ended(value, request.annotations.get(names.FOR_POD_SINCE), ctx, now)
+
+
+def without_node_request(request: HookRequest) -> HookRequest:
+    """The request as if the node carried no pod-detach request."""
     parent = dict(request.parent)
     meta = dict(parent["metadata"])
     meta["annotations"] = {k: v for k, v in request.annotations.items() if k not in (names.FOR_POD, names.FOR_POD_SINCE)}
     parent["metadata"] = meta
-    return dataclasses.replace(request, parent=parent), why
+    return dataclasses.replace(request, parent=parent)
 
 
 def _ended(value: str, since: str | None, ctx: runtime.Context, now: dt.datetime) -> str | None:
@@ -188,13 +127,12 @@ def _ended(value: str, since: str | None, ctx: runtime.Context, now: dt.datetime
     return None
 
 
-def withdraw_node_request(request: HookRequest, plan: Plan, why: str) -> Plan:
+def withdraw_node_request(plan: Plan, why: str) -> Plan:
     """The plan, plus taking the ended request off the Node."""
     response = dict(plan.response)
     response["annotations"] = {**(response.get("annotations") or {}), names.FOR_POD: None, names.FOR_POD_SINCE: None}
-    event = Action("event", request.name, {"reason": "DaemonSetPodRequestEnded",
-                                           "message": f"Pod-triggered detach withdrawn: {why}"})
-    return Plan(response, [*plan.actions, event])
+    said = events.normal(events.DAEMONSET_POD_REQUEST_ENDED, f"Pod-triggered detach withdrawn: {why}")
+    return dataclasses.replace(plan, response=response, events=[*plan.events, said])
 
 
 def keep_node_request_clock(request: HookRequest, response: dict, settings: Settings, now: dt.datetime) -> dict:

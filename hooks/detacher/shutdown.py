@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hooks import objects
 from hooks.detacher import names
 
 
@@ -31,11 +32,6 @@ def _priority(value) -> int | None:
         return None
 
 
-def daemonset_of(pod: dict) -> str | None:
-    for ref in pod.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "DaemonSet" and ref.get("controller", True):
-            return f"{pod['metadata'].get('namespace', '')}/{ref.get('name')}"
-    return None
 
 
 def prioritized(pods: list[dict], daemonsets: dict[str, dict]) -> list[PodRef]:
@@ -45,7 +41,7 @@ def prioritized(pods: list[dict], daemonsets: dict[str, dict]) -> list[PodRef]:
         meta = pod.get("metadata", {})
         priority = _priority((meta.get("annotations") or {}).get(names.POD_PRIORITY))
         if priority is None:
-            ds = daemonset_of(pod)
+            ds = objects.daemonset_of(pod)
             ds_annotations = (daemonsets.get(ds) or {}).get("annotations") or {} if ds else {}
             priority = _priority(ds_annotations.get(names.DAEMONSET_POD_PRIORITY))
         if priority is None:

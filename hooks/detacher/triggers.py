@@ -11,11 +11,6 @@ _LEAVING_TAINT_VALUES = {"karpenter.sh/disruption": "disrupting"}
 _LEAVING_TAINT_PREFIXES = ("aws-node-termination-handler/",)
 
 
-def is_control_plane(node: dict) -> bool:
-    labels = fields.mapping(node, "metadata", "labels")
-    return any(label in labels for label in names.CONTROL_PLANE_LABELS)
-
-
 def _configured_match(key: str, value: str | None, configured: tuple[str, ...]) -> bool:
     for entry in configured:
         want_key, sep, want_value = entry.partition("=")

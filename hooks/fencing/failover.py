@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hooks import objects
 from hooks.fencing import names, selectors
 from hooks.fencing.policy import Policy
 
@@ -63,9 +64,8 @@ def _skipped(pod: dict) -> str | None:
     meta = pod["metadata"]
     if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
         return "a static (mirror) pod"
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("kind") == "DaemonSet" and ref.get("controller"):
-            return "a DaemonSet pod"
+    if objects.daemonset_of(pod):
+        return "a DaemonSet pod"
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return "already finished"
     return None

@@ -9,7 +9,6 @@ import datetime as dt
 from dataclasses import dataclass
 
 from hooks import conditions, timefmt
-from hooks.fencing import names
 from hooks.fencing.policy import Rule
 
 MAX_RULE_SECONDS = 366 * 24 * 3600.0  # policy durations are bounded when parsed; this keeps datetimes safe
@@ -38,13 +37,8 @@ class Health:
         return f"{self.rule.describe()} since {since}"
 
 
-def is_control_plane(labels: dict) -> bool:
-    return any(key in (labels or {}) for key in names.CONTROL_PLANE_LABELS)
-
-
 def is_ready(status: dict) -> bool:
-    ready = conditions.find(status, "Ready")
-    return bool(ready) and ready.get("status") == "True"
+    return conditions.is_true(status, "Ready")
 
 
 def assess(status: dict, rules: tuple[Rule, ...], now: dt.datetime) -> Health:

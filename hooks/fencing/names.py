@@ -20,7 +20,6 @@ OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_VALUE = "nodeshutdown"
 OUT_OF_SERVICE_EFFECT = "NoExecute"
 
-CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
 # Pods that may fail over at once, without waiting for fencing.
 FAILOVER_LABEL = "nodewarden.io/failover"
@@ -65,5 +64,4 @@ TAINT_REMOVED = "Removed"
 STORM_GUARD = "StormGuard"
 POLICY_VALID = "Valid"
 
-# EC2 states that prove a power-off (DESIGN.md §4).
-POWERED_OFF_STATES = ("stopped", "terminated")
+

@@ -129,3 +129,16 @@ def read_object(kube, seen: dict) -> dict | None:
 
 def _where(name, namespace) -> str:
     return f"{namespace}/{name}" if namespace else f"{name}"
+
+
+def same_parent(request, kube):
+    """The hook request with its parent as the API server has it now: same uid, well formed, or Unverified."""
+    import dataclasses
+
+    from hooks.contract import RequestError, parse_object
+
+    parent = same_object(kube, request.parent)
+    try:
+        return dataclasses.replace(request, parent=parse_object(parent, "parent"))
+    except RequestError as exc:
+        raise Unverified(f"{request.parent.get('kind')} {request.name} as the API server has it: {exc}") from None

@@ -1,4 +1,4 @@
-"""Carry out cluster-gc's delete actions, in task order, within a time budget.
+"""The order and budget of cluster-gc's delete actions, and what their outcomes mean.
 
 Actions come in task order, each with its ``stage`` (index in TASK_ORDER).
 A stage runs only once every earlier stage of this call has succeeded: a
@@ -11,17 +11,12 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from hooks.aws import gc
-from hooks.aws.clients import describe_error, error_code
+from hooks import actuators
+from hooks.aws.clients import TRANSPORT
 from hooks.aws.gc.resources import TASK_ORDER
-from hooks.metrics import record_action
 from hooks.plan import Action, Outcome
 
-CONTROLLER = "cluster-gc"
-
-# Outcome.result of an action that did not delete (DELETED/GONE when it did).
+# What an outcome means (classify); DELETED/GONE when the delete succeeded.
 IN_USE = "in-use"  # still used by something that is going away: retry later
 THROTTLED = "throttled"  # AWS asked us to slow down: stop this call
 FAILED = "failed"  # any other error: retried with backoff, reported
@@ -41,56 +36,41 @@ THROTTLE_CODES = (
 )
 
 
-def run(
-    aws,
-    actions: list[Action],
-    *,
-    deadline: float,
-    clock: Callable[[], float] = time.monotonic,
-    delete: Callable[..., str] = gc.delete,
-) -> list[Outcome]:
-    """One Outcome per action, in order; never raises for an AWS failure."""
-    outcomes: list[Outcome] = []
-    unfinished_stage: int | None = None
-    stopped = ""
-    for action in actions:
-        params = action.params
-        stage = params["stage"]
-        if stopped:
-            outcomes.append(Outcome(action, False, stopped, DEFERRED))
-            continue
-        if unfinished_stage is not None and stage > unfinished_stage:
-            outcomes.append(Outcome(action, False, f"waiting for {TASK_ORDER[unfinished_stage]}s to go", HELD))
-            continue
-        # The first action always runs, so a slow discovery cannot starve every call.
-        if outcomes and clock() >= deadline:
-            stopped = "time budget of this call used up"
-            outcomes.append(Outcome(action, False, stopped, DEFERRED))
-            continue
-        outcome = _delete_one(aws, action, delete)
-        outcomes.append(outcome)
-        record_action(CONTROLLER, f"delete-{params['kind']}", outcome.ok)
-        if not outcome.ok:
-            unfinished_stage = stage if unfinished_stage is None else min(unfinished_stage, stage)
-            if outcome.result == THROTTLED:
+class Gate(actuators.Gate):
+    """cluster-gc's order and budget for its deletes (see the module docstring).
+
+    ``budget`` seconds from the start of the hook call; the first delete
+    always runs, so a slow discovery cannot starve every call.
+    """
+
+    def __init__(self, budget: float, clock: Callable[[], float] = time.monotonic):
+        self.budget, self.clock = budget, clock
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        stage = action.params["stage"]
+        stopped = next((o.error for o in outcomes if o.result == DEFERRED), "")
+        for outcome in outcomes:
+            kind = classify(outcome)
+            if kind == THROTTLED:
                 stopped = "throttled by AWS"
-            elif outcome.result == FAILED and outcome.error.startswith("transport:"):
+            elif kind == FAILED and outcome.code == TRANSPORT:
                 stopped = "AWS unreachable"
-    return outcomes
+        if stopped:
+            return Outcome(action, False, stopped, DEFERRED)
+        unfinished = [o.action.params["stage"] for o in outcomes if not o.ok]
+        if unfinished and stage > min(unfinished):
+            return Outcome(action, False, f"waiting for {TASK_ORDER[min(unfinished)]}s to go", HELD)
+        if outcomes and self.clock() >= started + self.budget:
+            return Outcome(action, False, "time budget of this call used up", DEFERRED)
+        return None
 
 
-def _delete_one(aws, action: Action, delete: Callable[..., str]) -> Outcome:
-    params = action.params
-    try:
-        status = delete(aws, params["kind"], params["region"], action.target)
-    except ClientError as exc:
-        code = error_code(exc)
-        if code in THROTTLE_CODES:
-            return Outcome(action, False, describe_error(exc), THROTTLED)
-        if code in IN_USE_CODES:
-            return Outcome(action, False, describe_error(exc), IN_USE)
-        return Outcome(action, False, describe_error(exc), FAILED)
-    except BotoCoreError as exc:
-        # Endpoint unreachable, timeouts: every further call would wait as long.
-        return Outcome(action, False, f"transport: {describe_error(exc)}", FAILED)
-    return Outcome(action, True, "", status)
+def classify(outcome: Outcome) -> str:
+    """What an outcome means for cluster-gc: the delete status when it succeeded, else why not."""
+    if outcome.ok or outcome.result in (DEFERRED, HELD):
+        return outcome.result
+    if outcome.code in THROTTLE_CODES:
+        return THROTTLED
+    if outcome.code in IN_USE_CODES:
+        return IN_USE
+    return FAILED

@@ -1,0 +1,140 @@
+"""One pipeline for every controller: gather, decide, verify, act, settle, report.
+
+Each controller module implements ``Controller`` (checked by a test for every
+registered controller) and its ``sync``/``finalize`` hand the request to
+``run``, which owns the order of the steps:
+
+1. ``gather``: the read-only look-ups this call needs (AWS state, pods); a
+   failure is recorded in ``observed``, never raised.
+2. ``decide``: pure; the response, the actions and the Events (a ``Plan``).
+3. If the plan would act on something irreversible (``needs_verification``):
+   ``verify`` re-reads the parent and what the actions rest on from the API
+   server, and the controller gathers and decides again on that copy. When
+   the API server cannot confirm the request, ``unverified`` says what is
+   left of the plan: nothing irreversible.
+4. act (``hooks.actuators.act``): each action's preconditions are read again
+   right before it runs; an action whose precondition fails does not run.
+5. Each succeeded action's ``record`` is applied to the response; when an
+   action failed, ``settle`` adds what that means (an error, a backoff) and
+   may change the Events.
+6. The Events are handed to the recorder, off the request path: the plan's
+   own, each succeeded action's ``reports``, and one Warning per failure.
+
+``replay`` is steps 1-2 for the CLI, with no side effect.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+import time
+from typing import Protocol, runtime_checkable
+
+from hooks import actuators, events, runtime
+from hooks.config import Settings
+from hooks.contract import HookRequest
+from hooks.kube import fresh
+from hooks.plan import Outcome, Plan
+
+
+@runtime_checkable
+class Controller(Protocol):
+    """What a controller module provides (module-level names)."""
+
+    NAME: str  # the controller's name: the Event component and the metrics label
+    FAILURE_REASON: str | None  # the Warning Event reason of a failed action (None: settle's Events say it)
+
+    def gather(self, request: HookRequest, ctx: runtime.Context) -> dict: ...
+
+    def decide(self, request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan: ...
+
+    def needs_verification(self, request: HookRequest, plan: Plan) -> bool: ...
+
+    def verify(self, request: HookRequest, ctx: runtime.Context) -> HookRequest: ...
+
+    def unverified(self, request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan: ...
+
+    def settle(self, request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
+               now: dt.datetime) -> Plan: ...
+
+
+def replay(controller: Controller, request: HookRequest, ctx: runtime.Context,
+           observed: dict | None = None) -> tuple[dict, Plan]:
+    """(observed, plan) with no side effect: ``observed`` is looked up unless given.
+
+    The body is decided on as if the API server had confirmed it: nothing is
+    done with the plan, so there is nothing to protect.
+    """
+    request = dataclasses.replace(request, verified=True)
+    if observed is None:
+        observed = controller.gather(request, ctx)
+    return observed, controller.decide(request, ctx.settings, ctx.now(), observed)
+
+
+def run(controller: Controller, request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    ctx = ctx or runtime.current()
+    started = time.monotonic()
+    now = ctx.now()
+    plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx))
+    if controller.needs_verification(request, plan):
+        try:
+            request = dataclasses.replace(controller.verify(request, ctx), verified=True)
+            plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx))
+        except fresh.Unverified as exc:
+            # What is left of the plan is the controller's to say: only reversible steps.
+            plan = controller.unverified(request, plan, ctx, str(exc))
+    outcomes = actuators.act(controller.NAME, plan.actions, ctx, plan.gate, started)
+    settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis)
+    if any(not o.ok for o in outcomes):
+        settled = controller.settle(request, settled, outcomes, ctx.settings, now)
+    report(controller, request, settled, outcomes, ctx)
+    return settled.response
+
+
+def recorded(response: dict, outcomes: list[Outcome]) -> dict:
+    """The response with the record of every action that succeeded, in order."""
+    changes = [c for o in outcomes if o.ok for c in o.action.record]
+    if not changes:
+        return response
+    response = copy.copy(response)
+    for change in changes:
+        change.apply(response)
+    return response
+
+
+def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: list[Outcome],
+           ctx: runtime.Context) -> None:
+    """Hand this call's Events to the recorder: what was decided, what succeeded, what failed."""
+    parent = events.ref(request.parent)
+    sent = list(plan.events)
+    sent += [o.action.reports for o in outcomes if o.ok and o.action.reports is not None]
+    if controller.FAILURE_REASON and any(not o.ok for o in outcomes):
+        sent.append(events.warning(controller.FAILURE_REASON, actuators.failure_text(outcomes)))
+    for event in sent:
+        ctx.events.record(controller.NAME, event.about or parent, event)
+
+
+def never(request: HookRequest, plan: Plan) -> bool:
+    """``needs_verification`` of a controller whose actions are all reversible."""
+    return False
+
+
+def as_is(request: HookRequest, ctx: runtime.Context) -> HookRequest:
+    """``verify`` of a controller that never needs it."""
+    return request
+
+
+def refuse(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
+    """``unverified`` of a controller that never needs verification: nothing is done."""
+    return Plan(plan.response)
+
+
+def failures_only(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
+                  now: dt.datetime) -> Plan:
+    """``settle`` of a controller whose response does not depend on what failed."""
+    return plan
+
+
+def by_plan(request: HookRequest, plan: Plan) -> bool:
+    """``needs_verification`` of a controller whose decide says so (``Plan.verify``)."""
+    return plan.verify

@@ -1,0 +1,216 @@
+"""The one pipeline every controller runs on: its interface, records, preconditions and Events."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import threading
+import types
+
+import pytest
+
+from hooks import actuators, controllers, events, pipeline, runtime
+from hooks.config import load_settings
+from hooks.contract import DECORATOR, parse_request
+from hooks.plan import Action, Change, Plan, PoweredOff, SameObject
+from tests.fake_kube import FakeKube
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.mark.parametrize("name", sorted(controllers.CONTROLLERS))
+def test_every_registered_controller_implements_the_interface_and_replays(name):
+    kind, module = controllers.load(name)
+    assert isinstance(module, pipeline.Controller), f"{name} lacks part of hooks.pipeline.Controller"
+    assert module.NAME == name
+    assert callable(module.sync)
+    fixtures = sorted((FIXTURES / name).glob("*.json"))
+    assert fixtures, f"no fixture for {name}"
+    case = json.loads(fixtures[0].read_text())
+    ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster", **case.get("env", {})}),
+                          events_inline=True)
+    request = parse_request(case["request"], kind, case.get("hook", "sync"))
+    observed, plan = pipeline.replay(module, request, ctx, case.get("observed", {}))
+    assert isinstance(plan, Plan) and observed == case.get("observed", {})
+
+
+# ------------------------------------------------------------------ the runner
+
+
+def _fake_controller(plan: Plan, **overrides):
+    """A controller module with one fixed plan; its settle marks the response so tests see it ran."""
+    def settle(request, plan, outcomes, settings, now):
+        return Plan(dict(plan.response, settled=[o.action.target for o in outcomes if not o.ok]), events=plan.events)
+
+    module = types.SimpleNamespace(
+        NAME="fake", FAILURE_REASON="FakeFailed", gather=lambda request, ctx: {},
+        decide=lambda request, settings, now, observed: plan, needs_verification=pipeline.never,
+        verify=pipeline.as_is, unverified=pipeline.refuse, settle=settle)
+    for key, value in overrides.items():
+        setattr(module, key, value)
+    return module
+
+
+def _node_request(uid="uid-1"):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": uid}}
+    return parse_request({"object": node, "attachments": {}}, DECORATOR)
+
+
+@pytest.fixture
+def ctx():
+    kube = FakeKube()
+    ctx = runtime.Context(load_settings({"AWS_REGION": "us-east-1"}), events_inline=True)
+    ctx._kube = kube
+    ctx.clock = lambda: NOW
+    return ctx
+
+
+@pytest.fixture
+def test_actuators(monkeypatch):
+    ran = []
+
+    def ok(ctx, action):
+        ran.append(action.target)
+
+    def fail(ctx, action):
+        ran.append(action.target)
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(actuators.ACTUATORS, "test.ok", ok)
+    monkeypatch.setitem(actuators.ACTUATORS, "test.fail", fail)
+    return ran
+
+
+def test_a_record_lands_only_when_its_action_succeeds(ctx, test_actuators):
+    plan = Plan({"status": {"deleted": 3}}, [
+        Action("test.ok", "a", record=(Change(("status", "deleted"), add=1), Change(("status", "a"), "done"))),
+        Action("test.fail", "b", record=(Change(("status", "deleted"), add=1), Change(("status", "b"), "done"))),
+    ])
+    response = pipeline.run(_fake_controller(plan), _node_request(), ctx)
+    assert response["status"] == {"deleted": 4, "a": "done"}
+    assert response["settled"] == ["b"]
+    assert plan.response == {"status": {"deleted": 3}}  # the decided response itself is never changed
+
+
+def test_a_union_record_merges_into_a_json_list_annotation(ctx, test_actuators):
+    plan = Plan({"annotations": {"k": '[["tg","arn:1",80]]'}}, [
+        Action("test.ok", "a", record=(Change(("annotations", "k"), union=(("elb", "classic"),)),))])
+    response = pipeline.run(_fake_controller(plan), _node_request(), ctx)
+    assert json.loads(response["annotations"]["k"]) == [["elb", "classic"], ["tg", "arn:1", 80]]
+
+
+def test_an_action_whose_object_changed_uid_does_not_run(ctx, test_actuators):
+    ctx.kube.add_object({"kind": "Node", "metadata": {"name": "n1", "uid": "uid-2"}})  # a namesake
+    plan = Plan({}, [Action("test.ok", "x", requires=(SameObject("Node", "n1", "uid-1"),),
+                            record=(Change(("done",), True),)),
+                     Action("test.ok", "y", requires=(SameObject("Node", "n1", "uid-2"),))])
+    response = pipeline.run(_fake_controller(plan), _node_request(), ctx)
+    assert test_actuators == ["y"] and "done" not in response and response["settled"] == ["x"]
+
+
+def test_an_action_needing_a_power_off_runs_only_while_the_instance_is_off(aws, make_ctx, test_actuators):
+    ec2 = aws("ec2")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    instance = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    ctx = make_ctx(kube=FakeKube())
+    need_off = Action("test.ok", "pod", requires=(PoweredOff(instance, "us-east-1"),))
+    pipeline.run(_fake_controller(Plan({}, [need_off])), _node_request(), ctx)
+    assert test_actuators == []  # running: not proven off
+    ec2.stop_instances(InstanceIds=[instance], Force=True)
+    pipeline.run(_fake_controller(Plan({}, [need_off])), _node_request(), ctx)
+    assert test_actuators == ["pod"]
+
+
+def test_reports_go_out_only_for_actions_that_succeeded_and_a_failure_is_said_once(ctx, test_actuators):
+    plan = Plan({}, [Action("test.ok", "a", reports=events.normal("DidA", "a done")),
+                     Action("test.fail", "b", reports=events.normal("DidB", "b done"))],
+                [events.normal("Decided", "planned")])
+    pipeline.run(_fake_controller(plan), _node_request(), ctx)
+    assert ctx.kube.reasons() == ["Decided", "DidA", "FakeFailed"]
+
+
+def test_an_unverified_request_runs_only_what_unverified_keeps(ctx, test_actuators):
+    from hooks.kube import fresh
+
+    def verify(request, ctx):
+        raise fresh.Unverified("no API server")
+
+    plan = Plan({"decided": True}, [Action("test.ok", "irreversible")])
+    module = _fake_controller(plan, needs_verification=lambda r, p: True, verify=verify)
+    assert pipeline.run(module, _node_request(), ctx) == {"decided": True}  # what refuse keeps: no action
+    assert test_actuators == []
+
+
+def test_a_verified_request_is_decided_again_on_the_fresh_copy(ctx, test_actuators):
+    seen = []
+
+    def decide(request, settings, now, observed):
+        seen.append((request.verified, request.meta["uid"]))
+        return Plan({}, [Action("test.ok", "x")])
+
+    def verify(request, ctx):
+        return parse_request({"object": {"kind": "Node", "apiVersion": "v1",
+                                         "metadata": {"name": "n1", "uid": "fresh"}}}, DECORATOR)
+
+    module = _fake_controller(None, decide=decide, verify=verify, needs_verification=lambda r, p: not r.verified)
+    pipeline.run(module, _node_request("from-body"), ctx)
+    assert seen == [(False, "from-body"), (True, "fresh")] and test_actuators == ["x"]
+
+
+# ------------------------------------------------------------------- the recorder
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_repeated_event_is_aggregated_into_a_count():
+    kube = FakeKube()
+    recorder = events.Recorder(lambda: kube, inline=True)
+    about = events.node_ref("n1", "u1")
+    for _ in range(3):
+        recorder.record("node-detacher", about, events.warning("DetachFailed", "same text"))
+    creates = [c for c in kube.calls if c[0] == "create"]
+    patches = [c for c in kube.calls if c[0] == "merge_patch"]
+    assert len(creates) == 1 and creates[0][4].source.component == "node-detacher"
+    assert [p[3]["count"] for p in patches] == [2, 3]
+
+
+def test_events_about_one_object_are_rate_limited_and_the_bucket_refills():
+    kube, clock = FakeKube(), _Clock()
+    recorder = events.Recorder(lambda: kube, inline=True, clock=clock)
+    about = events.node_ref("n1")
+    for i in range(events.BURST + 5):
+        recorder.record("c", about, events.normal("Step", f"step {i}"))
+    assert len(kube.reasons()) == events.BURST and recorder.dropped == 5
+    recorder.record("c", events.node_ref("n2"), events.normal("Step", "another object has its own bucket"))
+    assert len(kube.reasons()) == events.BURST + 1
+    clock.t += events.REFILL_SECONDS
+    recorder.record("c", about, events.normal("Step", "after a refill"))
+    assert len(kube.reasons()) == events.BURST + 2
+
+
+def test_events_are_sent_off_the_request_path():
+    release = threading.Event()
+
+    class SlowKube(FakeKube):
+        def create(self, obj, name=None, namespace=None):
+            release.wait(5)
+            super().create(obj, name, namespace)
+
+    kube = SlowKube()
+    recorder = events.Recorder(lambda: kube)
+    recorder.record("c", events.node_ref("n1"), events.normal("Step", "one"))  # returns although the POST blocks
+    assert kube.reasons() == []
+    release.set()
+    assert recorder.flush(5) and kube.reasons() == ["Step"]
+
+
+def test_a_failing_api_server_never_fails_the_caller():
+    recorder = events.Recorder(lambda: FakeKube(unavailable=True), inline=True)
+    recorder.record("c", {"kind": "Node", "name": "n1"}, events.normal("Step", "lost"))
