@@ -8,7 +8,7 @@ own metadata instead of trusting either key, so controllers never see the
 difference.
 
 Strict v2 response parsing rejects unknown fields, so responses are built
-only from the fields each controller kind allows (DESIGN.md §3).
+only from the fields each controller kind allows.
 """
 from __future__ import annotations
 

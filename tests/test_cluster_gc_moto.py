@@ -1,10 +1,10 @@
 """cluster-gc against moto in server mode: a cluster's leftovers go, nothing else does.
 
-Where AWS behaves in a way moto does not (DESIGN.md §5: no
+Where AWS behaves in a way moto does not (moto raises no
 DependencyViolation, no throttling, no refused tagging API, no stale tagging
 results), the test injects it through botocore's before-call/after-call
-events and says so. Events go to a recording stand-in for the Kubernetes API
-(tests/support.py); the real API server is exercised in tests/e2e.
+events and says so. Events go to the in-memory stand-in for the Kubernetes API
+(tests/fake_kube.py); the real API server is exercised in tests/e2e.
 """
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def world(aws):
     other = _tg(elbv2, vpc, "other-cluster", {"kubernetes.io/cluster/someone-else": "owned"})
     untagged = _tg(elbv2, vpc, "untagged", {})
     static = _tg(elbv2, vpc, "terraform-made", {})
-    # One port per instance per group: moto keys targets by instance only (DESIGN.md §5);
+    # One port per instance per group: moto keys targets by instance only;
     # several ports in one group are covered by the fixtures and the Stubber test below.
     elbv2.register_targets(TargetGroupArn=ours, Targets=[{"Id": mine, "Port": 30443}, {"Id": neighbour, "Port": 30080}])
     for arn in (lbc, other, untagged, static):
@@ -100,7 +100,7 @@ class Harness:
 def harness(world, make_ctx):
     kube = FakeKube()
     # moto files classic ELBs under 'elb:loadbalancer' in the tagging API, where AWS uses
-    # 'elasticloadbalancing:loadbalancer' (DESIGN.md §5), so the classic ELB is configured
+    # 'elasticloadbalancing:loadbalancer', so the classic ELB is configured
     # as a static one here; tagged classic discovery is tested with a Stubber below.
     ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"], "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
                     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"}, kube=kube)

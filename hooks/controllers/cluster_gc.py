@@ -56,7 +56,7 @@ NAME = "cluster-gc"
 FAILURE_REASON = None  # settle's ExternalResourceGCRetrying says what failed
 log = logging.getLogger(__name__)
 
-# CAPA's names (DESIGN.md §7).
+# Names CAPA uses for the opt-out, the task list and the cluster label.
 GC_ANNOTATION = "aws.cluster.x-k8s.io/external-resource-gc"
 TASKS_ANNOTATION = "aws.cluster.x-k8s.io/external-resource-tasks-gc"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"

@@ -63,7 +63,7 @@ def cluster():
     layout = _workdir()
     missing = layout.missing_binaries()
     if missing:
-        message = (f"issue 3: control-plane binaries missing in {layout.bin_dir} "
+        message = (f"control-plane binaries missing in {layout.bin_dir} "
                    f"({', '.join(missing)}); run `make controlplane-bins`")
         if os.environ.get("NODEWARDEN_E2E") == "required":
             pytest.fail(message)

@@ -95,7 +95,7 @@ def _annotations(api, path: str) -> dict:
 def _events(api, namespace: str, name: str) -> list[dict]:
     items = api.get(f"/api/v1/namespaces/{namespace}/events",
                     params={"fieldSelector": f"involvedObject.name={name}"})["items"]
-    return [e for e in items if e.get("source", {}).get("component") == "nodewarden"]
+    return [e for e in items if e.get("source", {}).get("component") == "cluster-gc"]  # the controller sends them
 
 
 def _prefix(namespace: str, letter: str) -> str:
@@ -138,8 +138,9 @@ def test_a_deleted_aws_cluster_is_held_until_its_resources_are_gone(capa, api, c
     # Security groups wait for every target group (task order).
     assert now.security_groups == made.security_groups
     assert w.existing(cloud_client, blocked) == blocked
-    reasons = {e["reason"] for e in _events(api, namespace, "infra")}
-    assert {"ExternalResourcesDeleted", "ExternalResourceGCRetrying"} <= reasons
+    # Events are sent after the hook answers, off its request path: they may trail the annotation.
+    wait_for(lambda: {"ExternalResourcesDeleted", "ExternalResourceGCRetrying"} <=
+             {e["reason"] for e in _events(api, namespace, "infra")}, "cluster-gc's Events", timeout=30)
 
     cloud.elbv2.delete_listener(ListenerArn=listener)  # whatever held it lets go
     wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=120, interval=0.5)
@@ -222,7 +223,8 @@ def test_an_unreadable_opt_out_value_blocks_deletion_until_fixed(capa, api, clou
     api.delete(path)
     wait_for(lambda: "is not a boolean" in _annotations(api, path).get(LAST_ERROR, ""), "the blocked annotation",
              timeout=30)
-    assert "ExternalResourceGCBlocked" in {e["reason"] for e in _events(api, namespace, "infra-bad")}
+    wait_for(lambda: "ExternalResourceGCBlocked" in {e["reason"] for e in _events(api, namespace, "infra-bad")},
+             "the ExternalResourceGCBlocked Event", timeout=30)
     time.sleep(2)
     assert api.get_or_none(path) is not None  # still held
     try:

@@ -38,7 +38,7 @@ KIND_TASK = {
 }
 TASK_KINDS = {task: tuple(k for k, t in KIND_TASK.items() if t == task) for task in TASK_ORDER}
 
-# Tags (DESIGN.md §4).
+# Tags the cloud controller and the AWS Load Balancer Controller put on what they make.
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 OWNED = "owned"
 SERVICE_NAME_TAG = "kubernetes.io/service-name"
