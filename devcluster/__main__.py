@@ -119,6 +119,7 @@ devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(clus
   API server   {cluster.api_server}   kubeconfig {kc}
   moto (AWS)   {cluster.moto_endpoint}
   hook server  {cluster.hooks_url}
+  {cluster.metacontroller.describe()}
   `source {env}` sets KUBECONFIG, AWS_* and PATH (kubectl, kustomize) for this shell.
 """, flush=True)
     if with_demo:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import components, kubeconfig, manifests, pki
+from . import metacontroller as mc
 from .components import Ports
 from .layout import Layout
 from .procs import Supervisor
@@ -107,6 +108,8 @@ class Cluster:
             raise MissingBinaries(
                 f"missing in {self.layout.bin_dir}: {', '.join(missing)}; run `make controlplane-bins`"
             )
+        self.metacontroller = mc.read(self.layout.bin_dir)
+        log.info("%s", self.metacontroller.describe())
         self._fresh_workdir()
         self.ports = self._allocate_ports()
         self._pki = pki.generate(self.layout.pki_dir)
@@ -188,24 +191,33 @@ class Cluster:
         wait_until(http_ok(f"{self.moto_endpoint}/moto-api/"), "moto", timeout=60, watch=[child])
 
     def _start_metacontroller(self) -> None:
-        crds = manifests.metacontroller_crds(self.layout)
+        crds = manifests.metacontroller_crds(self.layout, self.metacontroller)
         self._hook_fields = manifests.hook_fields_known(crds)
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
                      input=manifests.to_yaml(crds))
         names = [f"crd/{c['metadata']['name']}" for c in crds]
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        child = self._start("metacontroller", components.metacontroller(self.layout, self.ports))
+        child = self._start("metacontroller",
+                            components.metacontroller(self.layout, self.ports, self.metacontroller))
+        # Both releases serve /metrics where the launcher told them to
+        # (--debug-addr in v1, --metrics-address in v4); v4 also has /readyz.
         wait_until(http_ok(f"http://127.0.0.1:{self.ports.metacontroller_metrics}/metrics"),
                    "metacontroller", timeout=60, watch=[child])
+        if not self.metacontroller.legacy_flags:
+            wait_until(http_ok(f"http://127.0.0.1:{self.ports.metacontroller_health}/readyz"),
+                       "metacontroller /readyz", timeout=60, watch=[child])
 
     def _apply_manifests(self) -> None:
         docs = manifests.kustomize_build(self.layout)
         manifests.point_hooks_at(docs, self.hooks_url)
+        # Our controllers ship `version: v2` hooks; v1.5.20's CRDs have no such
+        # field (they would reject it), so it goes only where the CRDs lack it.
         dropped = manifests.drop_unknown_hook_fields(docs, self._hook_fields)
         if dropped:
             fields = sorted({d.rsplit(".", 1)[1] for d in dropped})
-            log.warning("the built Metacontroller's CRDs have no spec.hooks.*.%s; dropped it from "
-                        "%d hooks (docs/local-stack.md)", "/".join(fields), len(dropped))
+            log.warning("Metacontroller %s's CRDs have no spec.hooks.*.%s; dropped it from "
+                        "%d hooks (docs/local-stack.md)", self.metacontroller.release,
+                        "/".join(fields), len(dropped))
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
                      input=manifests.to_yaml(docs))
@@ -250,6 +262,7 @@ class Cluster:
     def _write_state(self) -> None:
         state = {
             "launcher_pid": os.getpid(),
+            "metacontroller": self.metacontroller.release,
             "ports": asdict(self.ports),
             "kubeconfig": str(self.kubeconfig),
             "moto": self.moto_endpoint,

@@ -5,6 +5,7 @@ import sys
 from dataclasses import dataclass
 
 from .layout import Layout
+from .metacontroller import Build
 from .pki import Pki
 
 # What kube-controller-manager runs: what pods and nodes need to behave as in
@@ -40,12 +41,15 @@ class Ports:
     metacontroller_metrics: int
     moto: int
     hooks: int
+    # Metacontroller v4's /healthz and /readyz (v1.5.20 has none).
+    metacontroller_health: int
 
     # `make up` prefers these, so a user's AWS_ENDPOINT_URL or bookmarks keep working.
     PREFERRED = {
         "etcd_client": 2379, "etcd_peer": 2380, "apiserver": 6443,
         "controller_manager": 10257, "scheduler": 10259,
         "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080,
+        "metacontroller_health": 8081,
     }
 
 
@@ -118,21 +122,36 @@ def kube_scheduler(layout: Layout, ports: Ports) -> list[str]:
     return _kube_component(layout, "kube-scheduler", ports.scheduler)
 
 
-def metacontroller(layout: Layout, ports: Ports) -> list[str]:
-    return [
-        str(layout.binary("metacontroller")),
-        # Metacontroller v1.5.20 overwrites --kubeconfig with this (deprecated)
-        # flag's value even when unset, so this is the one that works.
-        f"--client-config-path={layout.kubeconfig}",
+def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
+    """The flags of the release that was built (``build``, from .bin/metacontroller.version)."""
+    common = [
         # New controllers and CRDs are found within a couple of seconds.
         "--discovery-interval=2s",
-        f"--debug-addr=127.0.0.1:{ports.metacontroller_metrics}",
         # The client-go default (5 QPS) would queue the writes of a busy test
         # and add latency that a real deployment tunes away.
         "--client-go-qps=100",
         "--client-go-burst=200",
         "--workers=5",
-        "--v=4",
+    ]
+    if build.legacy_flags:
+        return [
+            str(layout.binary("metacontroller")),
+            # v1.5.20 overwrites --kubeconfig with this (deprecated) flag's
+            # value even when unset, so this is the one that works.
+            f"--client-config-path={layout.kubeconfig}",
+            f"--debug-addr=127.0.0.1:{ports.metacontroller_metrics}",
+            *common,
+            "--v=4",
+        ]
+    return [
+        str(layout.binary("metacontroller")),
+        f"--kubeconfig={layout.kubeconfig}",
+        f"--metrics-address=127.0.0.1:{ports.metacontroller_metrics}",
+        # Its default, :8081 on every interface, would collide between stacks.
+        f"--health-probe-bind-address=127.0.0.1:{ports.metacontroller_health}",
+        *common,
+        # 4: Metacontroller's calls to the API server, as --v=4 in v1.
+        "--zap-log-level=4",
     ]
 
 

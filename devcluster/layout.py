@@ -57,11 +57,16 @@ class Layout:
         return self.repo / "kustomize" / "overlays" / "dev"
 
     @property
-    def metacontroller_module(self) -> Path:
-        return self.repo / "hack" / "controlplane" / "metacontroller"
+    def metacontroller_record(self) -> Path:
+        """What build.sh says about the Metacontroller it built (devcluster/metacontroller.py)."""
+        return self.bin_dir / "metacontroller.version"
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
 
     def missing_binaries(self) -> list[str]:
-        return [b for b in BINARIES if not os.access(self.binary(b), os.X_OK)]
+        missing = [b for b in BINARIES if not os.access(self.binary(b), os.X_OK)]
+        # A binary from before the record existed: which release is it?
+        if "metacontroller" not in missing and not self.metacontroller_record.exists():
+            missing.append(self.metacontroller_record.name)
+        return missing

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from .layout import Layout
+from .metacontroller import Build
 
 CONTROLLER_KINDS = ("DecoratorController", "CompositeController")
 GO_ENV = {"GOTOOLCHAIN": "local", "GOSUMDB": "off", "GONOSUMDB": "*", "GOFLAGS": "-mod=readonly"}
@@ -91,26 +92,26 @@ def to_yaml(docs: Iterable[dict]) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False)
 
 
-def metacontroller_source_dir(layout: Layout) -> Path:
-    """The Metacontroller module the binary was built from, in the Go module cache."""
+def metacontroller_source_dir(layout: Layout, build: Build) -> Path:
+    """The source of the Metacontroller module the binary was built from, in the Go module cache."""
+    if build.source and build.source.is_dir():
+        return build.source
+    if not build.module:
+        raise FileNotFoundError(f"{layout.metacontroller_record} names no module")
+    # The module cache was cleaned since the build: fetch that version again.
     env = {**os.environ, **GO_ENV}
-    cwd = layout.metacontroller_module
-    info = json.loads(subprocess.run(
-        ["go", "list", "-m", "-json", "metacontroller"],
-        cwd=cwd, env=env, check=True, capture_output=True, text=True,
-    ).stdout)
-    module = info.get("Replace") or info
-    if module.get("Dir"):
-        return Path(module["Dir"])
     downloaded = json.loads(subprocess.run(
-        ["go", "mod", "download", "-json", f"{module['Path']}@{module['Version']}"],
-        cwd=cwd, env=env, check=True, capture_output=True, text=True,
-    ).stdout)
+        ["go", "mod", "download", "-json", build.module],
+        cwd=layout.bin_dir, env=env, capture_output=True, text=True,
+    ).stdout or "{}")
+    if not downloaded.get("Dir"):
+        raise FileNotFoundError(f"cannot download {build.module}: {downloaded.get('Error', 'no answer')}")
     return Path(downloaded["Dir"])
 
 
-def metacontroller_crds(layout: Layout) -> list[dict]:
-    production = metacontroller_source_dir(layout) / "manifests" / "production"
+def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
+    """The CRDs of the Metacontroller release that was built, from its own module."""
+    production = metacontroller_source_dir(layout, build) / "manifests" / "production"
     files = sorted(p for p in production.glob("*crds*.yaml") if "v1beta1" not in p.name)
     if not files:
         raise FileNotFoundError(f"no Metacontroller CRDs under {production}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from devcluster import manifests
+from devcluster import metacontroller as mc
 from devcluster.api import ApiError, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +44,37 @@ def test_controllers_point_at_the_local_hook_server(api, cluster):
 def test_metacontroller_and_hook_server_answer(cluster):
     assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_metrics}/metrics", timeout=5).ok
     assert requests.get(f"{cluster.hooks_url}/readyz", timeout=5).ok
+    if not cluster.metacontroller.legacy_flags:
+        assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_health}/readyz", timeout=5).ok
+
+
+def test_the_running_metacontroller_is_the_recorded_one(cluster):
+    """The launcher ran the release build.sh recorded, with that release's flags."""
+    assert cluster.metacontroller == mc.read(cluster.layout.bin_dir)
+    argv = " ".join(next(c.argv for c in cluster.supervisor.children if c.name == "metacontroller"))
+    if cluster.metacontroller.legacy_flags:
+        assert "--client-config-path=" in argv and "--debug-addr=" in argv
+    else:
+        assert "--kubeconfig=" in argv and "--metrics-address=" in argv and "--zap-log-level=" in argv
+    log = (cluster.layout.logs / "metacontroller.log").read_text()
+    assert "flag provided but not defined" not in log
+
+
+def test_hooks_keep_version_v2_exactly_when_the_installed_crds_allow_it(api, cluster):
+    """Our controllers ship `version: v2` hooks; v1.5.20's CRDs lack the field, v4's have it."""
+    crd = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/decoratorcontrollers.metacontroller.k8s.io")
+    allowed = "version" in manifests.hook_fields_known([crd])
+    assert allowed == (cluster.metacontroller.major >= 4)
+    hooks = [(c["metadata"]["name"], name, hook)
+             for plural in ("decoratorcontrollers", "compositecontrollers")
+             for c in api.get(f"/apis/metacontroller.k8s.io/v1alpha1/{plural}")["items"]
+             for name, hook in c["spec"]["hooks"].items()]
+    assert hooks
+    for controller, name, hook in hooks:
+        if allowed:
+            assert hook.get("version") == "v2", f"{controller} {name}"
+        else:
+            assert "version" not in hook, f"{controller} {name}"
 
 
 def _can_i(cluster, verb: str, resource: str, *, subresource: str = "", namespace: str = "") -> bool:

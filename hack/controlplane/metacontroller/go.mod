@@ -56,8 +56,8 @@ require (
 )
 
 // Metacontroller's go.mod says `module metacontroller`, hence the replace.
-// v1.5.20 is the only version found that the module proxy serves here: v4 commits
-// (v4.17.2 included) answer 403 "This module version is not available"; see
-// docs/local-stack.md. Its pinned github.com/modern-go/reflect2 v1.0.1 fails on
+// This is the fallback build: v1.5.20 is the newest version the module proxy
+// here has always served (see ../metacontroller-v4 for the preferred one and
+// docs/local-stack.md). Its pinned github.com/modern-go/reflect2 v1.0.1 fails on
 // Go >= 1.18, so this module requires reflect2 v1.0.2 and json-iterator v1.1.12.
 replace metacontroller => github.com/metacontroller/metacontroller v1.5.20
