@@ -34,14 +34,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import gc_world as w  # noqa: E402
+from devcluster.waits import free_port  # noqa: E402
 from hooks import runtime  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:

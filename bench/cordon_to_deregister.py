@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
+from measure import percentile  # noqa: E402
 from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 
 CLASSIC_ELB = "bench-classic"
@@ -37,12 +37,6 @@ POLL_SECONDS = 0.005
 # node-detacher's record of what it deregistered; uncordoning before it lands
 # on the Node is a different scenario (see tests/e2e), not this measurement.
 DEREGISTERED = "nodewarden.io/deregistered"
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile: with 20 values, p99 is the largest."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def time_until(condition, timeout: float = 30.0) -> float:

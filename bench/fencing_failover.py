@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import shutil
@@ -42,16 +41,11 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, failover, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
+from measure import percentile  # noqa: E402
 from devcluster.cluster import configure_logging  # noqa: E402
 
 HEALTHY = 3
 MOVED = "statefulset_bound_elsewhere"
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def _namespace(api: AdminApi) -> str:

@@ -23,13 +23,11 @@ import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from devcluster.waits import free_port  # noqa: E402
+
 FIXTURES = ROOT / "tests" / "fixtures" / "node-detacher"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(app: str, port: int, env: dict) -> subprocess.Popen:

@@ -117,8 +117,12 @@ class Cluster:
         self._step("etcd", self._start_etcd)
         self._step("kube-apiserver", self._start_apiserver)
         self._step("moto", self._start_moto)
-        self._step("metacontroller", self._start_metacontroller)
+        # Every kind a controller watches exists before Metacontroller starts and
+        # before its controllers are applied: a controller created before its
+        # kinds exist fails and is retried with a growing backoff.
         self._step("manifests", self._apply_manifests)
+        self._step("metacontroller", self._start_metacontroller)
+        self._step("metacontroller controllers", self._apply_controllers)
         # After the CRDs: kube-controller-manager's garbage collector looks for
         # new resource types only every 30 s, and Attachments are owned by Nodes.
         self._step("controllers", self._start_kcm_and_scheduler)
@@ -191,12 +195,6 @@ class Cluster:
         wait_until(http_ok(f"{self.moto_endpoint}/moto-api/"), "moto", timeout=60, watch=[child])
 
     def _start_metacontroller(self) -> None:
-        crds = manifests.metacontroller_crds(self.layout, self.metacontroller)
-        self._hook_fields = manifests.hook_fields_known(crds)
-        self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
-                     input=manifests.to_yaml(crds))
-        names = [f"crd/{c['metadata']['name']}" for c in crds]
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         child = self._start("metacontroller",
                             components.metacontroller(self.layout, self.ports, self.metacontroller))
         # Both releases serve /metrics where the launcher told them to
@@ -208,6 +206,9 @@ class Cluster:
                        "metacontroller /readyz", timeout=60, watch=[child])
 
     def _apply_manifests(self) -> None:
+        """Metacontroller's CRDs, CAPA's, and ours with everything else; the controllers wait for _apply_controllers."""
+        crds = manifests.metacontroller_crds(self.layout, self.metacontroller)
+        self._hook_fields = manifests.hook_fields_known(crds)
         docs = manifests.kustomize_build(self.layout)
         manifests.point_hooks_at(docs, self.hooks_url)
         # Our controllers ship `version: v2` hooks; v1.5.20's CRDs have no such
@@ -219,15 +220,21 @@ class Cluster:
                         "%d hooks (docs/local-stack.md)", self.metacontroller.release,
                         "/".join(fields), len(dropped))
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
+        rest, self._controllers = manifests.split_controllers(docs)
+        rest = crds + manifests.capa_crds(self.layout) + rest
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
-                     input=manifests.to_yaml(docs))
-        crds = [f"crd/{d['metadata']['name']}" for d in docs if d.get("kind") == "CustomResourceDefinition"]
-        if crds:
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+                     input=manifests.to_yaml(rest))
+        names = [f"crd/{d['metadata']['name']}" for d in rest if d.get("kind") == "CustomResourceDefinition"]
+        if names:
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
         if accounts:
             self.hooks_service_account = accounts[0]["metadata"]["name"]
             self.hooks_namespace = accounts[0]["metadata"].get("namespace", self.hooks_namespace)
+
+    def _apply_controllers(self) -> None:
+        self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
+                     input=manifests.to_yaml(self._controllers))
 
     def _start_hooks(self) -> None:
         token = self.kubectl("create", "token", self.hooks_service_account,

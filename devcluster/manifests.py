@@ -119,3 +119,28 @@ def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
     for path in files:
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
+
+
+# CAPA's own CRDs, read from its Go module (hack/capa-crds pins the release):
+# the local stack serves AWSCluster and AWSManagedControlPlane as CAPA defines them.
+CAPA_CRD_FILES = {
+    "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
+    "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
+}
+
+
+def capa_crds(layout: Layout) -> list[dict]:
+    result = subprocess.run([str(layout.repo / "hack" / "capa-crds" / "crd-dir.sh")], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"CAPA's CRDs from its Go module: {result.stderr.strip()}")
+    crd_dir = Path(result.stdout.strip())
+    return [yaml.safe_load((crd_dir / name).read_text()) for name in CAPA_CRD_FILES.values()]
+
+
+CONTROLLER_KINDS = ("DecoratorController", "CompositeController")
+
+
+def split_controllers(docs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(everything else, the Metacontroller controllers): controllers go last, once the kinds they watch exist."""
+    rest = [d for d in docs if d.get("kind") not in CONTROLLER_KINDS]
+    return rest, [d for d in docs if d.get("kind") in CONTROLLER_KINDS]

@@ -66,6 +66,7 @@ class Settings:
     finalize_drain_timeout_seconds: float = 330
     drain_timeout_seconds: float = 3900  # past AWS's longest deregistration delay (3600 s)
     reattach_timeout_seconds: float = 900
+    unschedulable_taint_wait_seconds: float = 3
     daemonset_replacement_timeout_seconds: float = 600
     # cluster-gc
     external_resource_gc: bool = True
@@ -113,6 +114,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         finalize_drain_timeout_seconds=_number(env, "NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS", 330),
         drain_timeout_seconds=_number(env, "NODEWARDEN_DRAIN_TIMEOUT_SECONDS", 3900),
         reattach_timeout_seconds=_number(env, "NODEWARDEN_REATTACH_TIMEOUT_SECONDS", 900),
+        unschedulable_taint_wait_seconds=min(60.0, _number(env, "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS", 3)),
         daemonset_replacement_timeout_seconds=_number(env, "NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS", 600),
         external_resource_gc=_bool(env, "NODEWARDEN_EXTERNAL_RESOURCE_GC", True),
         gc_use_tagging_api=_bool(env, "NODEWARDEN_GC_TAGGING_API", True),

@@ -3,21 +3,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import socket
 
 import boto3
 import pytest
 
+from devcluster.waits import free_port
 from hooks import runtime
 from hooks.config import load_settings
 
 REGION = "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +19,7 @@ def moto_endpoint():
     """moto in server mode on a free loopback port, for the whole session."""
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     yield f"http://127.0.0.1:{port}"
@@ -57,7 +51,8 @@ def make_ctx():
 
     def build(env: dict | None = None, now: dt.datetime | None = None, kube=None) -> runtime.Context:
         base = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-        base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
+        # No kube-controller-manager taints cordoned nodes here: never wait for it.
+        base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster", "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0"})
         base.update(env or {})
         ctx = runtime.Context(load_settings(base), events_inline=True)
         if now is not None:

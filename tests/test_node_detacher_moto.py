@@ -431,3 +431,29 @@ def test_garbage_in_our_own_progress_annotations_never_strands_the_node(world, h
     for _ in range(4):
         h.sync()
     assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+
+
+def test_a_fresh_cordon_waits_for_the_controller_managers_taint_but_not_for_ever():
+    """Labelling a node before kube-controller-manager's unschedulable taint lands is a write the API
+    server refuses as a conflict (and Metacontroller redoes, Events and all); the wait is bounded."""
+    import pathlib
+
+    from hooks import timefmt
+    from hooks.config import load_settings
+    from hooks.contract import DECORATOR, parse_request
+    from hooks.controllers import node_detacher
+
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "node-detacher" / "trigger-cordon.json"
+    case = json.loads(fixture.read_text())
+    request = parse_request(case["request"], DECORATOR)
+    assert request.parent["spec"].get("unschedulable") is True
+    assert not any(t.get("key") == names.UNSCHEDULABLE_TAINT for t in request.parent["spec"].get("taints") or [])
+    settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
+    now = timefmt.parse(case["now"])
+
+    waiting = node_detacher.decide(request, settings, now, {"unschedulableTaintPendingSeconds": 0.5})
+    assert not waiting.response["labels"] and not waiting.actions and not waiting.events
+    assert waiting.response["attachments"] == case["expected"]["response"]["attachments"]  # kept, never dropped
+
+    waited = node_detacher.decide(request, settings, now, {"unschedulableTaintPendingSeconds": 3.5})
+    assert waited.response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}

@@ -21,6 +21,8 @@ import dataclasses
 import datetime as dt
 import logging
 import sys
+import threading
+import time
 
 from hooks import actuators, bounds, conditions, events, fields, objects, pipeline, runtime, templates, timefmt
 from hooks.aws import elb as elb_api
@@ -47,6 +49,32 @@ _REASONS = {
 }
 # Pause before looking again for the label we just asked Metacontroller to apply.
 _LABEL_SETTLE_SECONDS = 1.0
+# Pause before looking again for kube-controller-manager's unschedulable taint.
+_TAINT_SETTLE_SECONDS = 0.2
+
+
+class _FirstSeen:
+    """When this process first saw each node waiting for its unschedulable taint (bounds that wait)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seen: dict[str, float] = {}
+
+    def seconds(self, key: str) -> float:
+        now = time.monotonic()
+        with self._lock:
+            self._seen = {k: t for k, t in self._seen.items() if now - t < 120}
+            return now - self._seen.setdefault(key, now)
+
+
+_TAINT_PENDING = _FirstSeen()
+
+
+def _unschedulable_taint_pending(node: dict) -> bool:
+    """spec.unschedulable and kube-controller-manager's taint disagree: the controller has yet to write the Node."""
+    unschedulable = fields.mapping(node, "spec").get("unschedulable") is True
+    tainted = any(t.get("key") == names.UNSCHEDULABLE_TAINT for t in fields.objects(node, "spec", "taints"))
+    return unschedulable != tainted
 
 
 # --------------------------------------------------------------------------- decide
@@ -57,6 +85,14 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if ended:
         request = pod_trigger.without_node_request(request)
     sit = phases.assess(request, settings, now)
+    waited = observed.get("unschedulableTaintPendingSeconds")
+    if sit.phase in (phases.EXCLUDE, phases.REATTACH) and waited is not None \
+            and waited < settings.unschedulable_taint_wait_seconds:
+        # kube-controller-manager is about to write this Node (its unschedulable
+        # taint): a write of ours now would be refused as a conflict and redone.
+        return Plan(decorator_response(attachments=_attachment(request, sit, settings, observed),
+                                       resync_after=_TAINT_SETTLE_SECONDS,
+                                       finalized=False if request.finalizing else None))
     plan = _DECIDERS[sit.phase](request, sit, settings, now, observed)
     if ended:
         return pod_trigger.withdraw_node_request(plan, ended)
@@ -355,6 +391,9 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
     sit = phases.assess(request, settings, ctx.now())
+    if sit.phase in (phases.EXCLUDE, phases.REATTACH) and _unschedulable_taint_pending(request.parent):
+        observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
+            f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
     if sit.needs_discovery:
         try:
             index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)

@@ -10,6 +10,8 @@ CONDITION = "NodeBeingDetached"
 DETACHING_TAINT = "node-detacher.variant.run/detaching"
 
 # Kubernetes: the service controller and the AWS Load Balancer Controller skip nodes with it.
+# kube-controller-manager's taint for a cordoned node (spec.unschedulable).
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 EXCLUDE_VALUE = "nodewarden"
 

@@ -12,23 +12,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
 import gc_world as w
 from devcluster.api import ApiError, wait_for
 from devcluster.layout import REPO
+from devcluster.manifests import CAPA_CRD_FILES
 
 pytestmark = pytest.mark.e2e
 
-CRD_FILES = {
-    "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
-    "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
-}
 FINALIZER = "metacontroller.io/decoratorcontroller-cluster-gc"
-DECORATOR = "/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers/cluster-gc"
 LAST_ERROR = "cluster-gc.nodewarden.io/last-error"
 GC = "aws.cluster.x-k8s.io/external-resource-gc"
 TASKS = "aws.cluster.x-k8s.io/external-resource-tasks-gc"
@@ -40,13 +34,6 @@ def aws_clusters(namespace: str) -> str:
 
 def control_planes(namespace: str) -> str:
     return f"/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/{namespace}/awsmanagedcontrolplanes"
-
-
-def capa_crds() -> list[dict]:
-    result = subprocess.run([str(REPO / "hack" / "capa-crds" / "crd-dir.sh")], capture_output=True, text=True)
-    assert result.returncode == 0, f"CAPA's CRDs from its Go module: {result.stderr}"
-    crd_dir = Path(result.stdout.strip())
-    return [yaml.safe_load((crd_dir / name).read_text()) for name in CRD_FILES.values()]
 
 
 def aws_cluster_manifest(name: str, cluster_name: str, annotations: dict | None = None) -> dict:
@@ -61,22 +48,16 @@ def aws_cluster_manifest(name: str, cluster_name: str, annotations: dict | None 
 
 @pytest.fixture(scope="module")
 def capa(cluster, api):
-    """CAPA's CRDs installed, and cluster-gc's DecoratorController running on them."""
-    cluster.kubectl("apply", "--server-side", "--field-manager=e2e-capa", "-f", "-",
-                    input=yaml.safe_dump_all(capa_crds()))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in CRD_FILES])
-    # The launcher applied the DecoratorController before these kinds existed,
-    # so Metacontroller has been retrying it with a growing backoff. Touching
-    # it queues it at once; a probe object shows when its finalizer is added.
+    """CAPA's CRDs (the launcher installs them before Metacontroller starts) and cluster-gc running on them."""
+    for name in CAPA_CRD_FILES:
+        assert api.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), name
+    # A probe object shows when cluster-gc's finalizer is added.
     probe_ns = "default"
     probe = aws_cluster_manifest(f"gc-probe-{int(time.time())}", "gc-probe", {GC: "false"})
     api.create(aws_clusters(probe_ns), probe)
     path = f"{aws_clusters(probe_ns)}/{probe['metadata']['name']}"
-    deadline = time.monotonic() + 90
-    while FINALIZER not in (api.get(path)["metadata"].get("finalizers") or []):
-        assert time.monotonic() < deadline, "Metacontroller never started cluster-gc on AWSCluster"
-        api.patch(DECORATOR, {"metadata": {"annotations": {"e2e.nodewarden.io/nudge": str(time.monotonic())}}})
-        time.sleep(2)
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []),
+             "Metacontroller to start cluster-gc on AWSCluster", timeout=60)
     api.delete(path)
     wait_for(lambda: api.get_or_none(path) is None, "the opted-out probe to go", timeout=30)
     yield
