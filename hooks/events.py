@@ -6,7 +6,9 @@ client-go's recorder does:
 
 - aggregated: the same reason and message about the same object within
   ``AGGREGATE_SECONDS`` bumps ``count`` and ``lastTimestamp`` of the Event
-  already created instead of creating another;
+  already created instead of creating another; a Normal one repeated within
+  ``REPEAT_SECONDS`` is a hook call Metacontroller redid (after a write
+  conflict or from a stale cache), not news, and is not sent again;
 - rate-limited: each object gets a bucket of ``BURST`` Events that refills one
   every ``REFILL_SECONDS``; what does not fit is dropped and counted;
 - bounded: at most ``QUEUE_LIMIT`` Events wait; beyond that they are dropped.
@@ -78,6 +80,7 @@ EXTERNAL_RESOURCES_DELETED = "ExternalResourcesDeleted"
 
 MESSAGE_LIMIT = 1024
 AGGREGATE_SECONDS = 600.0
+REPEAT_SECONDS = 10.0
 BURST = 25
 REFILL_SECONDS = 300.0
 QUEUE_LIMIT = 1000
@@ -224,6 +227,10 @@ class Recorder:
         try:
             kube = self._kube()
             if previous is not None:
+                if not event.warning and now - previous.at < REPEAT_SECONDS:
+                    # The same step reported again at once: a call Metacontroller redid
+                    # (a conflict, a stale cache), not a second occurrence.
+                    return
                 previous.count += 1
                 previous.at = now
                 _patch_count(kube, previous, stamp)

@@ -181,6 +181,18 @@ def test_a_repeated_event_is_aggregated_into_a_count():
     assert [p[3]["count"] for p in patches] == [2, 3]
 
 
+def test_a_normal_event_redone_at_once_is_not_news_but_later_it_counts():
+    kube, clock = FakeKube(), _Clock()
+    recorder = events.Recorder(lambda: kube, inline=True, clock=clock)
+    about = events.node_ref("n1", "u1")
+    recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
+    recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
+    assert kube.reasons() == ["Detached"]  # a redone hook call: one Event, count 1
+    clock.t += events.REPEAT_SECONDS + 1
+    recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
+    assert kube.reasons() == ["Detached", "Detached"]  # a second detach later: counted
+
+
 def test_events_about_one_object_are_rate_limited_and_the_bucket_refills():
     kube, clock = FakeKube(), _Clock()
     recorder = events.Recorder(lambda: kube, inline=True, clock=clock)
