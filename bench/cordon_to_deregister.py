@@ -52,8 +52,7 @@ def time_until(condition, timeout: float = 30.0) -> float:
 def run(trials: int) -> dict:
     # Its own directory: another stack may run from this checkout at the same time.
     layout = Layout(workdir=REPO / ".local" / "bench" / str(os.getpid()))
-    hook_env = {"NODEWARDEN_STATIC_CLASSIC_ELBS": CLASSIC_ELB}
-    with Cluster(layout, port_mode="dynamic", hook_env=hook_env) as cluster:
+    with Cluster(layout, port_mode="dynamic") as cluster:
         api = AdminApi(cluster.kubeconfig)
         aws = fleet.Aws(cluster.aws_env())
         fleet.create_classic_elb(aws, CLASSIC_ELB, CLUSTER_NAME)

@@ -11,8 +11,9 @@ from .cluster import CLUSTER_NAME, Cluster
 TARGET_GROUP = "demo-nodes"
 CLASSIC_ELB = "demo-classic"
 NODES = ("demo-node-1", "demo-node-2", "demo-node-3")
-# What the hook server needs to know about the demo before it starts.
-HOOK_ENV = {"NODEWARDEN_STATIC_CLASSIC_ELBS": CLASSIC_ELB}
+# What the hook server needs to know about the demo before it starts: nothing,
+# its target group and classic ELB are found by their cluster tags.
+HOOK_ENV: dict[str, str] = {}
 STATE = "demo.json"
 
 

@@ -1,10 +1,8 @@
 """EC2 instances in moto behind a target group and a classic ELB, and the Nodes
 that name them: the world node-detacher acts on, for the demo, tests and bench.
 
-Target groups carry the cloud controller's cluster tag, so node-detacher finds
-them through the tagging API. Classic ELBs are named in its configuration
-(NODEWARDEN_STATIC_CLASSIC_ELBS) instead: moto files them under the resource
-type `elb:loadbalancer`, so a real-AWS type filter does not see them there.
+Target groups and classic ELBs carry the cloud controller's cluster tag, so
+node-detacher finds them by tag, as it would on AWS.
 """
 from __future__ import annotations
 

@@ -15,28 +15,44 @@ def _client(service):
     return boto3.client(service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
 
 
+class _Clients:
+    """AwsClients' one method, over the stubbed clients of a test."""
+
+    def __init__(self, **clients):
+        self.clients = clients
+
+    def client(self, service, region=None):
+        return self.clients[service]
+
+
 def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
-    """moto types classic ELBs differently in the tagging API, so real AWS answers are stubbed."""
-    tagging = _client("resourcegroupstaggingapi")
+    """Real AWS tagging answers (moto files classic ELBs under another type), stubbed; what it lists is checked to exist."""
+    tagging, elbv2, elb = _client("resourcegroupstaggingapi"), _client("elbv2"), _client("elb")
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "prod", "NODEWARDEN_INCLUDE_LB_CONTROLLER": "false"})
-    with Stubber(tagging) as stub:
-        stub.add_response("get_resources", {
+    web, api = f"{ACCOUNT}:targetgroup/k8s-web/abc", f"{ACCOUNT}:targetgroup/k8s-api/def"
+    owned = [{"Key": "kubernetes.io/cluster/prod", "Value": "owned"}]
+    with Stubber(tagging) as tags, Stubber(elbv2) as v2, Stubber(elb) as classic:
+        tags.add_response("get_resources", {
             "PaginationToken": "page-2",
             "ResourceTagMappingList": [
-                {"ResourceARN": f"{ACCOUNT}:targetgroup/k8s-web/abc"},
-                {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3"},  # classic
-            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod"}],
-                 "ResourceTypeFilters": ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"],
-                 "ResourcesPerPage": 100})
-        stub.add_response("get_resources", {
+                {"ResourceARN": web, "Tags": owned},
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3", "Tags": owned},  # classic
+            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100})
+        tags.add_response("get_resources", {
             "PaginationToken": "",
             "ResourceTagMappingList": [
-                {"ResourceARN": f"{ACCOUNT}:loadbalancer/net/k8s-nlb/def"},  # NLB: its TGs are tagged instead
-                {"ResourceARN": f"{ACCOUNT}:targetgroup/k8s-api/def"},
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/net/k8s-nlb/def", "Tags": owned},  # NLB: its TGs count
+                {"ResourceARN": api, "Tags": owned},
             ]})
-        tgs, elbs = lb_discovery.tagged_load_balancers(tagging, settings)
-        stub.assert_no_pending_responses()
-    assert tgs == {f"{ACCOUNT}:targetgroup/k8s-web/abc", f"{ACCOUNT}:targetgroup/k8s-api/def"}
+        v2.add_response("describe_target_groups", {"TargetGroups": [
+            {"TargetGroupArn": web}, {"TargetGroupArn": api}]}, {"PageSize": 400})
+        classic.add_response("describe_load_balancers", {"LoadBalancerDescriptions": [
+            {"LoadBalancerName": "a1b2c3"}]}, {"PageSize": 400})
+        tgs, elbs = lb_discovery.tagged_load_balancers(_Clients(resourcegroupstaggingapi=tagging, elbv2=elbv2, elb=elb),
+                                                       "us-east-1", settings)
+        for stub in (tags, v2, classic):
+            stub.assert_no_pending_responses()
+    assert tgs == {web, api}
     assert elbs == {"a1b2c3"}
 
 

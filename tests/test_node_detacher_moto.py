@@ -99,11 +99,10 @@ class Harness:
 @pytest.fixture
 def harness(world, make_ctx):
     kube = FakeKube()
-    # moto files classic ELBs under 'elb:loadbalancer' in the tagging API, where AWS uses
-    # 'elasticloadbalancing:loadbalancer', so the classic ELB is configured
-    # as a static one here; tagged classic discovery is tested with a Stubber below.
-    ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"], "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
-                    "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"}, kube=kube)
+    # The classic ELB is found by its tag: discovery classifies what the tagging
+    # API lists by ARN, whatever resource type moto files it under.
+    ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"], "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"},
+                   kube=kube)
     return Harness(ctx, _node(world["mine"])), kube
 
 
@@ -196,7 +195,7 @@ def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(wor
     balancer; the Attachment stays, and the detach goes on once the API answers."""
     CACHE.clear()
     kube = FakeKube(unavailable=True)
-    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy"}, kube=kube)
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
     h.sync()
     h.node["spec"]["unschedulable"] = True
@@ -337,7 +336,7 @@ def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
     kube = FakeKube()
     kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet",
                      "metadata": {"name": "contour", "namespace": "ingress"}})
-    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
                     "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour",
                     "NODEWARDEN_DAEMONSET_REPLACEMENT_TIMEOUT_SECONDS": "600"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
@@ -366,7 +365,7 @@ def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
     CACHE.clear()
     kube = FakeKube()
     kube.add_object({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "contour", "namespace": "ingress"}})
-    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_STATIC_CLASSIC_ELBS": "legacy",
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
                     "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
     _cordoned_and_detached(h)
@@ -457,3 +456,17 @@ def test_a_fresh_cordon_waits_for_the_controller_managers_taint_but_not_for_ever
 
     waited = node_detacher.decide(request, settings, now, {"unschedulableTaintPendingSeconds": 3.5})
     assert waited.response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
+
+
+def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, make_ctx):
+    """An IAM policy without tag:GetResources (the refusal injected; moto has no IAM here): the same memberships."""
+    import gc_world as w
+    from hooks.aws import lb_discovery
+
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"}, kube=FakeKube())
+    faults = w.Faults().add("GetResources", "AccessDeniedException", times=float("inf")).attach(ctx.aws)
+    index = lb_discovery.build_index(ctx.aws, "us-east-1", ctx.settings)
+    assert faults.injected[("GetResources", "AccessDeniedException")] >= 1
+    assert index.memberships(world["mine"]) == sorted([
+        ("elb", "legacy"), ("tg", world["ours"], 30443), ("tg", world["lbc"], 31000)])
+    assert index.memberships(world["neighbour"]) == sorted([("elb", "legacy"), ("tg", world["ours"], 30080)])

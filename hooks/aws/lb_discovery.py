@@ -1,9 +1,11 @@
 """Which load balancers each instance of the cluster is in.
 
 Sources: target groups and classic ELBs tagged for this cluster by the cloud
-controller (``kubernetes.io/cluster/<name>``) or the AWS Load Balancer
-Controller (``elbv2.k8s.aws/cluster=<name>``), found through the tagging API,
-plus untagged ones named in configuration (Terraform). One pass reads every
+controller (``kubernetes.io/cluster/<name>=owned``) or the AWS Load Balancer
+Controller (``elbv2.k8s.aws/cluster=<name>``), found by the one discovery
+cluster-gc uses too (the tagging API, or listing and reading tags where that
+API is refused or finds nothing), plus untagged ones named in configuration
+(Terraform). One pass reads every
 member of every such load balancer, so the result serves all nodes: it is
 cached per region for NODEWARDEN_DISCOVERY_CACHE_SECONDS, and each node's
 Attachment is filled from it. No per-node scan of the region.
@@ -15,9 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from hooks.aws.gc import discovery
+from hooks.aws.gc.resources import CLASSIC_ELB, TG, chunked
 from hooks.config import Settings
 
-_TYPES = ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"]
+_DESCRIBE_LIMIT = 20  # LoadBalancerNames per DescribeLoadBalancers call
 # Targets in these states are already leaving; a detach has nothing to do for them.
 _LEAVING = ("draining", "unused")
 _PARALLEL_READS = 8
@@ -34,43 +38,19 @@ class Index:
         return sorted(self.members.get(instance_id, set()))
 
 
-def classify_arn(arn: str) -> tuple[str, str] | None:
-    """('tg', arn) for a target group, ('elb', name) for a classic ELB, None for ELBv2 LBs."""
-    _, _, resource = arn.partition(":elasticloadbalancing:")
-    resource = resource.split(":", 2)[-1] if resource else ""
-    if resource.startswith("targetgroup/"):
-        return ("tg", arn)
-    if resource.startswith("loadbalancer/"):
-        rest = resource[len("loadbalancer/"):]
-        if rest.split("/", 1)[0] in ("app", "net", "gwy"):
-            return None  # ELBv2 load balancers: their target groups are tagged too
-        return ("elb", rest)
-    return None
-
-
-def tagged_load_balancers(tagging, settings: Settings) -> tuple[set[str], set[str]]:
-    """(target group ARNs, classic ELB names) tagged for this cluster, every page."""
-    filters = [[{"Key": f"kubernetes.io/cluster/{settings.cluster_name}"}]]
-    if settings.include_lb_controller:
-        filters.append([{"Key": "elbv2.k8s.aws/cluster", "Values": [settings.cluster_name]}])
-    tgs, elbs = set(), set()
-    paginator = tagging.get_paginator("get_resources")
-    for tag_filters in filters:
-        for page in paginator.paginate(TagFilters=tag_filters, ResourceTypeFilters=_TYPES, ResourcesPerPage=100):
-            for item in page.get("ResourceTagMappingList", []):
-                kind = classify_arn(item.get("ResourceARN", ""))
-                if kind and kind[0] == "tg":
-                    tgs.add(kind[1])
-                elif kind:
-                    elbs.add(kind[1])
-    return tgs, elbs
+def tagged_load_balancers(aws, region: str, settings: Settings) -> tuple[set[str], set[str]]:
+    """(target group ARNs, classic ELB names) tagged for this cluster, by the one discovery (tagging API or listing)."""
+    query = discovery.Query(cluster_name=settings.cluster_name, region=region, only_kinds=(TG, CLASSIC_ELB),
+                            include_lb_controller=settings.include_lb_controller, made_by_only=False)
+    found = discovery.discover(aws, query)["resources"]
+    return ({r["id"] for r in found if r["kind"] == TG}, {r["id"] for r in found if r["kind"] == CLASSIC_ELB})
 
 
 def build_index(aws, region: str, settings: Settings) -> Index:
     tgs: set[str] = set(settings.static_target_groups)
     elbs: set[str] = set(settings.static_classic_elbs)
     if settings.cluster_name:
-        tagged_tgs, tagged_elbs = tagged_load_balancers(aws.client("resourcegroupstaggingapi", region), settings)
+        tagged_tgs, tagged_elbs = tagged_load_balancers(aws, region, settings)
         tgs |= tagged_tgs
         elbs |= tagged_elbs
     index = Index(built_at=time.monotonic(), target_groups=len(tgs), classic_elbs=len(elbs))
@@ -86,13 +66,12 @@ def build_index(aws, region: str, settings: Settings) -> Index:
                     state = desc.get("TargetHealth", {}).get("State")
                     if str(target.get("Id", "")).startswith("i-") and state not in _LEAVING and target.get("Port"):
                         index.members.setdefault(target["Id"], set()).add(("tg", arn, int(target["Port"])))
-    names = sorted(elbs)
-    elb = aws.client("elb", region) if names else None
-    for i in range(0, len(names), 20):
-        described = elb.describe_load_balancers(LoadBalancerNames=names[i : i + 20])
-        for lb in described.get("LoadBalancerDescriptions", []):
-            for inst in lb.get("Instances", []):
-                index.members.setdefault(inst["InstanceId"], set()).add(("elb", lb["LoadBalancerName"]))
+    if elbs:
+        elb = aws.client("elb", region)
+        for chunk in chunked(sorted(elbs), _DESCRIBE_LIMIT):
+            for lb in elb.describe_load_balancers(LoadBalancerNames=chunk).get("LoadBalancerDescriptions", []):
+                for inst in lb.get("Instances", []):
+                    index.members.setdefault(inst["InstanceId"], set()).add(("elb", lb["LoadBalancerName"]))
     return index
 
 

@@ -27,11 +27,9 @@ from devcluster.layout import REPO
 CLASSIC_ELB = "e2e-classic"
 ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
 
-# The hook server's settings for the tests: the classic ELB is named (moto's
-# tagging API types it apart from real AWS), each test's new target group must
+# The hook server's settings for the tests: each test's new target group must
 # be seen at once, and pod shutdown groups follow each other quickly.
 HOOK_ENV = {
-    "NODEWARDEN_STATIC_CLASSIC_ELBS": CLASSIC_ELB,
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
 }

@@ -1,6 +1,8 @@
-"""Find what a cluster's controllers left in one region, of the selected tasks.
+"""Find what a cluster's controllers made in one region: load balancers, target groups, and more.
 
-Two ways, one result:
+The one discovery by tag: cluster-gc asks it for what a deleted cluster left
+(by task), node-detacher for the target groups and classic ELBs its nodes
+may be in. Two ways, one result:
 
 - the Resource Groups Tagging API, every page, for
   ``kubernetes.io/cluster/<name>=owned`` (and ``elbv2.k8s.aws/cluster=<name>``
@@ -49,12 +51,19 @@ LISTING = "listing"
 class Query:
     cluster_name: str
     region: str
-    tasks: tuple[str, ...]
+    tasks: tuple[str, ...] = ()
     include_lb_controller: bool = False
     use_tagging_api: bool = True
+    # Kinds to find instead of those of ``tasks`` (node-detacher: target groups and classic ELBs).
+    only_kinds: tuple[str, ...] = ()
+    # cluster-gc counts only what a controller of the cluster made as "something
+    # left"; node-detacher counts every load balancer tagged for the cluster.
+    made_by_only: bool = True
 
     @property
     def kinds(self) -> set[str]:
+        if self.only_kinds:
+            return set(self.only_kinds)
         return {kind for task in self.tasks for kind in TASK_KINDS[task]}
 
 
@@ -85,7 +94,9 @@ def discover(aws, query: Query) -> dict:
 
 
 def _collectable(resources: list[dict], query: Query) -> bool:
-    """Whether any of ``resources`` is one cluster-gc would delete (the controller's own rule)."""
+    """Whether ``resources`` holds anything the caller is after (for cluster-gc: what it would delete)."""
+    if not query.made_by_only:
+        return bool(resources)
     return any(made_by(r["kind"], r["tags"], query.cluster_name, query.include_lb_controller) for r in resources)
 
 
