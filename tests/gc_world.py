@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import cluster_gc
-from support import RecordingKube, apply_decorator_response  # noqa: F401 - re-exported for the bench
+from support import RecordingKube, apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
 
 REGION = "us-east-1"
 
@@ -252,7 +252,7 @@ def aws_cluster(
 
 def parse_finalize(parent: dict):
     """The parsed request of a finalize call on ``parent``, as Metacontroller (hook v2) sends it."""
-    body = {"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": True}
+    body = hook_request("cluster-gc", parent, finalizing=True)
     return parse_request(body, DECORATOR, "finalize")
 
 
