@@ -1,11 +1,22 @@
 """The Metacontroller hook contract: parse requests, shape responses.
 
-Metacontroller speaks two hook versions. v1 decorator requests name the parent
-``object`` and the attachments ``attachments``; v2 names them ``parent`` and
-``children``. Inside each type group, v1 keys objects by a name relative to
-the parent while v2 always uses ``namespace/name``. We index by the objects'
-own metadata instead of trusting either key, so controllers never see the
-difference.
+Metacontroller speaks two hook versions, chosen per hook by the controller's
+``spec.hooks.<hook>.version`` (absent means v1); every request carries that
+controller, so the version is read from it, never guessed from the body.
+
+- A CompositeController request names its object ``parent`` and its children
+  ``children`` in both versions.
+- A DecoratorController request names them ``object`` and ``attachments`` in
+  v1, ``parent`` and ``children`` in v2.
+- Both carry ``related`` (grouped like the children) and ``finalizing``.
+- Inside each ``Kind.apiVersion`` group, v1 keys an object by its name
+  relative to the parent (``namespace/name`` only when the parent is
+  cluster-scoped and the object is not), v2 by ``namespace/name`` (just
+  ``name`` when cluster-scoped).
+
+We index objects by their own metadata instead of trusting either key, and
+the parsed request keeps the names ``parent``/``children`` for both kinds and
+versions, so controllers never see the difference.
 
 Strict v2 response parsing rejects unknown fields, so responses are built
 only from the fields each controller kind allows.
@@ -167,24 +178,32 @@ class HookRequest:
         return bool(self.meta.get("deletionTimestamp"))
 
 
+# Where a request puts its object and that object's children, by controller kind and hook version.
+REQUEST_NAMES = {
+    (DECORATOR, "v1"): ("object", "attachments"),
+    (DECORATOR, "v2"): ("parent", "children"),
+    (COMPOSITE, "v1"): ("parent", "children"),
+    (COMPOSITE, "v2"): ("parent", "children"),
+}
+
+
+def request_names(controller_kind: str, version: str) -> tuple[str, str]:
+    """The top-level names of the object and its children for this controller kind and hook version."""
+    return REQUEST_NAMES[(controller_kind, version)]
+
+
 def parse_request(body: Any, controller_kind: str, hook: str = "sync") -> HookRequest:
     """Validate a sync/finalize request body; raise RequestError naming the field."""
     body = _require_mapping(body, "request")
-    if controller_kind == DECORATOR and "object" in body and "parent" not in body:
-        version, parent_key, children_key = "v1", "object", "attachments"
-    else:
-        version, parent_key, children_key = "v2", "parent", "children"
+    controller = _require_mapping(body.get("controller"), "controller", optional=True)
+    version = _declared_version(controller, hook)
+    parent_key, children_key = request_names(controller_kind, version)
     if body.get(parent_key) is None:
-        raise RequestError(parent_key, "is required")
+        raise RequestError(parent_key, _missing(body, controller_kind, version, hook, parent_key))
     parent = _check_object(body[parent_key], parent_key)
     finalizing = body.get("finalizing", False)
     if not isinstance(finalizing, bool):
         raise RequestError("finalizing", "must be a boolean")
-    controller = _require_mapping(body.get("controller"), "controller", optional=True)
-    if controller_kind == COMPOSITE:
-        # Composite keeps the same top-level names in both versions; only the
-        # inner keys differ (ObjectGroups ignores them), so ask the controller.
-        version = _declared_version(controller, hook)
     return HookRequest(
         controller_kind=controller_kind,
         version=version,
@@ -194,6 +213,17 @@ def parse_request(body: Any, controller_kind: str, hook: str = "sync") -> HookRe
         finalizing=finalizing,
         controller=controller,
     )
+
+
+def _missing(body: Mapping, controller_kind: str, version: str, hook: str, key: str) -> str:
+    """Why the object is missing; names the other version's field when the body has that one instead."""
+    for other in ("v1", "v2"):
+        other_key = request_names(controller_kind, other)[0]
+        if other_key != key and body.get(other_key) is not None:
+            return (f"is required: the controller declares hook version {version} for {hook} "
+                    f"(spec.hooks.{hook}.version; absent means v1), whose {controller_kind} requests name "
+                    f"the object {key!r}; this body has {other_key!r}, which version {other} uses")
+    return "is required"
 
 
 def parse_customize(body: Any) -> dict:

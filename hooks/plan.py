@@ -64,8 +64,11 @@ class Change:
                 current = []
             merged = {tuple(i) if isinstance(i, list) else i for i in current if isinstance(i, (list, str, int))}
             merged |= set(self.union)
-            node[last] = json.dumps([list(i) if isinstance(i, tuple) else i for i in sorted(merged, key=repr)],
-                                    separators=(",", ":"))
+            try:
+                ordered = sorted(merged)
+            except TypeError:  # mixed item types: any fixed order will do
+                ordered = sorted(merged, key=repr)
+            node[last] = json.dumps([list(i) if isinstance(i, tuple) else i for i in ordered], separators=(",", ":"))
         else:
             node[last] = self.value
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import cluster_gc
 from fake_kube import FakeKube  # noqa: F401 - re-exported for the bench
-from support import apply_decorator_response
+from support import apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
 
 REGION = "us-east-1"
 
@@ -258,7 +258,7 @@ def parse_finalize(parent: dict, verified: bool = False):
 
     ``verified``: as the pipeline has it once the API server confirmed it.
     """
-    body = {"controller": {}, "parent": parent, "children": {}, "related": {}, "finalizing": True}
+    body = hook_request("cluster-gc", parent, finalizing=True)
     return dataclasses.replace(parse_request(body, DECORATOR, "finalize"), verified=verified)
 
 

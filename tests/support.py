@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import copy
 
+# One builder for hook request bodies, shared with the fixture generators: the shapes Metacontroller sends.
+from tests.fixtures.envelope import controller_object, hook_request  # noqa: F401
+
 
 def apply_decorator_response(obj: dict, response: dict) -> dict:
     """What Metacontroller does with a decorator response to the parent (labels,

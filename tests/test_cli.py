@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+from tests.support import hook_request
+
 ROOT = pathlib.Path(__file__).parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "node-detacher" / "shutdown-next-group.json"
 
@@ -36,7 +38,7 @@ def test_replay_of_a_raw_request_guesses_the_controller(tmp_path):
 
 def test_replay_of_a_bad_request_says_what_is_wrong(tmp_path):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"controller": {"metadata": {"name": "node-detacher"}}, "parent": {"metadata": {}}}))
+    path.write_text(json.dumps(hook_request("node-detacher", {"metadata": {}})))
     out = run("replay", str(path), "--offline")
     assert out.returncode == 2
     assert "parent.metadata.name" in out.stderr

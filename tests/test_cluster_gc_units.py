@@ -16,6 +16,7 @@ from hooks.config import load_settings
 from hooks.controllers import cluster_gc
 from hooks.plan import Action
 from tests.fake_kube import FakeKube
+from support import hook_request
 from gc_world import aws_cluster
 
 
@@ -245,15 +246,15 @@ def client():
 
 
 def test_sync_route_changes_nothing(client):
-    body = {"controller": {}, "parent": aws_cluster(deleting=False), "children": {}, "finalizing": False}
+    body = hook_request("cluster-gc", aws_cluster(deleting=False))
     reply = client.post("/cluster-gc/sync", json=body)
     assert reply.status_code == 200
     assert reply.get_json() == {"labels": {}, "annotations": {}, "status": None, "attachments": []}
 
 
 def test_finalize_route_v1_body_with_aws_unreachable_answers_200_and_holds(client):
-    # Hook v1 (Metacontroller v1.x): the parent is "object". AWS is unreachable: held, not a 500.
-    body = {"controller": {}, "object": aws_cluster(), "attachments": {}, "finalizing": True}
+    # Hook v1 (what Metacontroller v1.x always sends): the parent is "object". AWS is unreachable: held, not a 500.
+    body = hook_request("cluster-gc", aws_cluster(), version="v1", finalizing=True)
     reply = client.post("/cluster-gc/finalize", json=body)
     assert reply.status_code == 200
     data = reply.get_json()
@@ -263,7 +264,7 @@ def test_finalize_route_v1_body_with_aws_unreachable_answers_200_and_holds(clien
 
 def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
     forged = aws_cluster(name="prod", cluster="prod")
-    reply = client.post("/cluster-gc/finalize", json={"controller": {}, "parent": forged, "finalizing": True})
+    reply = client.post("/cluster-gc/finalize", json=hook_request("cluster-gc", forged, finalizing=True))
     assert reply.status_code == 200
     data = reply.get_json()
     assert data["finalized"] is False
@@ -274,7 +275,7 @@ def test_finalize_route_rejects_a_malformed_request(client):
     parent = aws_cluster()
     parent["metadata"]["ownerReferences"] = "not-a-list"
     del parent["metadata"]["labels"]
-    reply = client.post("/cluster-gc/finalize", json={"parent": parent, "finalizing": True})
+    reply = client.post("/cluster-gc/finalize", json=hook_request("cluster-gc", parent, finalizing=True))
     assert reply.status_code == 400 and "ownerReferences" in reply.get_json()["error"]
 
 
@@ -286,5 +287,5 @@ def test_finalize_route_rejects_a_mistyped_spec_before_asking_anyone(client, spe
     kind = "AWSManagedControlPlane" if "eksClusterName" in spec else "AWSCluster"
     parent = aws_cluster(kind=kind)
     parent["spec"] = spec
-    reply = client.post("/cluster-gc/finalize", json={"parent": parent, "finalizing": True})
+    reply = client.post("/cluster-gc/finalize", json=hook_request("cluster-gc", parent, finalizing=True))
     assert reply.status_code == 400 and field in reply.get_json()["error"]

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from hooks.dispatch import serve
 from hooks.fencing import names
 from tests.fake_kube import FakeKube
+from tests.support import hook_request
 
 pytestmark = pytest.mark.moto
 
@@ -660,11 +661,7 @@ class NodeHarness:
         self.kube.add_object(self.policy)
         for attachment in self.attachments:
             self.kube.put_fencing_request({**attachment, "metadata": {"uid": "uid-fr", **attachment["metadata"]}})
-        body = {"controller": {}, "parent": self.node,
-                "children": {f"{names.REQUEST_KIND}.{names.API_VERSION}": {
-                    f"{NS}/{a['metadata']['name']}": a for a in self.attachments}},
-                "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {self.policy["metadata"]["name"]: self.policy}},
-                "finalizing": False}
+        body = hook_request("node-fencing", self.node, children=self.attachments, related=[self.policy])
         response = serve("node-fencing", "sync", json.loads(json.dumps(body)), self.ctx)
         updated = apply_decorator_response(self.node, response)
         self.kube.nodes["node-a"]["status"] = updated["status"]
@@ -769,10 +766,7 @@ def _failover_pod(kube, name="web-1", uid="u-web", claim=None):
 
 
 def _forged_call(h: NodeHarness, node: dict, policy: dict | None = None, attachments: list | None = None) -> dict:
-    body = {"controller": {}, "parent": node, "finalizing": False,
-            "children": {f"{names.REQUEST_KIND}.{names.API_VERSION}": {
-                f"{NS}/{a['metadata']['name']}": a for a in (attachments or [])}},
-            "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"workers": policy or h.policy}}}
+    body = hook_request("node-fencing", node, children=attachments or [], related=[policy or h.policy])
     return serve("node-fencing", "sync", json.loads(json.dumps(body)), h.ctx)
 
 

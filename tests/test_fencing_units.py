@@ -16,6 +16,7 @@ from hooks.fencing import durations, failover, health, names, selectors, storm
 from hooks.fencing import policy as policies
 from hooks.fencing import request as fr
 from tests.fake_kube import FakeKube
+from tests.support import hook_request
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -268,7 +269,7 @@ def test_an_unreadable_fencing_request_spec_is_reported_in_its_status(client, sp
 def test_a_healthy_node_sync_over_http_writes_nothing(client):
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {}},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    r = client.post("/node-fencing/sync", json={"controller": {}, "parent": node, "children": {}, "related": {}})
+    r = client.post("/node-fencing/sync", json=hook_request("node-fencing", node))
     assert r.status_code == 200
     assert r.get_json() == {"labels": {}, "annotations": {}, "status": None, "attachments": []}
 
@@ -360,9 +361,7 @@ def test_a_policy_the_crd_might_accept_never_fails_every_node_sync(client, spec)
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
                 "status": {"conditions": [{"type": "Ready", "status": ready,
                                            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
-        r = client.post("/node-fencing/sync", json={
-            "controller": {}, "parent": node, "children": {},
-            "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"p": policy}}})
+        r = client.post("/node-fencing/sync", json=hook_request("node-fencing", node, related=[policy]))
         assert r.status_code == 200, r.get_data(as_text=True)
         assert r.get_json()["attachments"] == [] and r.get_json()["status"] is None, "an invalid policy governs nothing"
     r = client.post("/node-fencing-policy/sync", json={"controller": {}, "parent": policy, "children": {},
@@ -384,6 +383,5 @@ def test_healthy_and_merely_triaged_nodes_cost_no_api_call(make_ctx):
     for ready, ago in (("True", 9999), ("Unknown", 5)):
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
                 "status": _ready(ready, ago)}
-        serve("node-fencing", "sync", {"controller": {}, "parent": node, "children": {},
-                                       "related": {f"{names.POLICY_KIND}.{names.API_VERSION}": {"p": policy}}}, ctx)
+        serve("node-fencing", "sync", hook_request("node-fencing", node, related=[policy]), ctx)
     assert [c for c in kube.calls if c[0] != "create"] == [], "no reads; only the FencingTriaged Event is created"

@@ -11,6 +11,7 @@ from hooks import runtime
 from hooks.app import create_app
 from hooks.config import load_settings
 from tests.fake_kube import FakeKube
+from tests.support import controller_object, hook_request
 
 NODE = {"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "n1", "uid": "u1", "labels": {}, "annotations": {}},
@@ -20,8 +21,8 @@ ATT = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "Attachment",
        "metadata": {"name": "n1", "namespace": "nodewarden-system"},
        "spec": {"nodeName": "n1", "instanceID": "i-0123456789abcdef0", "awsTargets": [], "awsLoadBalancers": [],
                 "discoveredAt": "2999-01-01T00:00:00Z"}}
-BODY = {"controller": {}, "parent": NODE, "children": {"Attachment.nodewarden.io/v1alpha1": {"nodewarden-system/n1": ATT}},
-        "related": {}, "finalizing": False}
+# As Metacontroller sends it for node-detacher's sync hook (version v2, as metacontroller/ declares).
+BODY = hook_request("node-detacher", NODE, children=[ATT])
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,23 @@ def test_malformed_json_is_400(client):
 
 
 def test_missing_field_is_400_naming_it(client):
-    r = client.post("/node-detacher/sync", json={"children": {}})
+    r = client.post("/node-detacher/sync", json={"controller": controller_object("node-detacher"), "children": {}})
     assert r.status_code == 400 and r.get_json()["field"] == "parent"
+    r = client.post("/node-detacher/sync", json={"attachments": {}})  # no version declared: v1
+    assert r.status_code == 400 and r.get_json()["field"] == "object"
+
+
+def test_a_decorator_body_in_the_other_versions_shape_is_400_naming_the_field(client):
+    """v1 (declared, or nothing declared) names the object "object"; a body with "parent" instead is refused."""
+    for controller in ({}, controller_object("node-detacher", "v1")):
+        body = {"controller": controller, "parent": NODE, "children": {}, "related": {}, "finalizing": False}
+        r = client.post("/node-detacher/sync", json=body)
+        assert r.status_code == 400 and r.get_json()["field"] == "object", r.get_json()
+    body = {"controller": controller_object("node-detacher", "v2"), "object": NODE, "attachments": {}}
+    r = client.post("/node-detacher/sync", json=body)
+    assert r.status_code == 400 and r.get_json()["field"] == "parent", r.get_json()
+    v1 = hook_request("node-detacher", NODE, children=[ATT], version="v1")
+    assert client.post("/node-detacher/sync", json=v1).status_code == 200
 
 
 def test_mistyped_field_is_400_naming_it(client):

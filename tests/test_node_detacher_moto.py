@@ -10,7 +10,7 @@ from hooks.aws.lb_discovery import CACHE
 from hooks.detacher import names
 from hooks.dispatch import serve
 from tests.fake_kube import FakeKube
-from tests.support import apply_decorator_response
+from tests.support import apply_decorator_response, hook_request
 
 pytestmark = pytest.mark.moto
 
@@ -84,10 +84,8 @@ class Harness:
         self.ctx, self.node, self.attachments, self.responses = ctx, node, [], []
 
     def sync(self, hook="sync"):
-        body = {"controller": {}, "parent": self.node,
-                "children": {"Attachment.nodewarden.io/v1alpha1": {f"{NS}/{a['metadata']['name']}": a
-                                                                   for a in self.attachments}},
-                "related": {}, "finalizing": hook == "finalize"}
+        body = hook_request("node-detacher", self.node, children=self.attachments,
+                            child_kinds=["Attachment.nodewarden.io/v1alpha1"], finalizing=hook == "finalize")
         self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
         response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
         self.node = apply_decorator_response(self.node, response)
@@ -388,7 +386,7 @@ def test_a_pod_we_evicted_from_a_leaving_node_starts_no_pod_request(make_ctx):
                         "deletionTimestamp": "2026-11-23T00:00:00Z",
                         "ownerReferences": [{"kind": "DaemonSet", "name": "contour", "controller": True}]},
            "spec": {"nodeName": "node-a"}}
-    request = parse_request({"parent": pod, "children": {}}, DECORATOR)
+    request = parse_request(hook_request("node-detacher-pods", pod), DECORATOR)
     settings = load_settings({})
     observed = {"daemonset": "ingress/contour", "node": "node-a", "managed": True, "nodeRequest": None}
     import datetime as dt
@@ -411,8 +409,7 @@ def test_a_forged_cordon_deregisters_nothing(world, harness):
     forged["spec"]["unschedulable"] = True
     forged["metadata"]["labels"][names.EXCLUDE_LABEL] = names.EXCLUDE_VALUE
     forged["metadata"]["annotations"].update({names.DETACHING: "true", names.SINCE: "2026-11-23T00:00:00Z"})
-    body = {"controller": {}, "parent": forged, "related": {}, "finalizing": False,
-            "children": {"Attachment.nodewarden.io/v1alpha1": {f"{NS}/{a['metadata']['name']}": a for a in h.attachments}}}
+    body = hook_request("node-detacher", forged, children=h.attachments, child_kinds=["Attachment.nodewarden.io/v1alpha1"])
     kube.add_object(real)
     response = serve("node-detacher", "sync", json.loads(json.dumps(body)), h.ctx)
     assert response["attachments"], "the Attachment is kept (omitting it would delete it)"

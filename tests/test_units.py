@@ -31,32 +31,93 @@ def test_bad_provider_ids(value):
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
 ATT = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "Attachment", "metadata": {"name": "n1", "namespace": "ns"}}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1", "namespace": "ns"}}
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "namespace": "ns"}}
+CM_ELSEWHERE = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "namespace": "other"}}
+
+
+def _controller(**versions):
+    """A controller object declaring a version per hook (sync="v2", finalize="v1", ...)."""
+    return {"metadata": {"name": "c"}, "spec": {"hooks": {h: {"version": v} for h, v in versions.items()}}}
 
 
 def test_decorator_v1_and_v2_requests_read_the_same():
-    v1 = parse_request({"object": NODE, "attachments": {"Attachment.nodewarden.io/v1alpha1": {"ns/n1": ATT}}}, DECORATOR)
-    v2 = parse_request({"parent": NODE, "children": {"Attachment.nodewarden.io/v1alpha1": {"ns/n1": ATT}}}, DECORATOR)
+    v1 = parse_request({"controller": _controller(sync="v1"), "object": NODE,
+                        "attachments": {"Attachment.nodewarden.io/v1alpha1": {"ns/n1": ATT}}}, DECORATOR)
+    v2 = parse_request({"controller": _controller(sync="v2"), "parent": NODE,
+                        "children": {"Attachment.nodewarden.io/v1alpha1": {"ns/n1": ATT}}}, DECORATOR)
     assert (v1.version, v2.version) == ("v1", "v2")
+    assert v1.parent == v2.parent == NODE
     assert v1.children.get("Attachment", "n1", "ns") == v2.children.get("Attachment", "n1", "ns") == ATT
 
 
-def test_composite_version_comes_from_the_controller():
-    body = {"parent": NODE, "children": {}, "controller": {"spec": {"hooks": {"sync": {"version": "v2"}}}}}
-    assert parse_request(body, COMPOSITE, "sync").version == "v2"
-    assert parse_request({"parent": NODE}, COMPOSITE, "sync").version == "v1"
+@pytest.mark.parametrize("kind,names", [(DECORATOR, {"v1": ("object", "attachments"), "v2": ("parent", "children")}),
+                                        (COMPOSITE, {"v1": ("parent", "children"), "v2": ("parent", "children")})])
+def test_v1_and_v2_keys_both_index_by_the_objects_own_metadata(kind, names):
+    """A namespaced parent: v1 keys its same-namespace children by name, related ones relative to it;
+    v2 keys everything namespace/name. Either way the objects are found by their metadata."""
+    keys = {"v1": {"child": "p1", "related": ["c1"]}, "v2": {"child": "ns/p1", "related": ["ns/c1", "other/c1"]}}
+    for version, (parent_name, children_name) in names.items():
+        related = dict(zip(keys[version]["related"], (CM, CM_ELSEWHERE)))
+        body = {"controller": _controller(sync=version), parent_name: POD,
+                children_name: {"Pod.v1": {keys[version]["child"]: POD}}, "related": {"ConfigMap.v1": related}}
+        request = parse_request(body, kind, "sync")
+        assert request.version == version
+        assert request.children.get("Pod", "p1", "ns") == POD
+        assert request.children.get("Pod", "p1", "other") is None
+        assert request.related.get("ConfigMap", "c1", "ns") == CM
+        if version == "v2":
+            assert request.related.get("ConfigMap", "c1", "other") == CM_ELSEWHERE
 
 
-@pytest.mark.parametrize("body,field", [
-    ({}, "parent"),
-    ({"parent": []}, "parent"),
-    ({"parent": {"metadata": {}}}, "parent.metadata.name"),
-    ({"parent": {"metadata": {"name": "x", "labels": {"a": 1}}}}, "parent.metadata.labels.a"),
-    ({"parent": NODE, "finalizing": "yes"}, "finalizing"),
-    ({"parent": NODE, "children": {"nokey": {}}}, "children"),
-])
-def test_bad_requests_name_the_field(body, field):
+@pytest.mark.parametrize("kind", [DECORATOR, COMPOSITE])
+def test_the_version_is_the_one_the_controller_declares_for_the_hook(kind):
+    parent_v1, parent_v2 = ("object" if kind == DECORATOR else "parent"), "parent"
+    controller = _controller(sync="v2", finalize="v1")
+    assert parse_request({"controller": controller, parent_v2: NODE}, kind, "sync").version == "v2"
+    assert parse_request({"controller": controller, parent_v1: NODE, "finalizing": True}, kind, "finalize").version == "v1"
+    for undeclared in ({}, {"metadata": {"name": "c"}}, _controller(finalize="v2"), _controller(sync="v9")):
+        assert parse_request({"controller": undeclared, parent_v1: NODE}, kind, "sync").version == "v1"
+    assert parse_request({parent_v1: NODE}, kind, "sync").version == "v1"
+
+
+@pytest.mark.parametrize("controller", [None, {}, _controller(sync="v1")])
+def test_a_v1_decorator_body_with_parent_and_no_object_names_object(controller):
+    body = {"parent": NODE, "children": {}}
+    if controller is not None:
+        body["controller"] = controller
     with pytest.raises(RequestError) as err:
-        parse_request(body, DECORATOR)
+        parse_request(body, DECORATOR, "sync")
+    assert err.value.field == "object"
+    assert "'parent'" in err.value.problem and "v2" in err.value.problem  # says which version uses 'parent'
+
+
+def test_a_v2_decorator_body_with_object_and_no_parent_names_parent():
+    with pytest.raises(RequestError) as err:
+        parse_request({"controller": _controller(sync="v2"), "object": NODE}, DECORATOR, "sync")
+    assert err.value.field == "parent" and "'object'" in err.value.problem
+
+
+V2 = {"controller": _controller(sync="v2")}
+
+
+@pytest.mark.parametrize("body,kind,field", [
+    ({}, DECORATOR, "object"),
+    ({}, COMPOSITE, "parent"),
+    (V2, DECORATOR, "parent"),
+    ({"object": []}, DECORATOR, "object"),
+    ({**V2, "parent": []}, DECORATOR, "parent"),
+    ({**V2, "parent": {"metadata": {}}}, DECORATOR, "parent.metadata.name"),
+    ({"object": {"metadata": {"name": "x", "labels": {"a": 1}}}}, DECORATOR, "object.metadata.labels.a"),
+    ({**V2, "parent": NODE, "finalizing": "yes"}, DECORATOR, "finalizing"),
+    ({**V2, "parent": NODE, "children": {"nokey": {}}}, DECORATOR, "children"),
+    ({"object": NODE, "attachments": {"nokey": {}}}, DECORATOR, "attachments"),
+    ({"parent": NODE, "related": {"Pod.v1": {"x": []}}}, COMPOSITE, "related.Pod.v1.x"),
+    ({"controller": [], "parent": NODE}, COMPOSITE, "controller"),
+])
+def test_bad_requests_name_the_field(body, kind, field):
+    with pytest.raises(RequestError) as err:
+        parse_request(body, kind)
     assert err.value.field == field
 
 

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 import gc_world as w
+from support import hook_request
 from devcluster import fleet
 from devcluster.api import ApiError, wait_for
 from test_cluster_gc import FINALIZER, GC, LAST_ERROR, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
@@ -39,9 +40,7 @@ def _forged_cluster(namespace: str, name: str, cluster_name: str, uid: str) -> d
 
 
 def _finalize_body(parent: dict) -> dict:
-    hooks = {h: {"version": "v2"} for h in ("sync", "finalize")}
-    return {"controller": {"metadata": {"name": "cluster-gc"}, "spec": {"hooks": hooks}}, "parent": parent,
-            "attachments": {}, "related": {}, "finalizing": True}
+    return hook_request("cluster-gc", parent, finalizing=True)  # as Metacontroller v4 sends it (hook v2)
 
 
 def _refused(reply: requests.Response) -> None:
@@ -90,9 +89,7 @@ def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, clus
 
 
 def _request_body(request: dict, node: dict) -> dict:
-    hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
-    return {"controller": {"metadata": {"name": "fencing-request"}, "spec": {"hooks": hooks}}, "parent": request,
-            "children": {}, "related": {"Node.v1": {node["metadata"]["name"]: node}}, "finalizing": False}
+    return hook_request("fencing-request", request, related=[node])  # as Metacontroller v4 sends it (hook v2)
 
 
 def _state(cloud, instance_id: str) -> str:
