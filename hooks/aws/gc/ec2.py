@@ -14,44 +14,48 @@ SG_NOT_FOUND = ("InvalidGroup.NotFound", "InvalidGroupId.NotFound")
 VOLUME_NOT_FOUND = ("InvalidVolume.NotFound",)
 
 
-def _security_groups(ec2, filters: list[dict]) -> dict[str, dict]:
+# What each kind is called in EC2's Describe calls: (operation, list key, id key, id filter, state key).
+_SG = ("describe_security_groups", "SecurityGroups", "GroupId", "group-id", None)
+_VOLUME = ("describe_volumes", "Volumes", "VolumeId", "volume-id", "State")
+
+
+def _described(ec2, kind: tuple, filters: list[dict]) -> dict[str, dict]:
+    operation, list_key, id_key, _, state_key = kind
     found: dict[str, dict] = {}
-    for page in ec2.get_paginator("describe_security_groups").paginate(Filters=filters):
-        for group in page.get("SecurityGroups", []):
-            found[group["GroupId"]] = {"tags": tags_to_dict(group.get("Tags")), "state": None}
+    for page in ec2.get_paginator(operation).paginate(Filters=filters):
+        for item in page.get(list_key, []):
+            found[item[id_key]] = {"tags": tags_to_dict(item.get("Tags")),
+                                   "state": item.get(state_key) if state_key else None}
+    return found
+
+
+def _tagged(ec2, kind: tuple, key: str, value: str) -> dict[str, dict]:
+    return _described(ec2, kind, [{"Name": f"tag:{key}", "Values": [value]}])
+
+
+def _by_id(ec2, kind: tuple, ids: list[str]) -> dict[str, dict]:
+    """The ones of ``ids`` that still exist (a filter, unlike the ids parameter, ignores missing ones)."""
+    found: dict[str, dict] = {}
+    for chunk in chunked(sorted(set(ids)), FILTER_VALUES_LIMIT):
+        found.update(_described(ec2, kind, [{"Name": kind[3], "Values": chunk}]))
     return found
 
 
 def security_groups_tagged(ec2, key: str, value: str) -> dict[str, dict]:
     """Security groups carrying tag key=value: {group id: {"tags", "state"}}."""
-    return _security_groups(ec2, [{"Name": f"tag:{key}", "Values": [value]}])
+    return _tagged(ec2, _SG, key, value)
 
 
 def security_groups_by_id(ec2, group_ids: list[str]) -> dict[str, dict]:
-    """The groups of ``group_ids`` that still exist (a filter, unlike GroupIds, ignores missing ones)."""
-    found: dict[str, dict] = {}
-    for chunk in chunked(sorted(set(group_ids)), FILTER_VALUES_LIMIT):
-        found.update(_security_groups(ec2, [{"Name": "group-id", "Values": chunk}]))
-    return found
-
-
-def _volumes(ec2, filters: list[dict]) -> dict[str, dict]:
-    found: dict[str, dict] = {}
-    for page in ec2.get_paginator("describe_volumes").paginate(Filters=filters):
-        for volume in page.get("Volumes", []):
-            found[volume["VolumeId"]] = {"tags": tags_to_dict(volume.get("Tags")), "state": volume.get("State")}
-    return found
+    return _by_id(ec2, _SG, group_ids)
 
 
 def volumes_tagged(ec2, key: str, value: str) -> dict[str, dict]:
-    return _volumes(ec2, [{"Name": f"tag:{key}", "Values": [value]}])
+    return _tagged(ec2, _VOLUME, key, value)
 
 
 def volumes_by_id(ec2, volume_ids: list[str]) -> dict[str, dict]:
-    found: dict[str, dict] = {}
-    for chunk in chunked(sorted(set(volume_ids)), FILTER_VALUES_LIMIT):
-        found.update(_volumes(ec2, [{"Name": "volume-id", "Values": chunk}]))
-    return found
+    return _by_id(ec2, _VOLUME, volume_ids)
 
 
 def delete_security_group(ec2, group_id: str) -> str:
