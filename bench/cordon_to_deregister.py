@@ -16,7 +16,6 @@ Needs the binaries from `make controlplane-bins`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -29,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
-from measure import percentile  # noqa: E402
+from measure import percentile, write_json  # noqa: E402
 from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 
 CLASSIC_ELB = "bench-classic"
@@ -125,9 +124,7 @@ def main() -> int:
           f"p50 {tg['p50_ms']} ms, p99 {tg['p99_ms']} ms (classic ELB: p50 {clb['p50_ms']} ms, "
           f"p99 {clb['p99_ms']} ms); Kubernetes {results['kubernetes']}, "
           f"Metacontroller {results['metacontroller']}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.json, results)
     return 0
 
 

@@ -25,7 +25,6 @@ Needs the binaries from `make controlplane-bins`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -41,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, failover, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
-from measure import percentile  # noqa: E402
+from measure import percentile, write_json  # noqa: E402
 from devcluster.cluster import configure_logging  # noqa: E402
 
 HEALTHY = 3
@@ -165,9 +164,7 @@ def main() -> int:
               f"p90 {moved['p90']:.1f}s, max {moved['max']:.1f}s")
     print(f"baseline without nodewarden: {base['moved']} of {base['trials']} StatefulSet pods moved within "
           f"{base['window_seconds']:.0f}s; Kubernetes {results['kubernetes']}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.json, results)
     return 0
 
 
