@@ -33,7 +33,7 @@ from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import assess as phases
 from hooks.detacher import names, shutdown, targets
 from hooks.detacher import pod_trigger
-from hooks.kube import fresh, pods
+from hooks.kube import daemonsets, fresh, pods
 from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Change, Outcome, Plan, backoff
 
@@ -386,7 +386,7 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     """The look-ups this call's phase needs; failures are recorded, never raised."""
     settings = ctx.settings
     observed: dict = {}
-    ended = pod_trigger.end_of_node_request(request, ctx, ctx.now())
+    ended = daemonsets.end_of_node_request(request, ctx, ctx.now())
     if ended:
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
@@ -411,9 +411,9 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
         try:
             node_pods = pods.on_node(ctx.kube, request.name)
-            daemonsets = {objects.daemonset_of(p) for p in node_pods} - {None}
+            owners = {objects.daemonset_of(p) for p in node_pods} - {None}
             observed["pods"] = node_pods
-            observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, daemonsets) if daemonsets else {}
+            observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, owners) if owners else {}
         except Exception as exc:  # noqa: BLE001
             observed["podsError"] = kube_error(exc)
     return observed

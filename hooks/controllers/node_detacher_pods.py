@@ -16,8 +16,9 @@ from hooks import conditions, events, fields, objects, pipeline, runtime, timefm
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import names
-from hooks.detacher.pod_trigger import MANAGED, configured, leaving
+from hooks.detacher.pod_trigger import configured, leaving
 from hooks.kube import fresh
+from hooks.kube.daemonsets import MANAGED
 from hooks.kube.client import describe_error
 from hooks.plan import Action, Outcome, Plan, backoff
 
