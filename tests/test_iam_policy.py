@@ -42,6 +42,7 @@ def called_operations() -> dict[str, set[str]]:
     used = set(re.findall(r"\.([a-z][a-z0-9_]+)\s*[(,]", source))
     used |= set(re.findall(r"get_paginator\(\s*\"([a-z0-9_]+)\"", source))
     used |= set(re.findall(r"paged_ids\(\s*\w+,\s*\"([a-z0-9_]+)\"", source))  # hooks/aws/gc/resources.py
+    used |= set(re.findall(r"^_[A-Z]+ = \(\"([a-z0-9_]+)\",", source, re.M))  # describe tables, hooks/aws/gc/ec2.py
     return {name: ops[name] for name in used & set(ops)}
 
 
