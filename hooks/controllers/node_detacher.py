@@ -84,7 +84,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     ended = observed.get("podRequestEnded")
     if ended:
         request = pod_trigger.without_node_request(request)
-    sit = phases.assess(request, settings, now)
+    sit = phases.assess(request, settings)
     waited = observed.get("unschedulableTaintPendingSeconds")
     if sit.phase in (phases.EXCLUDE, phases.REATTACH) and waited is not None \
             and waited < settings.unschedulable_taint_wait_seconds:
@@ -390,11 +390,11 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     if ended:
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
-    sit = phases.assess(request, settings, ctx.now())
+    sit = phases.assess(request, settings)
     if sit.phase in (phases.EXCLUDE, phases.REATTACH) and _unschedulable_taint_pending(request.parent):
         observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
             f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
-    if sit.needs_discovery:
+    if sit.needs_discovery(settings, ctx.now()):
         try:
             index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)
             observed["discovery"] = {

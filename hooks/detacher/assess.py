@@ -1,7 +1,8 @@
 """Where a node stands in its detach/re-attach life (pure).
 
 Both the look-ups before deciding (what to observe) and the decision itself
-start from this one reading of the request, so they can never disagree.
+start from this one reading of the request, so they can never disagree; it is
+kept on the request object, so one call reads the node once.
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ class Situation:
     provider_error: str | None
     attachment: dict | None  # the observed Attachment's spec
     deregistered: tuple | None  # memberships recorded as deregistered
-    attachment_stale: bool
 
     @property
     def memberships(self) -> list[tuple] | None:
@@ -46,13 +46,13 @@ class Situation:
         done = set(self.deregistered or ())
         return [m for m in self.memberships or [] if m not in done]
 
-    @property
-    def needs_discovery(self) -> bool:
+    def needs_discovery(self, settings: Settings, now: dt.datetime) -> bool:
         if self.instance_id is None or self.phase in (SKIP, EXCLUDE, REATTACH):
             return False
         if self.attachment is None:
             return self.phase in (IDLE, DEREGISTER)
-        return self.phase == IDLE and self.attachment_stale
+        age = timefmt.seconds_since(self.attachment.get("discoveredAt"), now)
+        return self.phase == IDLE and (age is None or age >= settings.discovery_refresh_seconds)
 
 
 def observed_attachment(request: HookRequest, settings: Settings) -> dict | None:
@@ -62,7 +62,17 @@ def observed_attachment(request: HookRequest, settings: Settings) -> dict | None
     return fields.mapping(att, "spec", where="attachment")
 
 
-def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situation:
+def assess(request: HookRequest, settings: Settings) -> Situation:
+    """The node's situation: one reading per request object and settings, shared by gather and decide."""
+    memo = request.__dict__.get("_situation")
+    if memo is not None and memo[0] is settings:
+        return memo[1]
+    sit = _assess(request, settings)
+    request.__dict__["_situation"] = (settings, sit)
+    return sit
+
+
+def _assess(request: HookRequest, settings: Settings) -> Situation:
     node = request.parent
     annotations = fields.mapping(node, "metadata", "annotations")
     labels = fields.mapping(node, "metadata", "labels")
@@ -75,8 +85,6 @@ def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situat
         instance_id, region, provider_error = None, None, str(exc)
     if attachment and attachment.get("instanceID") not in (None, instance_id):
         attachment = None  # the node was re-created on another instance: rediscover
-    age = timefmt.seconds_since((attachment or {}).get("discoveredAt"), now)
-    stale = age is None or age >= settings.discovery_refresh_seconds
     deregistered = targets.decode(annotations.get(names.DEREGISTERED))
     reasons = tuple(triggers.reasons(node, settings))
     if request.finalizing and not request.deleting:
@@ -91,7 +99,6 @@ def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situat
             provider_error=provider_error,
             attachment=attachment,
             deregistered=tuple(deregistered) if deregistered is not None else None,
-            attachment_stale=stale,
         )
 
     if objects.is_control_plane(fields.mapping(node, "metadata", "labels")) and not settings.detach_control_plane:
