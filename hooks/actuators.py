@@ -90,16 +90,10 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
             return f"instance {requirement.instance_id} is {state}, not powered off"
         return ""
     if isinstance(requirement, SameObject):
-        where = f"{requirement.kind} {requirement.namespace + '/' if requirement.namespace else ''}{requirement.name}"
         try:
-            obj = fresh.read(ctx.kube, requirement.kind, requirement.name, requirement.namespace)
+            fresh.expect(ctx.kube, requirement.kind, requirement.name, requirement.namespace, requirement.uid)
         except fresh.Unverified as exc:
-            return f"{where} not confirmed: {exc}"
-        if obj is None:
-            return f"{where} no longer exists"
-        uid = (obj.get("metadata") or {}).get("uid")
-        if uid != requirement.uid:
-            return f"{where} is now uid {uid}, not {requirement.uid}"
+            return str(exc)
         return ""
     return f"unknown precondition {requirement!r}"
 

@@ -156,6 +156,14 @@ class HookRequest:
     controller: dict = field(default_factory=dict)
     # Set by the pipeline once the parent (and what the actions rest on) was re-read from the API server.
     verified: bool = False
+    # Readings of this request computed once per call (see ``reading``); a replaced request starts empty.
+    _readings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def reading(self, key, compute):
+        """``compute()``, once per request and ``key``: gather and decide share one reading of the parent."""
+        if key not in self._readings:
+            self._readings[key] = compute()
+        return self._readings[key]
 
     @property
     def meta(self) -> dict:

@@ -5,7 +5,8 @@ registered controller) and its ``sync``/``finalize`` hand the request to
 ``run``, which owns the order of the steps:
 
 1. ``gather``: the read-only look-ups this call needs (AWS state, pods); a
-   failure is recorded in ``observed``, never raised.
+   failure is recorded in ``observed``, never raised. It is given the same
+   ``now`` as ``decide``, so both judge the same moment.
 2. ``decide``: pure; the response, the actions and the Events (a ``Plan``).
 3. If the plan would act on something irreversible (``needs_verification``):
    ``verify`` re-reads the parent and what the actions rest on from the API
@@ -44,7 +45,7 @@ class Controller(Protocol):
     NAME: str  # the controller's name: the Event component and the metrics label
     FAILURE_REASON: str | None  # the Warning Event reason of a failed action (None: settle's Events say it)
 
-    def gather(self, request: HookRequest, ctx: runtime.Context) -> dict: ...
+    def gather(self, request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict: ...
 
     def decide(self, request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan: ...
 
@@ -66,20 +67,21 @@ def replay(controller: Controller, request: HookRequest, ctx: runtime.Context,
     done with the plan, so there is nothing to protect.
     """
     request = dataclasses.replace(request, verified=True)
+    now = ctx.now()
     if observed is None:
-        observed = controller.gather(request, ctx)
-    return observed, controller.decide(request, ctx.settings, ctx.now(), observed)
+        observed = controller.gather(request, ctx, now)
+    return observed, controller.decide(request, ctx.settings, now, observed)
 
 
 def run(controller: Controller, request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     ctx = ctx or runtime.current()
     started = time.monotonic()
-    now = ctx.now()
-    plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx))
+    now = ctx.now()  # one clock reading for the whole call: gather and decide see the same moment
+    plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
     if controller.needs_verification(request, plan):
         try:
             request = dataclasses.replace(controller.verify(request, ctx), verified=True)
-            plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx))
+            plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
         except fresh.Unverified as exc:
             # What is left of the plan is the controller's to say: only reversible steps.
             plan = controller.unverified(request, plan, ctx, str(exc))

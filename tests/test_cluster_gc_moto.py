@@ -260,7 +260,7 @@ def test_tagging_api_denied_falls_back_to_listing(aws, net, gc_ctx):
     faults = w.Faults().add("GetResources", "AccessDeniedException", times=float("inf")).attach(ctx.aws)
     calls = w.Calls().attach(ctx.aws)
 
-    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx)
+    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx, ctx.now())
     assert observed["discovery"]["method"] == "listing"
     assert "AccessDeniedException" in observed["discovery"]["fallback"]
     # 27 ELBv2 load balancers (ours and others): tags read 20 at a time.
@@ -574,7 +574,7 @@ def test_a_tagging_answer_with_only_bystanders_is_confirmed_by_the_listing(aws, 
                                                 if ":security-group/" in m["ResourceARN"]]
 
     ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", lagging)
-    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx)
+    observed = cluster_gc.gather(w.parse_finalize(w.aws_cluster(), verified=True), ctx, ctx.now())
     assert observed["discovery"]["method"] == "listing"
     assert [r["id"] for r in observed["discovery"]["resources"] if r["kind"] == "elbv2-load-balancer"] == \
         new_lb.load_balancers

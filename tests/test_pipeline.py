@@ -44,7 +44,7 @@ def _fake_controller(plan: Plan, **overrides):
         return Plan(dict(plan.response, settled=[o.action.target for o in outcomes if not o.ok]), events=plan.events)
 
     module = types.SimpleNamespace(
-        NAME="fake", FAILURE_REASON="FakeFailed", gather=lambda request, ctx: {},
+        NAME="fake", FAILURE_REASON="FakeFailed", gather=lambda request, ctx, now: {},
         decide=lambda request, settings, now, observed: plan, needs_verification=pipeline.never,
         verify=pipeline.as_is, unverified=pipeline.refuse, settle=settle)
     for key, value in overrides.items():

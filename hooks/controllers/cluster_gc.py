@@ -48,7 +48,7 @@ from hooks.aws.gc.resources import (
     made_by,
 )
 from hooks.config import Settings
-from hooks.contract import HookRequest, RequestError, decorator_response, parse_object
+from hooks.contract import HookRequest, RequestError, decorator_response
 from hooks.kube import fresh
 from hooks.plan import Action, Outcome, Plan
 
@@ -383,7 +383,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
 # ----------------------------------------------------------------------- act
 
 
-def gather(request: HookRequest, ctx) -> dict:
+def gather(request: HookRequest, ctx, now: dt.datetime) -> dict:
     """The look-ups this call needs (read-only): ``{"discovery": …}`` when collecting, else nothing.
 
     Nothing is looked up for a deletion before the API server has confirmed it.
@@ -424,20 +424,16 @@ def verify(request: HookRequest, ctx) -> HookRequest:
     if request.parent.get("kind") not in PARENT_KINDS:
         raise fresh.Unverified(f"cluster-gc finalizes only {' and '.join(PARENT_KINDS)}, "
                                f"not {request.parent.get('kind')!r}")
-    parent = fresh.same_object(ctx.kube, request.parent)
-    meta = parent.get("metadata") or {}
-    label = f"{parent.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    request = fresh.same_parent(request, ctx.kube)
+    meta = request.meta
+    label = f"{request.parent.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
     if not meta.get("deletionTimestamp"):
         raise fresh.Unverified(f"{label} is not being deleted")
     ours = finalizer(ctx.settings)
     finalizers = meta.get("finalizers")
     if not isinstance(finalizers, list) or ours not in finalizers:
         raise fresh.Unverified(f"{label} does not carry the finalizer {ours}")
-    try:
-        parent = parse_object(parent, "parent")
-    except RequestError as exc:
-        raise fresh.Unverified(f"{label} as read from the API server: {exc}") from None
-    return dataclasses.replace(request, parent=parent)
+    return request
 
 
 def unverified(request: HookRequest, plan: Plan, ctx, reason: str) -> Plan:

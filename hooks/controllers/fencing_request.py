@@ -613,7 +613,7 @@ def _finalize(step: _Step) -> Plan:
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     """Only what this call's phase looks at; failures are recorded, never raised."""
     try:
         spec = fr.parse_spec(request.parent)
@@ -715,15 +715,14 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     """
     if request.parent.get("kind") != names.REQUEST_KIND:
         raise fresh.Unverified(f"fencing-request acts only for a {names.REQUEST_KIND}")
-    parent = fresh.same_object(ctx.kube, request.parent)
-    deleting = bool((parent.get("metadata") or {}).get("deletionTimestamp"))
+    parent = fresh.same_parent(request, ctx.kube).parent
+    deleting = bool(parent["metadata"].get("deletionTimestamp"))
     if request.finalizing and not deleting:
         raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is not being deleted")
     if deleting and not request.finalizing:
         # Deleted since this sync was sent: nothing new starts; the finalize hook takes over.
         raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is being deleted")
     try:
-        parent = parse_object(parent, "parent")
         spec = fr.parse_spec(parent)
     except RequestError as exc:
         raise fresh.Unverified(f"the FencingRequest as the API server has it: {exc}") from None
@@ -743,7 +742,7 @@ _NODE_VERDICTS = ("NodeReady", "NodeReplaced", "InvalidProviderID")
 
 def needs_verification(request: HookRequest, plan: Plan) -> bool:
     """An action on a node or an instance, or a record drawn from the Node (a verdict, letting go of the taint)."""
-    if any(a.kind != "event" for a in plan.actions):
+    if plan.actions:
         return True
     status, before = plan.response.get("status") or {}, _own_status(request.parent)
     if _recorded(before, "recovery").get("outOfServiceTaint") == names.TAINT_APPLIED and \

@@ -235,14 +235,8 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
     done = set(sit.deregistered or ())
     pending = [m for m in memberships if m not in done]
-    actions = []
-    for (lb_type, lb), ports in targets.group_by_load_balancer(pending).items():
-        covered = [m for m in pending if (m[0], m[1]) == (lb_type, lb)]
-        kind = "elbv2.deregister" if lb_type == "tg" else "elb.deregister"
-        actions.append(Action(kind, lb, {"instance": sit.instance_id, "region": sit.region, "ports": ports,
-                                         "memberships": [list(m) for m in covered]},
-                              # Recorded as deregistered only once the call succeeded.
-                              record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),)))
+    # Each recorded as deregistered only once its call succeeded.
+    actions = _membership_actions("deregister", pending, sit, record=True)
     annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     _clear_error(annotations, request)
     said = [events.normal(events.DEREGISTERED, f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)")]
@@ -256,6 +250,19 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
         actions,
         said,
     )
+
+
+def _membership_actions(verb: str, memberships, sit: phases.Situation, record: bool = False) -> list[Action]:
+    """One batched (de)register call per target group or classic ELB, with every port of the instance."""
+    actions = []
+    for (lb_type, lb), ports in targets.group_by_load_balancer(memberships).items():
+        covered = [m for m in memberships if (m[0], m[1]) == (lb_type, lb)]
+        actions.append(Action(
+            f"{'elbv2' if lb_type == 'tg' else 'elb'}.{verb}", lb,
+            {"instance": sit.instance_id, "region": sit.region, "ports": ports,
+             "memberships": [list(m) for m in covered]},
+            record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),) if record else ()))
+    return actions
 
 
 def _drain(request, sit, settings, now, observed) -> Plan:
@@ -347,11 +354,7 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
                                    "comes off and the load balancers' own controllers register the node"))
     if deregistered and sit.instance_id is None:
         return _failure(request, settings, now, f"cannot re-attach: {sit.provider_error}", attachments)
-    for (lb_type, lb), ports in targets.group_by_load_balancer(deregistered).items():
-        covered = [m for m in deregistered if (m[0], m[1]) == (lb_type, lb)]
-        kind = "elbv2.register" if lb_type == "tg" else "elb.register"
-        actions.append(Action(kind, lb, {"instance": sit.instance_id, "region": sit.region, "ports": ports,
-                                         "memberships": [list(m) for m in covered]}))
+    actions.extend(_membership_actions("register", deregistered, sit))
     if any(t.get("key") == names.DETACHING_TAINT for t in fields.objects(request.parent, "spec", "taints")):
         actions.append(Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT}))
     labels = {names.EXCLUDE_LABEL: None} if request.labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE else {}
@@ -382,11 +385,11 @@ _DECIDERS = {
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     """The look-ups this call's phase needs; failures are recorded, never raised."""
     settings = ctx.settings
     observed: dict = {}
-    ended = daemonsets.end_of_node_request(request, ctx, ctx.now())
+    ended = daemonsets.end_of_node_request(request, ctx, now)
     if ended:
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
@@ -394,12 +397,12 @@ def gather(request: HookRequest, ctx: runtime.Context) -> dict:
     if sit.phase in (phases.EXCLUDE, phases.REATTACH) and _unschedulable_taint_pending(request.parent):
         observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
             f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
-    if sit.needs_discovery(settings, ctx.now()):
+    if sit.needs_discovery(settings, now):
         try:
             index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)
             observed["discovery"] = {
                 "memberships": [list(m) for m in index.memberships(sit.instance_id)],
-                "discoveredAt": timefmt.fmt(ctx.now()),
+                "discoveredAt": timefmt.fmt(now),
             }
         except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
             observed["discoveryError"] = aws_error(exc)

@@ -26,7 +26,7 @@ NAME = "node-detacher-pods"
 FAILURE_REASON = events.DETACH_FAILED
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     """The DaemonSet's managed state and the node's current request: only for a terminating or Ready pod."""
     pod = request.parent
     daemonset = objects.daemonset_of(pod)

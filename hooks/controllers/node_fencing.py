@@ -29,7 +29,7 @@ import sys
 
 from hooks import actuators, conditions, events, fields, objects, pipeline, runtime, timefmt
 from hooks.config import Settings
-from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response, parse_object
+from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
 from hooks.fencing import failover, health, names, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
@@ -145,6 +145,11 @@ def _gate(request: HookRequest, policy: Policy, state: Health, now: dt.datetime,
 
 
 def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situation:
+    """Where the node stands at ``now``: one reading per request, shared by gather and decide."""
+    return request.reading(("node-fencing", id(settings), now), lambda: _assess(request, now, settings))
+
+
+def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situation:
     node_status = fields.mapping(request.parent, "status")
     valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
     policy = policies.governing(valid, request.labels)
@@ -380,9 +385,9 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
 # --------------------------------------------------------------------------- observe
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     """Pods (and their claims) only for a node whose fencing is due."""
-    sit = assess(request, ctx.now(), ctx.settings)
+    sit = assess(request, now, ctx.settings)
     if not needs_pods(sit):
         return {}
     observed: dict = {}
@@ -432,10 +437,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     policy whose fresh count allows it, the power-off for a single-writer
     pod), so all three are read again; the body only says which node.
     """
-    try:
-        node = parse_object(fresh.same_object(ctx.kube, request.parent), "parent")
-    except RequestError as exc:
-        raise fresh.Unverified(f"the Node as the API server has it: {exc}") from None
+    node = fresh.same_parent(request, ctx.kube).parent
     try:
         found = ctx.kube.list(fresh.resource(names.POLICY_KIND))
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof

@@ -111,7 +111,7 @@ def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Sett
     return timefmt.fmt(now)
 
 
-def gather(request: HookRequest, ctx: runtime.Context) -> dict:
+def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     return {}  # the related Nodes are all it reads
 
 

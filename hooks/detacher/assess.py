@@ -63,13 +63,8 @@ def observed_attachment(request: HookRequest, settings: Settings) -> dict | None
 
 
 def assess(request: HookRequest, settings: Settings) -> Situation:
-    """The node's situation: one reading per request object and settings, shared by gather and decide."""
-    memo = request.__dict__.get("_situation")
-    if memo is not None and memo[0] is settings:
-        return memo[1]
-    sit = _assess(request, settings)
-    request.__dict__["_situation"] = (settings, sit)
-    return sit
+    """The node's situation: one reading per request and settings, shared by gather and decide."""
+    return request.reading(("node-detacher", id(settings)), lambda: _assess(request, settings))
 
 
 def _assess(request: HookRequest, settings: Settings) -> Situation:

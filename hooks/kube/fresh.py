@@ -12,11 +12,13 @@ forbidden) raises Unverified: an API that cannot be asked proves nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from functools import lru_cache
 
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
+from hooks.contract import HookRequest, RequestError, parse_object
 from hooks.kube.client import describe_error, is_not_found
 
 
@@ -104,39 +106,35 @@ def same_object(kube, seen: dict, what: str = "") -> dict:
         raise Unverified(f"{label}: the request names no object")
     if not isinstance(uid, str) or not uid:
         raise Unverified(f"{label}: the request carries no uid to check")
-    fresh = read_object(kube, seen)
-    if fresh is None:
-        raise Unverified(f"{label} does not exist on the API server")
-    fresh_uid = (fresh.get("metadata") or {}).get("uid")
-    if fresh_uid != uid:
-        raise Unverified(f"{label} on the API server is uid {fresh_uid}, not the {uid} of the request")
-    return fresh
-
-
-def read_object(kube, seen: dict) -> dict | None:
-    """``read`` for the kind, version, name and namespace of a body's object."""
-    kind = seen.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
         raise Unverified(f"{kind!r} is not a kind nodewarden re-reads")
-    meta = seen.get("metadata") if isinstance(seen.get("metadata"), dict) else {}
     version = None
     if KINDS[kind][0] not in ("", "apps"):
         version = version_of(seen)
         if version is None:
             raise Unverified(f"{kind} with apiVersion {seen.get('apiVersion')!r} is not in group {KINDS[kind][0]}")
-    return read(kube, kind, meta.get("name"), meta.get("namespace"), version)
+    return expect(kube, kind, name, namespace, uid, version, label)
+
+
+def expect(kube, kind: str, name: str, namespace: str | None, uid: str, version: str | None = None,
+           label: str = "") -> dict:
+    """The object as the API server has it now, which must exist with ``uid``; else Unverified."""
+    label = label or f"{kind} {_where(name, namespace)}"
+    found = read(kube, kind, name, namespace, version)
+    if found is None:
+        raise Unverified(f"{label} does not exist on the API server")
+    found_uid = (found.get("metadata") or {}).get("uid")
+    if found_uid != uid:
+        raise Unverified(f"{label} on the API server is uid {found_uid}, not the {uid} expected")
+    return found
 
 
 def _where(name, namespace) -> str:
     return f"{namespace}/{name}" if namespace else f"{name}"
 
 
-def same_parent(request, kube):
+def same_parent(request: HookRequest, kube) -> HookRequest:
     """The hook request with its parent as the API server has it now: same uid, well formed, or Unverified."""
-    import dataclasses
-
-    from hooks.contract import RequestError, parse_object
-
     parent = same_object(kube, request.parent)
     try:
         return dataclasses.replace(request, parent=parse_object(parent, "parent"))
