@@ -1,0 +1,6 @@
+"""Machines and NodePools: in-flight capacity that never leaks an instance.
+
+Pure decisions, one module per phase of a Machine's life (launch,
+registration, initialization, liveness, termination), plus the NodePool's
+replica and leaked-instance decisions. The AWS side is hooks.aws.instances.
+"""

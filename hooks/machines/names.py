@@ -1,0 +1,49 @@
+"""The names Machines and NodePools share with Nodes, EC2 and users: keep them stable."""
+
+GROUP = "nodewarden.io"
+API_VERSION = "nodewarden.io/v1alpha1"
+MACHINE_KIND = "Machine"
+NODEPOOL_KIND = "NodePool"
+
+# On Machines (set by the nodepool) and on Nodes (mirrored at registration).
+POOL_LABEL = "nodewarden.io/nodepool"
+# On the Node: the kubelet registers with it, so a Machine relates only its own Node.
+MACHINE_LABEL = "nodewarden.io/machine"
+# On a Machine: the hash of the pool template it was made from (drift).
+TEMPLATE_HASH = "nodewarden.io/template-hash"
+# On the Node: the label, annotation and taint keys the Machine mirrored (JSON), written once.
+MANAGED_KEYS = "nodewarden.io/managed-keys"
+
+# Taints. The kubelet registers with the first: no pod lands before the labels do.
+UNREGISTERED_TAINT = "nodewarden.io/unregistered"
+UNREGISTERED_EFFECT = "NoExecute"
+# A Machine being terminated: node-detacher takes the node out of its load balancers.
+DISRUPTED_TAINT = "nodewarden.io/disrupted"
+DISRUPTED_EFFECT = "NoSchedule"
+
+# EC2 tags on every instance and volume a Machine launches.
+TAG_POOL = "nodewarden.io/nodepool"
+TAG_MACHINE = "nodewarden.io/machine"
+TAG_MACHINE_UID = "nodewarden.io/machine-uid"
+TAG_NAME = "Name"
+
+
+def cluster_tag(cluster_name: str) -> str:
+    return f"kubernetes.io/cluster/{cluster_name}"
+
+
+CLUSTER_TAG_VALUE = "owned"
+
+# Machine conditions.
+LAUNCHED = "Launched"
+REGISTERED = "Registered"
+INITIALIZED = "Initialized"
+DRIFTED = "Drifted"
+TERMINATING = "Terminating"
+CONDITION_TYPES = (LAUNCHED, REGISTERED, INITIALIZED, DRIFTED, TERMINATING)
+
+# Phases as counted in a NodePool's status.machines.
+PHASES = ("Launching", "Registered", "Initialized", "Terminating")
+
+# Resources every kubelet reports; any other capacity key is an extended resource.
+STANDARD_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
