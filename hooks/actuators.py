@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from hooks import runtime
-from hooks.aws import elb, gc, power
+from hooks import runtime, timefmt
+from hooks.aws import elb, gc, instances, power
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods, taints
+from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
-from hooks.metrics import STORM_GUARD, record_action
-from hooks.plan import Action, Outcome, PoweredOff, SameObject
+from hooks.machines import names as machine_names
+from hooks.metrics import MACHINE_EVENTS, STORM_GUARD, record_action
+from hooks.plan import Action, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
 
 log = logging.getLogger(__name__)
 PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
@@ -62,9 +64,29 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
+    # Machines: launch (tagged at creation), terminate, and what they do to their Node.
+    "ec2.launch": lambda ctx, a: _launch(ctx, a),
+    "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),
+                                                        a.target),
+    "kube.register-node": lambda ctx, a: kube_machines.register_node(
+        ctx.kube, a.target, a.params["uid"], a.params["labels"], a.params["annotations"], a.params["taints"]),
+    "kube.cordon-disrupted": lambda ctx, a: kube_machines.cordon_disrupted(ctx.kube, a.target, a.params["uid"]),
+    "kube.delete-node": lambda ctx, a: kube_machines.delete_node(ctx.kube, a.target, a.params["uid"]),
+    "kube.delete-machine": lambda ctx, a: kube_machines.delete_machine(ctx.kube, a.target, a.params["uid"]),
     # Metrics that follow a decision.
     "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
+    "metric.machine": lambda ctx, a: MACHINE_EVENTS.labels(a.target, a.params["event"]).inc(),
 }
+
+
+def _launch(ctx: runtime.Context, a: Action) -> dict:
+    p = a.params
+    return instances.launch(
+        ctx.aws.client("ec2", p.get("region") or None), uid=p["uid"],
+        candidates=[instances.Candidate(c["instanceType"], c.get("subnetID")) for c in p["candidates"]],
+        tag_list=p["tags"], image_id=p.get("imageId"), launch_template=p.get("launchTemplate"),
+        security_groups=p.get("securityGroups") or [], instance_profile=p.get("instanceProfile"),
+        user_data=p["userData"])
 
 
 class Gate:
@@ -95,7 +117,48 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         except fresh.Unverified as exc:
             return str(exc)
         return ""
+    if isinstance(requirement, InstanceOf):
+        return _instance_of(ctx, requirement)
+    if isinstance(requirement, Orphaned):
+        return _orphaned(ctx, requirement)
     return f"unknown precondition {requirement!r}"
+
+
+def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
+    try:
+        found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+    if found is None:
+        return ""  # EC2 no longer knows it: acting on it cannot harm anything
+    if found["tags"].get(machine_names.TAG_MACHINE_UID) != requirement.machine_uid:
+        return f"instance {requirement.instance_id} is not tagged for Machine uid {requirement.machine_uid}"
+    return ""
+
+
+def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
+    """A leak only if the instance's tags, its age and the API server's Machines all say so, read now."""
+    names = machine_names
+    try:
+        found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+    except Exception as exc:  # noqa: BLE001
+        return f"instance {requirement.instance_id} not confirmed: {aws_error(exc)}"
+    if found is None or found["state"] in instances.GONE_STATES:
+        return f"instance {requirement.instance_id} is already gone"
+    tags = found["tags"]
+    if tags.get(names.cluster_tag(requirement.cluster_name)) != names.CLUSTER_TAG_VALUE \
+            or tags.get(names.TAG_POOL) != requirement.pool or not tags.get(names.TAG_MACHINE_UID):
+        return f"instance {requirement.instance_id} is not tagged for pool {requirement.pool} of this cluster"
+    launched = timefmt.parse(found.get("launchTime"))
+    if launched is None or (ctx.now() - launched).total_seconds() < requirement.min_age_seconds:
+        return f"instance {requirement.instance_id} is younger than {requirement.min_age_seconds:g}s"
+    try:
+        uids = kube_machines.machine_uids(ctx.kube)
+    except Exception as exc:  # noqa: BLE001 - no list, no proof
+        return f"Machines not listed: {kube_error(exc)}"
+    if tags[names.TAG_MACHINE_UID] in uids:
+        return f"Machine uid {tags[names.TAG_MACHINE_UID]} exists"
+    return ""
 
 
 def _run_one(ctx: runtime.Context, action: Action) -> Outcome:

@@ -85,6 +85,14 @@ class Settings:
     fencing_queue_timeout_seconds: float = 1800
     fencing_count_interval_seconds: float = 30
     fencing_count_max_age_seconds: float = 90
+    # machine, nodepool
+    machine_poll_seconds: float = 2
+    machine_launch_visibility_seconds: float = 60
+    machine_detach_wait_seconds: float = 330
+    machine_volume_detach_timeout_seconds: float = 360
+    machine_terminate_retry_seconds: float = 60
+    leaked_instance_grace_seconds: float = 600
+    leaked_instance_check_seconds: float = 60
     # shared
     error_backoff_seconds: float = 5
     error_backoff_max_seconds: float = 300
@@ -131,6 +139,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         fencing_queue_timeout_seconds=_number(env, "NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS", 1800, minimum=1),
         fencing_count_interval_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS", 30, minimum=1),
         fencing_count_max_age_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS", 90, minimum=1),
+        machine_poll_seconds=_number(env, "NODEWARDEN_MACHINE_POLL_SECONDS", 2, minimum=0.1),
+        machine_launch_visibility_seconds=_number(env, "NODEWARDEN_MACHINE_LAUNCH_VISIBILITY_SECONDS", 60),
+        machine_detach_wait_seconds=_number(env, "NODEWARDEN_MACHINE_DETACH_WAIT_SECONDS", 330),
+        machine_volume_detach_timeout_seconds=_number(env, "NODEWARDEN_MACHINE_VOLUME_DETACH_TIMEOUT_SECONDS", 360),
+        machine_terminate_retry_seconds=_number(env, "NODEWARDEN_MACHINE_TERMINATE_RETRY_SECONDS", 60, minimum=1),
+        leaked_instance_grace_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS", 600),
+        leaked_instance_check_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_CHECK_SECONDS", 60, minimum=1),
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
         error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
         extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},

@@ -39,6 +39,12 @@ STORM_GUARD = Gauge(
     # write is the truth ("max" would keep a released guard at 1 forever).
     multiprocess_mode="mostrecent",
 )
+MACHINE_EVENTS = Counter(
+    "nodewarden_machine_events_total",
+    "Machine lifecycle events by node pool: launched, registration-timeout, leaked-instance-terminated,"
+    " instance-gone, terminated.",
+    ["nodepool", "event"],
+)
 
 
 def record_action(controller: str, kind: str, ok: bool) -> None:

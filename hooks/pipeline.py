@@ -77,10 +77,11 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
     ctx = ctx or runtime.current()
     started = time.monotonic()
     now = ctx.now()  # one clock reading for the whole call: gather and decide see the same moment
-    plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
+    observed = controller.gather(request, ctx, now)
+    plan = controller.decide(request, ctx.settings, now, observed)
     if controller.needs_verification(request, plan):
         try:
-            request = dataclasses.replace(controller.verify(request, ctx), verified=True)
+            request = dataclasses.replace(controller.verify(request, ctx), verified=True, prior=observed)
             plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
         except fresh.Unverified as exc:
             # What is left of the plan is the controller's to say: only reversible steps.
@@ -95,12 +96,12 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
 
 def recorded(response: dict, outcomes: list[Outcome]) -> dict:
     """The response with the record of every action that succeeded, in order."""
-    changes = [c for o in outcomes if o.ok for c in o.action.record]
+    changes = [(c, o.result) for o in outcomes if o.ok for c in o.action.record]
     if not changes:
         return response
     response = copy.copy(response)
-    for change in changes:
-        change.apply(response)
+    for change, result in changes:
+        change.apply(response, result)
     return response
 
 

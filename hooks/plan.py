@@ -34,6 +34,7 @@ class Change:
     value: Any = None
     add: int = 0
     union: tuple = ()  # items merged into the JSON-encoded list found at ``path`` (an annotation)
+    result: str = ""  # set the value the action's actuator returned under this key (what it created)
 
     def to_dict(self) -> dict:
         out: dict = {"path": list(self.path)}
@@ -41,12 +42,17 @@ class Change:
             out["add"] = self.add
         elif self.union:
             out["union"] = [list(i) if isinstance(i, tuple) else i for i in self.union]
+        elif self.result:
+            out["result"] = self.result
         else:
             out["value"] = self.value
         return out
 
-    def apply(self, response: dict) -> None:
-        """Apply in place; the containers along the path are copied first, never shared."""
+    def apply(self, response: dict, result=None) -> None:
+        """Apply in place; the containers along the path are copied first, never shared.
+
+        ``result`` is what the action's actuator returned (read by ``result`` changes).
+        """
         node = response
         for key in self.path[:-1]:
             child = node.get(key)
@@ -69,6 +75,8 @@ class Change:
             except TypeError:  # mixed item types: any fixed order will do
                 ordered = sorted(merged, key=repr)
             node[last] = json.dumps([list(i) if isinstance(i, tuple) else i for i in ordered], separators=(",", ":"))
+        elif self.result:
+            node[last] = result.get(self.result) if isinstance(result, dict) else None
         else:
             node[last] = self.value
 
@@ -91,7 +99,28 @@ class SameObject:
     namespace: str | None = None
 
 
-Precondition = PoweredOff | SameObject
+@dataclass(frozen=True)
+class InstanceOf:
+    """The instance, if EC2 still knows it, carries the Machine's UID tag (it is that Machine's to act on)."""
+
+    instance_id: str
+    machine_uid: str
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class Orphaned:
+    """The instance is tagged for this cluster and pool, is older than ``min_age_seconds``, and no
+    Machine with its UID tag exists on the API server: a leak, not a Machine's instance."""
+
+    instance_id: str
+    cluster_name: str
+    pool: str
+    min_age_seconds: float
+    region: str | None = None
+
+
+Precondition = PoweredOff | SameObject | InstanceOf | Orphaned
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,8 @@ class FakeKube:
             return [_Obj(f) for f in self.fencing_requests]
         if kind == "Node":
             return [res.from_dict(copy.deepcopy(n)) if hasattr(res, "from_dict") else _Obj(n)
-                    for n in self.nodes.values()]
+                    for n in self.nodes.values()
+                    if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in (labels or {}).items())]
         return [_Obj(copy.deepcopy(o)) for (k, ns, _), o in sorted(self.objects.items())
                 if k == kind and namespace in (None, "*", ns)
                 and all((o["metadata"].get("labels") or {}).get(key) == value for key, value in (labels or {}).items())]
@@ -201,15 +202,21 @@ class FakeKube:
         raise AssertionError(f"FakeKube.delete of {_kind(res)} not supported")
 
     def delete_with_options(self, res, name, options, namespace=None):
-        self._check("delete_with_options", _kind(res), name, namespace, options)
-        assert _kind(res) == "Pod" and options.get("gracePeriodSeconds") == 0
-        key = f"{namespace}/{name}"
-        if key not in self.pods:
-            raise api_error(404, f'pods "{name}" not found')
+        kind = _kind(res)
+        self._check("delete_with_options", kind, name, namespace, options)
+        if kind == "Pod":
+            assert options.get("gracePeriodSeconds") == 0
+            store, key = self.pods, f"{namespace}/{name}"
+        elif kind == "Node":
+            store, key = self.nodes, name
+        else:
+            store, key = self.objects, (kind, namespace or "", name)
+        if key not in store:
+            raise api_error(404, f'{kind} "{name}" not found')
         uid = (options.get("preconditions") or {}).get("uid")
-        if uid and self.pods[key]["metadata"].get("uid") != uid:
+        if uid and store[key]["metadata"].get("uid") != uid:
             raise api_error(409, "Precondition failed: UID in precondition does not match")
-        del self.pods[key]
+        del store[key]
 
     def create(self, obj, name=None, namespace=None):
         kind = getattr(obj, "kind", None) or type(obj).__name__

@@ -18,6 +18,8 @@ CONTROLLERS: dict[str, tuple[str, str]] = {
     "node-fencing-policy": (COMPOSITE, "hooks.controllers.node_fencing_policy"),
     "fencing-request": (COMPOSITE, "hooks.controllers.fencing_request"),
     "cluster-gc": (DECORATOR, "hooks.controllers.cluster_gc"),
+    "nodepool": (COMPOSITE, "hooks.controllers.nodepool"),
+    "machine": (COMPOSITE, "hooks.controllers.machine"),
 }
 
 

@@ -7,6 +7,7 @@ from lightkube.resources.storage_v1 import VolumeAttachment
 
 from hooks.fencing import names
 from hooks.kube import fresh
+from hooks.kube.deletes import delete_exact
 from hooks.kube.client import is_not_found
 
 FencingRequest = fresh.resource(names.REQUEST_KIND)
@@ -14,22 +15,7 @@ FencingRequest = fresh.resource(names.REQUEST_KIND)
 
 def force_delete_pod(kube, namespace: str, name: str, uid: str | None) -> bool:
     """Delete now (grace period 0), only the pod with this uid; False if already gone."""
-    options: dict = {"gracePeriodSeconds": 0}
-    if uid:
-        options["preconditions"] = {"uid": uid}
-    try:
-        kube.delete_with_options(Pod, name, options, namespace=namespace)
-        return True
-    except Exception as exc:  # noqa: BLE001 - gone already is success; the rest is reported
-        if is_not_found(exc) or _precondition_failed(exc):
-            return False
-        raise
-
-
-def _precondition_failed(exc: BaseException) -> bool:
-    """409 with a uid precondition: the pod of that uid is gone, a namesake took its place."""
-    status = getattr(exc, "status", None)
-    return getattr(status, "code", None) == 409 and "precondition" in (getattr(status, "message", "") or "").lower()
+    return delete_exact(kube, Pod, name, uid, namespace=namespace, grace_period=0)
 
 
 def volume_attachments_on(kube, node_name: str) -> list[dict]:

@@ -34,6 +34,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "DaemonSet": ("apps", "daemonsets", True),
     "FencingRequest": ("nodewarden.io", "fencingrequests", True),
     "NodeFencingPolicy": ("nodewarden.io", "nodefencingpolicies", False),
+    "Machine": ("nodewarden.io", "machines", False),
+    "NodePool": ("nodewarden.io", "nodepools", False),
     "AWSCluster": ("infrastructure.cluster.x-k8s.io", "awsclusters", True),
     "AWSManagedControlPlane": ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes", True),
 }

@@ -21,32 +21,40 @@ class NodeReplaced(RuntimeError):
     """The Node under that name is not the one the caller verified."""
 
 
-def _write(kube, name: str, change, uid: str | None = None) -> bool:
-    """Apply ``change(taints) -> new taints or None``; True when the node changed.
+def edit(kube, name: str, change, uid: str | None = None) -> bool:
+    """Apply ``change(node) -> JSON patch operations or None`` to the Node; True when it changed.
 
-    With ``uid``, only the Node of that uid is written (the resourceVersion
-    test then keeps it the same object up to the patch).
+    The patch is tested against the resourceVersion read, so a concurrent
+    writer makes it read again and retry. With ``uid``, only the Node of that
+    uid is written (the resourceVersion test then keeps it the same object up
+    to the patch).
     """
     for attempt in range(_ATTEMPTS):
         node = kube.get(Node, name)
         if uid and node.metadata.uid != uid:
             raise NodeReplaced(f"Node {name} is now uid {node.metadata.uid}, not {uid}: not written")
-        taints = _node_taints(node)
-        new = change(taints)
-        if new is None:
+        ops = change(node)
+        if not ops:
             return False
-        ops = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resourceVersion},
-            {"op": "add", "path": "/spec/taints", "value": new},
-        ]
         try:
-            kube.json_patch(Node, name, ops)
+            kube.json_patch(Node, name, [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resourceVersion},
+                *ops])
             return True
         except ApiError as exc:
             # 409 Conflict / 422 failed test: somebody else wrote first; re-read.
             if exc.status.code not in (409, 422) or attempt == _ATTEMPTS - 1:
                 raise
     return False
+
+
+def _write(kube, name: str, change, uid: str | None = None) -> bool:
+    """Apply ``change(taints) -> new taints or None`` (see ``edit``)."""
+    def ops(node):
+        new = change(_node_taints(node))
+        return None if new is None else [{"op": "add", "path": "/spec/taints", "value": new}]
+
+    return edit(kube, name, ops, uid)
 
 
 def add(kube, node_name: str, key: str, effect: str, value: str | None = None, uid: str | None = None) -> bool:

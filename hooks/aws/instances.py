@@ -1,0 +1,233 @@
+"""EC2 instances of Machines: find them by tag, launch one, describe types, terminate.
+
+The Machine's UID, tagged on the instance at creation, is what makes a launch
+safe to repeat: a Machine looks for its instance by that tag before it ever
+calls RunInstances, so a crash after the launch and before the record finds
+the instance on the next call instead of launching another. The ClientToken
+(derived from the UID) makes a retried call idempotent on AWS within its own
+window; moto ignores it, so correctness never rests on it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from dataclasses import dataclass
+
+from botocore.exceptions import ClientError
+
+from hooks.aws.clients import error_code
+from hooks.machines import names
+
+# A launch that fails with one of these tries the next instance type or subnet.
+CAPACITY_ERRORS = frozenset({
+    "InsufficientInstanceCapacity", "Unsupported", "InsufficientCapacity", "UnsupportedOperation",
+    "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity", "VcpuLimitExceeded",
+})
+# Most RunInstances calls one launch makes before it gives up until the next hook call.
+MAX_LAUNCH_ATTEMPTS = 8
+# An instance in one of these will never run again.
+GONE_STATES = ("shutting-down", "terminated")
+NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to launch: an instance type in a subnet, in order of preference."""
+
+    instance_type: str
+    subnet_id: str | None
+
+
+class LaunchFailed(RuntimeError):
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def summary(instance: dict) -> dict:
+    """What a Machine needs of an instance, JSON-able (fixtures give the same)."""
+    tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags") or []}
+    launched = instance.get("LaunchTime")
+    if isinstance(launched, dt.datetime):
+        launched = launched.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    zone = (instance.get("Placement") or {}).get("AvailabilityZone")
+    return {
+        "instanceID": instance.get("InstanceId"),
+        "providerID": f"aws:///{zone or ''}/{instance.get('InstanceId')}",
+        "state": (instance.get("State") or {}).get("Name", "unknown"),
+        "instanceType": instance.get("InstanceType"),
+        "zone": zone,
+        "imageId": instance.get("ImageId"),
+        "launchTime": launched,
+        "privateDnsName": instance.get("PrivateDnsName") or "",
+        "tags": tags,
+    }
+
+
+def _instances(response: dict) -> list[dict]:
+    return [i for r in response.get("Reservations") or [] for i in r.get("Instances") or []]
+
+
+def by_machine_uid(ec2, uid: str) -> list[dict]:
+    """Every instance tagged for the Machine of ``uid`` that is not terminated, oldest first."""
+    found = []
+    for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [uid]},
+                     {"Name": "instance-state-name",
+                      "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}]):
+        found.extend(summary(i) for i in _instances(page))
+    return sorted(found, key=lambda s: (s["launchTime"] or "", s["instanceID"]))
+
+
+def describe(ec2, instance_id: str) -> dict | None:
+    """The instance, or None when EC2 no longer knows it."""
+    try:
+        response = ec2.describe_instances(InstanceIds=[instance_id])
+    except ClientError as exc:
+        if error_code(exc) in NOT_FOUND:
+            return None
+        raise
+    for instance in _instances(response):
+        if instance.get("InstanceId") == instance_id:
+            return summary(instance)
+    return None
+
+
+def of_pool(ec2, cluster_name: str, pool: str) -> list[dict]:
+    """Instances tagged for this cluster and pool, not terminated."""
+    found = []
+    for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": f"tag:{names.cluster_tag(cluster_name)}", "Values": [names.CLUSTER_TAG_VALUE]},
+                     {"Name": f"tag:{names.TAG_POOL}", "Values": [pool]},
+                     {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]):
+        found.extend(summary(i) for i in _instances(page))
+    return found
+
+
+def subnets(ec2, ids: list[str], selector: dict[str, str]) -> list[dict]:
+    """Subnets named by id, else selected by tags ("*" matches any value); ordered by id."""
+    if ids:
+        response = ec2.describe_subnets(SubnetIds=list(ids))
+    else:
+        filters = [{"Name": f"tag:{k}", "Values": [v]} if v != "*" else {"Name": "tag-key", "Values": [k]}
+                   for k, v in sorted(selector.items())]
+        response = ec2.describe_subnets(Filters=filters)
+    found = [{"id": s["SubnetId"], "zone": s.get("AvailabilityZone")} for s in response.get("Subnets") or []]
+    order = {sid: i for i, sid in enumerate(ids)}
+    return sorted(found, key=lambda s: (order.get(s["id"], len(order)), s["id"]))
+
+
+class _TypeCache:
+    """Instance type facts never change: each is described once per process."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._known: dict[str, dict] = {}
+
+    def get(self, ec2, types: list[str]) -> dict[str, dict]:
+        with self._lock:
+            missing = [t for t in types if t not in self._known]
+        if missing:
+            response = ec2.describe_instance_types(InstanceTypes=missing)
+            described = {t["InstanceType"]: type_facts(t) for t in response.get("InstanceTypes") or []}
+            with self._lock:
+                self._known.update(described)
+        with self._lock:
+            return {t: self._known[t] for t in types if t in self._known}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+
+TYPES = _TypeCache()
+
+
+def type_facts(described: dict) -> dict:
+    """The parts of DescribeInstanceTypes a Machine's capacity is computed from."""
+    network = described.get("NetworkInfo") or {}
+    gpus = (described.get("GpuInfo") or {}).get("Gpus") or []
+    return {
+        "vcpus": (described.get("VCpuInfo") or {}).get("DefaultVCpus"),
+        "memoryMiB": (described.get("MemoryInfo") or {}).get("SizeInMiB"),
+        "maxENIs": network.get("MaximumNetworkInterfaces"),
+        "ipv4PerENI": network.get("Ipv4AddressesPerInterface"),
+        "gpus": sum(int(g.get("Count") or 0) for g in gpus),
+        "gpuManufacturer": (gpus[0].get("Manufacturer") or "") if gpus else "",
+        "architectures": list((described.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []),
+    }
+
+
+def client_token(uid: str, attempt: int) -> str:
+    """≤64 characters, one per (Machine, candidate): a retried call of one candidate is the same launch."""
+    return f"{uid}-{attempt}"[:64]
+
+
+def tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
+    return [
+        {"Key": names.cluster_tag(cluster_name), "Value": names.CLUSTER_TAG_VALUE},
+        {"Key": names.TAG_POOL, "Value": pool},
+        {"Key": names.TAG_MACHINE, "Value": machine},
+        {"Key": names.TAG_MACHINE_UID, "Value": uid},
+        {"Key": names.TAG_NAME, "Value": machine},
+    ]
+
+
+def launch(ec2, *, uid: str, candidates: list[Candidate], tag_list: list[dict], image_id: str | None,
+           launch_template: dict | None, security_groups: list[str], instance_profile: str | None,
+           user_data: str) -> dict:
+    """RunInstances for the first candidate with capacity; the instance's summary.
+
+    Instance and volumes are tagged at creation, in the same call, so no
+    instance of ours ever exists untagged. Raises LaunchFailed when every
+    candidate tried was out of capacity, or on any other error.
+    """
+    last = ("", "")
+    for attempt, candidate in enumerate(candidates[:MAX_LAUNCH_ATTEMPTS]):
+        request: dict = {
+            "MinCount": 1, "MaxCount": 1,
+            "InstanceType": candidate.instance_type,
+            "ClientToken": client_token(uid, attempt),
+            "UserData": user_data,  # botocore base64-encodes it for RunInstances
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
+                                  {"ResourceType": "volume", "Tags": tag_list}],
+            "MetadataOptions": {"HttpTokens": "required"},
+        }
+        if image_id:
+            request["ImageId"] = image_id
+        if launch_template:
+            request["LaunchTemplate"] = {k: v for k, v in (
+                ("LaunchTemplateId", launch_template.get("id")), ("LaunchTemplateName", launch_template.get("name")),
+                ("Version", launch_template.get("version") or "$Default")) if v}
+        if candidate.subnet_id:
+            request["SubnetId"] = candidate.subnet_id
+        if security_groups:
+            request["SecurityGroupIds"] = list(security_groups)
+        if instance_profile:
+            request["IamInstanceProfile"] = {"Name": instance_profile}
+        try:
+            response = ec2.run_instances(**request)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code in CAPACITY_ERRORS:
+                last = (code, f"{candidate.instance_type} in {candidate.subnet_id or 'the default subnet'}: {code}")
+                continue
+            raise
+        return summary(response["Instances"][0])
+    tried = min(len(candidates), MAX_LAUNCH_ATTEMPTS)
+    raise LaunchFailed(f"no capacity in the {tried} instance type/subnet choices tried; last: {last[1]}",
+                       last[0] or "InsufficientInstanceCapacity")
+
+
+def terminate(ec2, instance_id: str) -> str:
+    """TerminateInstances; an instance EC2 no longer knows counts as terminated."""
+    try:
+        response = ec2.terminate_instances(InstanceIds=[instance_id])
+    except ClientError as exc:
+        if error_code(exc) in NOT_FOUND:
+            return "terminated"
+        raise
+    for change in response.get("TerminatingInstances") or []:
+        if change.get("InstanceId") == instance_id:
+            return (change.get("CurrentState") or {}).get("Name", "unknown")
+    return "unknown"

@@ -1,0 +1,85 @@
+"""What a Machine does to its Node and to Machines through the Kubernetes API.
+
+Each write names the uid it was decided on, so a Node or Machine replaced
+under the same name is never the one written or deleted.
+"""
+from __future__ import annotations
+
+import json
+
+from lightkube.resources.core_v1 import Node
+
+from hooks.kube import fresh
+from hooks.kube.deletes import delete_exact
+from hooks.kube.taints import edit
+from hooks.machines import names
+
+
+def _escape(key: str) -> str:
+    """A map key as a JSON-pointer segment."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, taints: list[dict]) -> bool:
+    """Mirror the Machine onto its Node once, then let pods in: one patch, so none lands before the labels.
+
+    The first time (no managed-keys record on the Node), add the labels,
+    annotations and taints and record their keys; whatever the record, take
+    the unregistered taint off. Later calls never touch a label the Machine
+    mirrored before: a user's change to it stays.
+    """
+    def change(node):
+        ops = []
+        meta = node.metadata
+        current_annotations = dict(meta.annotations or {})
+        current_taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
+        kept = [t for t in current_taints if t.get("key") != names.UNREGISTERED_TAINT]
+        if names.MANAGED_KEYS not in current_annotations:
+            if meta.labels is None:
+                ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
+            for key, value in sorted(labels.items()):
+                ops.append({"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value})
+            if meta.annotations is None:
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+            record = {"labels": sorted(labels), "annotations": sorted(annotations),
+                      "taints": sorted({t["key"] for t in taints})}
+            for key, value in sorted({**annotations, names.MANAGED_KEYS: json.dumps(record, separators=(",", ":"))}
+                                     .items()):
+                ops.append({"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value})
+            present = {(t.get("key"), t.get("effect")) for t in kept}
+            kept = kept + [t for t in taints if (t["key"], t["effect"]) not in present]
+        if kept != current_taints:
+            ops.append({"op": "add", "path": "/spec/taints", "value": kept})
+        return ops
+
+    return edit(kube, name, change, uid)
+
+
+def cordon_disrupted(kube, name: str, uid: str) -> bool:
+    """Taint the Node disrupted and mark it unschedulable, in one patch."""
+    def change(node):
+        ops = []
+        taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
+        if not any(t.get("key") == names.DISRUPTED_TAINT for t in taints):
+            ops.append({"op": "add", "path": "/spec/taints",
+                        "value": taints + [{"key": names.DISRUPTED_TAINT, "effect": names.DISRUPTED_EFFECT}]})
+        if not (node.spec and node.spec.unschedulable):
+            ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
+        return ops
+
+    return edit(kube, name, change, uid)
+
+
+def delete_node(kube, name: str, uid: str) -> bool:
+    return delete_exact(kube, Node, name, uid)
+
+
+def delete_machine(kube, name: str, uid: str) -> bool:
+    return delete_exact(kube, fresh.resource(names.MACHINE_KIND), name, uid)
+
+
+def machine_uids(kube, pool: str | None = None) -> set[str]:
+    """The uid of every Machine the API server has now (of one pool, or all: a uid is unique anyway)."""
+    labels = {names.POOL_LABEL: pool} if pool else None
+    listed = kube.list(fresh.resource(names.MACHINE_KIND), labels=labels)
+    return {(fresh.as_dict(m).get("metadata") or {}).get("uid") for m in listed}

@@ -1,0 +1,27 @@
+"""Drift: the Machine was made from a template its pool no longer has (pure).
+
+Reported, never acted on: replacing a drifted Machine is a disruption, and
+deciding when to disrupt is the user's (scale the pool, delete the Machine).
+"""
+from __future__ import annotations
+
+from hooks.contract import RequestError
+from hooks.machines import names, spec
+from hooks.machines.view import MachineView, Progress
+
+
+def step(view: MachineView, progress: Progress, pool: dict | None) -> None:
+    if pool is None:
+        return  # not shown this pool: say nothing rather than guess
+    made_from = (view.obj["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH)
+    try:
+        current = spec.pool(pool).template_hash
+    except RequestError:
+        return
+    if not made_from:
+        return
+    if made_from == current:
+        progress.condition(names.DRIFTED, "False", "UpToDate", "made from the pool's current template")
+    else:
+        progress.condition(names.DRIFTED, "True", "TemplateChanged",
+                           f"made from template {made_from}; the pool's is now {current}")

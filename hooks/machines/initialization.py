@@ -1,0 +1,43 @@
+"""Initialization: the Node is ready for pods the way the Machine promised (pure).
+
+Initialized once the Node is Ready, every startup taint is gone (removed by
+whoever owns it, never by us) and every extended resource of the Machine's
+capacity (a GPU) is reported by the Node. It is a milestone: a Node that is
+NotReady later is liveness's and fencing's business, not a reason to undo it.
+"""
+from __future__ import annotations
+
+from hooks import conditions, events, fields
+from hooks.machines import names
+from hooks.machines.view import MachineView, Progress
+
+
+def waiting_for(view: MachineView, node: dict) -> list[str]:
+    """What the Node still lacks; empty when it is initialized."""
+    status = fields.mapping(node, "status", where="node")
+    missing = []
+    if (conditions.find(status, "Ready") or {}).get("status") != "True":
+        missing.append("Node Ready")
+    present = {(t.get("key"), t.get("effect")) for t in fields.objects(node, "spec", "taints", where="node")}
+    for taint in view.spec.startup_taints:
+        if (taint.key, taint.effect) in present:
+            missing.append(f"startup taint {taint.key} to go")
+    allocatable = fields.mapping(status, "allocatable", where="node.status")
+    for resource in sorted(view.status.get("capacity") or {}):
+        if resource not in names.STANDARD_RESOURCES and str(allocatable.get(resource, "0")) in ("0", ""):
+            missing.append(f"extended resource {resource}")
+    return missing
+
+
+def step(view: MachineView, progress: Progress, node: dict | None, settings) -> None:
+    if node is None or not conditions.is_true(view.status, names.REGISTERED):
+        return
+    if conditions.is_true(view.status, names.INITIALIZED):
+        return
+    missing = waiting_for(view, node)
+    if missing:
+        progress.condition(names.INITIALIZED, "False", "Initializing", "waiting for " + ", ".join(missing))
+        progress.again_in(settings.machine_poll_seconds)
+        return
+    progress.condition(names.INITIALIZED, "True", "Initialized", "Node Ready, startup taints gone")
+    progress.events.append(events.normal(events.MACHINE_INITIALIZED, f"Node {node['metadata']['name']} is ready"))

@@ -1,0 +1,109 @@
+"""A NodePool's decisions: which Machines it has, which go, which instances leaked (pure).
+
+The pool returns its Machines as children, so a Machine is owned from the
+moment it exists: no window in which an instance or Node has no owner.
+Existing Machines are returned as they are (their spec is immutable, and the
+controller never updates a child); new ones get a name derived from the
+pool's uid and a free slot number, so a repeated call asks for the same one.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+from hooks import conditions, timefmt
+from hooks.machines import names
+from hooks.machines.spec import PoolSpec
+
+MAX_NAME = 63
+
+
+def phase(machine: dict) -> str:
+    meta = machine.get("metadata") or {}
+    status = machine.get("status") if isinstance(machine.get("status"), dict) else {}
+    if meta.get("deletionTimestamp"):
+        return "Terminating"
+    if conditions.is_true(status, names.INITIALIZED):
+        return "Initialized"
+    if conditions.is_true(status, names.REGISTERED):
+        return "Registered"
+    return "Launching"
+
+
+def by_phase(machines: list[dict]) -> dict[str, int]:
+    counts = {p: 0 for p in names.PHASES}
+    for machine in machines:
+        counts[phase(machine)] += 1
+    return counts
+
+
+def machine_name(pool_name: str, pool_uid: str, slot: int) -> str:
+    digest = hashlib.sha256(f"{pool_uid}/{slot}".encode()).hexdigest()[:5]
+    return f"{pool_name[:MAX_NAME - 6]}-{digest}"
+
+
+def keep(machine: dict) -> dict:
+    """An existing Machine as the pool asks for it again: unchanged."""
+    meta = machine["metadata"]
+    return {"apiVersion": machine.get("apiVersion") or names.API_VERSION, "kind": names.MACHINE_KIND,
+            "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {}),
+                         "annotations": dict(meta.get("annotations") or {})},
+            "spec": machine.get("spec") or {}}
+
+
+def new_machine(pool_name: str, name: str, spec: PoolSpec) -> dict:
+    return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
+            "metadata": {"name": name, "labels": {names.POOL_LABEL: pool_name},
+                         "annotations": {names.TEMPLATE_HASH: spec.template_hash}},
+            "spec": spec.machine_spec}
+
+
+def removal_order(machines: list[dict]) -> list[dict]:
+    """Scale-down order: Machines not yet Registered first (no pod runs there), then the oldest."""
+    def key(m):
+        registered = phase(m) in ("Registered", "Initialized")
+        created = m["metadata"].get("creationTimestamp") or ""
+        return (registered, created, m["metadata"]["name"])
+    return sorted(machines, key=key)
+
+
+def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict]) -> tuple[list[dict], list[str], list[str]]:
+    """(children, names created, names removed) for ``spec.replicas`` live Machines."""
+    live = [m for m in machines if not m["metadata"].get("deletionTimestamp")]
+    going = [m for m in machines if m["metadata"].get("deletionTimestamp")]
+    removed: list[str] = []
+    if len(live) > spec.replicas:
+        leaving = removal_order(live)[:len(live) - spec.replicas]
+        removed = [m["metadata"]["name"] for m in leaving]
+        live = [m for m in live if m["metadata"]["name"] not in removed]
+    children = [keep(m) for m in live + going]
+    taken = {m["metadata"]["name"] for m in machines}
+    created: list[str] = []
+    slot = 0
+    while len(live) + len(created) < spec.replicas:
+        name = machine_name(pool_name, pool_uid, slot)
+        slot += 1
+        if name in taken:
+            continue
+        taken.add(name)
+        created.append(name)
+        children.append(new_machine(pool_name, name, spec))
+    return children, created, removed
+
+
+def leaked(instances: list[dict], machine_uids: set[str], now: dt.datetime, grace_seconds: float) -> list[dict]:
+    """Instances of the pool whose Machine-UID tag names no Machine, launched longer than the grace ago.
+
+    Only instances carrying our Machine-UID tag are ever candidates: an
+    instance without it was not launched by a Machine.
+    """
+    found = []
+    for instance in instances:
+        uid = (instance.get("tags") or {}).get(names.TAG_MACHINE_UID)
+        if not uid or uid in machine_uids:
+            continue
+        launched = timefmt.parse(instance.get("launchTime"))
+        if launched is None or (now - launched).total_seconds() < grace_seconds:
+            continue
+        found.append(instance)
+    return sorted(found, key=lambda i: i["instanceID"])
