@@ -85,7 +85,8 @@ def step(view: MachineView, progress: Progress, node: dict | None, settings) -> 
         return
     if not _done(term, "instanceTerminatedAt"):
         _terminate(view, progress, settings, term, instance_id)
-        return
+        if not _done(term, "instanceTerminatedAt"):
+            return
     progress.finalized = _node_gone(view, progress, node, settings, term)
 
 
@@ -153,7 +154,6 @@ def _terminate(view: MachineView, progress: Progress, settings, term: dict, inst
         progress.stamp("instanceTerminatedAt", term)
         progress.events.append(events.normal(events.INSTANCE_TERMINATED, f"instance {instance_id} is terminated"))
         progress.actions.append(Action("metric.machine", view.pool, {"event": "terminated"}))
-        progress.again_in(0.2)
         return
     asked = view.since("terminateRequestedAt", term)
     if found.get("state") == "shutting-down" and asked is not None and asked < settings.machine_terminate_retry_seconds:

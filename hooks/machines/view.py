@@ -87,10 +87,11 @@ class Progress:
     verify: bool = False  # a conclusion that only the API server can confirm (see pipeline.by_plan)
 
     def condition(self, ctype: str, value: str, reason: str, message: str) -> bool:
-        status, changed = conditions.set(self.view.status, ctype, value, reason, message,
-                                         timefmt.fmt(self.view.now))
+        """Set a condition; True when its status changed (a transition worth an Event)."""
+        before = (conditions.find(self.view.status, ctype) or {}).get("status")
+        status, _ = conditions.set(self.view.status, ctype, value, reason, message, timefmt.fmt(self.view.now))
         self.view.status["conditions"] = status["conditions"]
-        return changed
+        return before != value
 
     def again_in(self, seconds: float) -> None:
         self.resync = seconds if self.resync is None else min(self.resync, seconds)
