@@ -32,6 +32,12 @@ ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachm
 HOOK_ENV = {
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
+    # Machines: quick polls, and waits bounded in seconds rather than minutes.
+    "NODEWARDEN_MACHINE_POLL_SECONDS": "0.5",
+    "NODEWARDEN_MACHINE_DETACH_WAIT_SECONDS": "30",
+    "NODEWARDEN_MACHINE_LAUNCH_VISIBILITY_SECONDS": "2",
+    "NODEWARDEN_MACHINE_VOLUME_DETACH_TIMEOUT_SECONDS": "30",
+    "NODEWARDEN_LEAKED_INSTANCE_CHECK_SECONDS": "5",
 }
 
 
