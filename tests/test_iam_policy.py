@@ -4,6 +4,9 @@ The code's calls are found by reading hooks/ for ``.<operation>(`` (or
 ``.<operation>,`` when a client method is handed to a helper), ``paged_ids(client, "<operation>"`` and
 ``get_paginator("<operation>")`` of the services we use, with the operation
 names botocore itself knows, so a new call without a policy line fails here.
+Some calls need more than their own action: IAM authorizes those parts of the
+call separately (``IMPLIED``), and the policy holds them only while the call
+is made.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ ROOT = pathlib.Path(__file__).parents[1]
 # boto3 service name -> IAM action prefix
 SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2": "ec2",
             "resourcegroupstaggingapi": "tag"}
+# Actions AWS checks as part of another call: RunInstances with TagSpecifications
+# needs ec2:CreateTags, and with an instance profile iam:PassRole on its role.
+IMPLIED = {"ec2:RunInstances": {"ec2:CreateTags", "iam:PassRole"}}
 
 
 def _operations():
@@ -55,13 +61,21 @@ def policy_actions() -> set[str]:
     return found
 
 
+def implied_actions(actions: set[str]) -> set[str]:
+    return set().union(*(IMPLIED.get(action, set()) for action in actions))
+
+
 def test_every_called_operation_is_in_the_policy():
     granted = policy_actions()
     missing = {name: sorted(actions) for name, actions in called_operations().items() if not actions & granted}
     assert not missing, f"docs/iam-policy.json lacks an action for {missing}"
+    called = set().union(*called_operations().values())
+    missing_implied = sorted(implied_actions(called & granted) - granted)
+    assert not missing_implied, f"docs/iam-policy.json lacks {missing_implied}, which calls it grants need"
 
 
 def test_the_policy_grants_nothing_the_code_does_not_call():
     callable_actions = set().union(*called_operations().values())
+    callable_actions |= implied_actions(callable_actions)
     extra = policy_actions() - callable_actions
     assert not extra, f"docs/iam-policy.json grants unused {sorted(extra)}"

@@ -105,3 +105,118 @@ def test_the_hook_server_may_re_read_cluster_gc_parents(aws_objects, kind):
     account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
     group, plural, _ = KINDS[kind]
     assert (group, plural, "get") in _granted(aws_objects, account)
+
+
+def _crd(objects: list[dict], name: str) -> dict:
+    return next(o for o in objects if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == name)
+
+
+def _controller(objects: list[dict], name: str) -> dict:
+    return next(o for o in objects if o["kind"] in ("DecoratorController", "CompositeController")
+                and o["metadata"]["name"] == name)
+
+
+def test_every_hook_url_is_a_route_the_server_serves(aws_objects):
+    """Metacontroller calls exactly these URLs; a 404 there stalls the controller's objects.
+
+    Fails for nodepool and machine until their modules are listed in hooks/controllers/CONTROLLERS.
+    """
+    from urllib.parse import urlsplit
+
+    from hooks.contract import COMPOSITE, DECORATOR
+    from hooks.dispatch import UnknownHook, resolve
+
+    kinds = {"DecoratorController": DECORATOR, "CompositeController": COMPOSITE}
+    unserved = []
+    for c in (o for o in aws_objects if o["kind"] in kinds):
+        for hook_name, hook in c["spec"]["hooks"].items():
+            controller, hook_path = urlsplit(hook["webhook"]["url"]).path.strip("/").split("/")
+            assert (controller, hook_path) == (c["metadata"]["name"], hook_name), hook["webhook"]["url"]
+            try:
+                kind, _ = resolve(controller, hook_name)
+            except UnknownHook:
+                unserved.append(f"{controller}/{hook_name}")
+                continue
+            assert kind == kinds[c["kind"]], (controller, kind)
+    assert not unserved, f"no route for {unserved}"
+
+
+@pytest.mark.parametrize("name, kind, short_names", [
+    ("nodepools.nodewarden.io", "NodePool", ["np"]),
+    ("machines.nodewarden.io", "Machine", None),
+])
+def test_machine_crds_are_cluster_scoped_nodewarden_kinds(aws_objects, name, kind, short_names):
+    crd = _crd(aws_objects, name)
+    assert crd["spec"]["scope"] == "Cluster"
+    assert crd["spec"]["names"]["kind"] == kind
+    assert crd["spec"]["names"].get("shortNames") == short_names
+    assert crd["spec"]["names"]["categories"] == ["nodewarden"]
+    [version] = crd["spec"]["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+
+
+def test_nodepool_scales_through_the_scale_subresource(aws_objects):
+    [version] = _crd(aws_objects, "nodepools.nodewarden.io")["spec"]["versions"]
+    assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
+                                                "statusReplicasPath": ".status.replicas"}
+
+
+@pytest.mark.parametrize("name, columns", [
+    ("nodepools.nodewarden.io", [("Replicas", ".spec.replicas", 0), ("Ready", ".status.machines.Initialized", 0),
+                                 ("Age", ".metadata.creationTimestamp", 0)]),
+    ("machines.nodewarden.io", [("Type", ".status.instanceType", 0), ("Zone", ".status.zone", 0),
+                                ("Node", ".status.nodeName", 0),
+                                ("Ready", '.status.conditions[?(@.type=="Initialized")].status', 0),
+                                ("Age", ".metadata.creationTimestamp", 0),
+                                ("Instance", ".status.instanceID", 1),
+                                ("Pool", r".metadata.labels.nodewarden\.io/nodepool", 1)]),
+])
+def test_machine_crds_printer_columns(aws_objects, name, columns):
+    [version] = _crd(aws_objects, name)["spec"]["versions"]
+    found = [(c["name"], c["jsonPath"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]]
+    assert found == columns
+
+
+def test_nodepool_controller_owns_machines_and_never_updates_them(aws_objects):
+    c = _controller(aws_objects, "nodepool")
+    assert c["kind"] == "CompositeController"
+    assert c["spec"]["parentResource"] == {"apiVersion": "nodewarden.io/v1alpha1", "resource": "nodepools"}
+    [child] = c["spec"]["childResources"]
+    # No updateStrategy: Metacontroller's default, OnDelete, leaves existing Machines alone.
+    assert child == {"apiVersion": "nodewarden.io/v1alpha1", "resource": "machines"}
+    assert c["spec"]["generateSelector"] is True and c["spec"]["resyncPeriodSeconds"] == 60
+    assert set(c["spec"]["hooks"]) == {"sync", "finalize"}
+    assert "updateStrategy" not in c["spec"]  # no rolling update: sync would see hypothetical parents
+
+
+def test_machine_controller_has_no_children_and_relates_its_node(aws_objects):
+    c = _controller(aws_objects, "machine")
+    assert c["kind"] == "CompositeController"
+    assert c["spec"]["parentResource"] == {"apiVersion": "nodewarden.io/v1alpha1", "resource": "machines"}
+    assert not c["spec"].get("childResources")
+    assert c["spec"]["generateSelector"] is True and c["spec"]["resyncPeriodSeconds"] == 30
+    assert set(c["spec"]["hooks"]) == {"customize", "sync", "finalize"}
+    assert "updateStrategy" not in c["spec"]
+    for hook in c["spec"]["hooks"].values():
+        assert hook["webhook"]["timeout"] == "10s"
+
+
+@pytest.mark.parametrize("group, resource, verb", [
+    ("nodewarden.io", "nodepools", "get"), ("nodewarden.io", "machines", "get"),
+    ("nodewarden.io", "machines", "delete"),
+    ("", "nodes", "patch"), ("", "nodes", "delete"), ("", "pods", "list"), ("", "pods/eviction", "create"),
+    ("storage.k8s.io", "volumeattachments", "list"), ("", "events", "create"),
+])
+def test_the_hook_server_may_do_what_the_machine_controllers_need(aws_objects, group, resource, verb):
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    assert (group, resource, verb) in _granted(aws_objects, account)
+
+
+def test_the_hook_server_never_writes_machines_or_nodepools(aws_objects):
+    """Metacontroller creates Machines and writes both kinds' status; the hooks only delete an expired Machine."""
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    writes = {(r, v) for g, r, v in _granted(aws_objects, account) if g == "nodewarden.io"
+              and r.split("/")[0] in ("nodepools", "machines") and v not in ("get", "list", "watch")}
+    assert writes == {("machines", "delete")}
