@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import conditions, events, pipeline, runtime, timefmt
+from hooks import bounds, conditions, events, pipeline, runtime, timefmt
 from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def _machines(request: HookRequest) -> list[dict]:
-    return request.children.of_kind(names.MACHINE_KIND, names.GROUP)
+    return pool.machines_of(request.children.of_kind(names.MACHINE_KIND, names.GROUP))
 
 
 def _check_due(request: HookRequest, settings: Settings, now: dt.datetime) -> bool:
@@ -72,10 +72,9 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     counts = pool.by_phase(machines)
     status = {
         "observedGeneration": request.meta.get("generation") or 0,
-        "replicas": sum(1 for m in machines if not m["metadata"].get("deletionTimestamp")),
+        "replicas": sum(1 for m in machines if not m["metadata"]["deletionTimestamp"]),
         "machines": counts,
-        "leakedInstancesTerminated": previous.get("leakedInstancesTerminated")
-        if isinstance(previous.get("leakedInstancesTerminated"), int) else 0,
+        "leakedInstancesTerminated": bounds.status_counter(previous, "leakedInstancesTerminated"),
     }
     if isinstance(previous.get("lastLeakCheck"), str):
         status["lastLeakCheck"] = previous["lastLeakCheck"]
@@ -92,9 +91,9 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
                     events=[events.warning(events.INVALID_SPEC, str(exc))])
     if request.finalizing:
         children, created, removed = [], [], [m["metadata"]["name"] for m in machines
-                                              if not m["metadata"].get("deletionTimestamp")]
+                                              if not m["metadata"]["deletionTimestamp"]]
     else:
-        children, created, removed = pool.desired(request.name, request.meta.get("uid") or "", pool_spec, machines)
+        children, created, removed = pool.desired(request.name, str(request.meta.get("uid") or ""), pool_spec, machines)
     for name in created:
         said.append(events.normal(events.MACHINE_CREATED, f"Machine {name} created"))
     for name in removed:
@@ -124,7 +123,7 @@ def _leaks(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if "instances" not in observed:
         return []
     status["lastLeakCheck"] = timefmt.fmt(now)
-    uids = {m["metadata"].get("uid") for m in machines}
+    uids = {m["metadata"]["uid"] for m in machines}
     # A deleted pool has no Machine left to launch for it: no grace once its last Machine is gone.
     grace = 0.0 if request.finalizing and not machines else settings.leaked_instance_grace_seconds
     actions = []

@@ -18,10 +18,42 @@ from hooks.machines.spec import PoolSpec
 MAX_NAME = 63
 
 
+def _str(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def machines_of(children: list[dict]) -> list[dict]:
+    """The pool's Machines as the decisions read them: every field typed, nothing else kept.
+
+    A child's metadata and status come from the API server through
+    Metacontroller's cache, but are read through here all the same: a field of
+    the wrong type reads as absent, never as an exception.
+    """
+    found = []
+    for child in children:
+        meta = child.get("metadata") if isinstance(child.get("metadata"), dict) else {}
+        if not _str(meta.get("name")):
+            continue
+        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        found.append({
+            "apiVersion": _str(child.get("apiVersion")) or names.API_VERSION,
+            "kind": names.MACHINE_KIND,
+            "metadata": {"name": meta["name"], "uid": _str(meta.get("uid")),
+                         "creationTimestamp": _str(meta.get("creationTimestamp")),
+                         "deletionTimestamp": _str(meta.get("deletionTimestamp")),
+                         "labels": {k: v for k, v in labels.items() if isinstance(v, str)},
+                         "annotations": {k: v for k, v in annotations.items() if isinstance(v, str)}},
+            "spec": child.get("spec") if isinstance(child.get("spec"), dict) else {},
+            "status": child.get("status") if isinstance(child.get("status"), dict) else {},
+        })
+    return found
+
+
 def phase(machine: dict) -> str:
-    meta = machine.get("metadata") or {}
-    status = machine.get("status") if isinstance(machine.get("status"), dict) else {}
-    if meta.get("deletionTimestamp"):
+    meta = machine["metadata"]
+    status = machine["status"]
+    if meta["deletionTimestamp"]:
         return "Terminating"
     if conditions.is_true(status, names.INITIALIZED):
         return "Initialized"
@@ -45,10 +77,10 @@ def machine_name(pool_name: str, pool_uid: str, slot: int) -> str:
 def keep(machine: dict) -> dict:
     """An existing Machine as the pool asks for it again: unchanged."""
     meta = machine["metadata"]
-    return {"apiVersion": machine.get("apiVersion") or names.API_VERSION, "kind": names.MACHINE_KIND,
-            "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {}),
-                         "annotations": dict(meta.get("annotations") or {})},
-            "spec": machine.get("spec") or {}}
+    return {"apiVersion": machine["apiVersion"], "kind": names.MACHINE_KIND,
+            "metadata": {"name": meta["name"], "labels": dict(meta["labels"]),
+                         "annotations": dict(meta["annotations"])},
+            "spec": machine["spec"]}
 
 
 def new_machine(pool_name: str, name: str, spec: PoolSpec) -> dict:
@@ -62,15 +94,15 @@ def removal_order(machines: list[dict]) -> list[dict]:
     """Scale-down order: Machines not yet Registered first (no pod runs there), then the oldest."""
     def key(m):
         registered = phase(m) in ("Registered", "Initialized")
-        created = m["metadata"].get("creationTimestamp") or ""
+        created = m["metadata"]["creationTimestamp"]
         return (registered, created, m["metadata"]["name"])
     return sorted(machines, key=key)
 
 
 def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict]) -> tuple[list[dict], list[str], list[str]]:
     """(children, names created, names removed) for ``spec.replicas`` live Machines."""
-    live = [m for m in machines if not m["metadata"].get("deletionTimestamp")]
-    going = [m for m in machines if m["metadata"].get("deletionTimestamp")]
+    live = [m for m in machines if not m["metadata"]["deletionTimestamp"]]
+    going = [m for m in machines if m["metadata"]["deletionTimestamp"]]
     removed: list[str] = []
     if len(live) > spec.replicas:
         leaving = removal_order(live)[:len(live) - spec.replicas]
@@ -99,7 +131,7 @@ def leaked(instances: list[dict], machine_uids: set[str], now: dt.datetime, grac
     """
     found = []
     for instance in instances:
-        uid = (instance.get("tags") or {}).get(names.TAG_MACHINE_UID)
+        uid = (instance.get("tags") or {}).get(names.TAG_MACHINE_UID)  # EC2's answer, not a request's
         if not uid or uid in machine_uids:
             continue
         launched = timefmt.parse(instance.get("launchTime"))
