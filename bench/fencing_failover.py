@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, failover, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
+from devcluster.heartbeats import Heartbeats  # noqa: E402
 from measure import percentile, write_json  # noqa: E402
 from devcluster.cluster import configure_logging  # noqa: E402
 
@@ -79,7 +80,7 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
     with Cluster(layout, port_mode="dynamic") as cluster:
         api = AdminApi(cluster.kubeconfig)
         aws = fleet.Aws(cluster.aws_env())
-        beats = failover.Heartbeats(api).start()
+        beats = Heartbeats(api).start()
         healthy = []
         for instance_id in fleet.launch_instances(aws, HEALTHY):
             name = f"healthy-{instance_id[-6:]}"

@@ -1,5 +1,6 @@
 """A local control plane: etcd, the Kubernetes control plane, Metacontroller,
-moto and the hook server, started in order, each waited for, all stopped on exit.
+moto, the hook server and the kubelet stand-in, started in order, each waited
+for, all stopped on exit.
 
     with Cluster(Layout(workdir=...)) as cluster:
         cluster.kubectl("get", "nodes")
@@ -21,7 +22,9 @@ from typing import Mapping
 
 from . import components, kubeconfig, manifests, pki
 from . import metacontroller as mc
+from .api import AdminApi
 from .components import Ports
+from .kubelet import LOG_NAME as KUBELET_LOG, KubeletStandin
 from .layout import Layout
 from .procs import Supervisor
 from .waits import free_port, http_ok, wait_until
@@ -51,10 +54,14 @@ class Cluster:
     hooks_namespace: str = "nodewarden-system"
     hooks_service_account: str = "nodewarden"
     timings: dict[str, float] = field(default_factory=dict)
+    # The kubelet stand-in (devcluster/kubelet.py): seconds a Machine's instance
+    # runs before its Node registers.
+    kubelet_boot_delay: float = 1.0
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.layout.logs)
         self._children: dict[str, object] = {}
+        self.kubelet_standin: KubeletStandin | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -127,10 +134,15 @@ class Cluster:
         # new resource types only every 30 s, and Attachments are owned by Nodes.
         self._step("controllers", self._start_kcm_and_scheduler)
         self._step("hook server", self._start_hooks)
+        self._step("kubelet stand-in", self._start_kubelet_standin)
         self._step("health", self._wait_all_healthy)
         self._write_state()
 
     def stop(self) -> None:
+        # First, while the API server and moto still answer its last calls.
+        if self.kubelet_standin is not None:
+            self.kubelet_standin.stop()
+            self.kubelet_standin = None
         self.supervisor.stop_all()
         for path in (self.layout.state_file,):
             path.unlink(missing_ok=True)
@@ -138,6 +150,8 @@ class Cluster:
     def check_running(self) -> None:
         """Raise if any component has exited."""
         self.supervisor.check_all()
+        if self.kubelet_standin is not None:
+            self.kubelet_standin.check()
 
     # -- steps ---------------------------------------------------------------
     def _step(self, name: str, fn) -> None:
@@ -259,12 +273,17 @@ class Cluster:
                             cwd=self.layout.workdir)
         wait_until(http_ok(f"{self.hooks_url}/readyz"), "hook server", timeout=60, watch=[child])
 
+    def _start_kubelet_standin(self) -> None:
+        self.kubelet_standin = KubeletStandin.for_env(
+            AdminApi(self.kubeconfig), self.aws_env(), CLUSTER_NAME,
+            boot_delay=self.kubelet_boot_delay, log_path=self.layout.logs / KUBELET_LOG).start()
+
     def _wait_all_healthy(self) -> None:
         for name, port in (("kube-controller-manager", self.ports.controller_manager),
                            ("kube-scheduler", self.ports.scheduler)):
             wait_until(http_ok(f"https://127.0.0.1:{port}/healthz", verify=False), name,
                        timeout=60, watch=[self._children[name]])
-        self.supervisor.check_all()
+        self.check_running()
 
     def _write_state(self) -> None:
         state = {

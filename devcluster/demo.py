@@ -1,12 +1,23 @@
-"""`make up`'s demo: three Nodes whose instances sit in a target group and a classic ELB."""
+"""`make up`'s demo: three Nodes whose instances sit in a target group and a
+classic ELB, and a NodePool of two Machines whose instances the kubelet
+stand-in (devcluster/kubelet.py) registers as Nodes.
+
+The NodePool needs its CRD (kustomize/base/crds/nodepools.yaml); without it
+the demo has no pool, and says so.
+"""
 from __future__ import annotations
 
 import json
+import logging
 import os
+
+from hooks.machines import names
 
 from . import fleet
 from .api import AdminApi
 from .cluster import CLUSTER_NAME, Cluster
+
+log = logging.getLogger("devcluster")
 
 TARGET_GROUP = "demo-nodes"
 CLASSIC_ELB = "demo-classic"
@@ -15,6 +26,11 @@ NODES = ("demo-node-1", "demo-node-2", "demo-node-3")
 # its target group and classic ELB are found by their cluster tags.
 HOOK_ENV: dict[str, str] = {}
 STATE = "demo.json"
+POOL = "demo-pool"
+NODEPOOLS = f"/apis/{names.API_VERSION}/nodepools"
+NODEPOOL_CRD = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodepools.{names.GROUP}"
+# The demo zone's default subnet carries it; the pool's subnetSelector picks it.
+SUBNET_TAG = ("nodewarden.io/subnet", "demo-pool")
 
 
 def create(cluster: Cluster) -> fleet.Fleet:
@@ -25,12 +41,51 @@ def create(cluster: Cluster) -> fleet.Fleet:
     api = AdminApi(cluster.kubeconfig)
     for name, instance_id in zip(NODES, demo.instance_ids):
         api.create("/api/v1/nodes", fleet.node_manifest(name, instance_id))
+    pool = create_pool(aws, api)
     (cluster.layout.workdir / STATE).write_text(json.dumps({
         "target_group_arn": demo.target_group_arn,
         "classic_elb": demo.classic_elb,
         "nodes": dict(zip(NODES, demo.instance_ids)),
+        "nodepool": pool,
     }, indent=2))
     return demo
+
+
+def pool_manifest() -> dict:
+    key, value = SUBNET_TAG
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.NODEPOOL_KIND,
+        "metadata": {"name": POOL},
+        "spec": {
+            "replicas": 2,
+            "registrationTTL": "5m",
+            "drainTimeout": "2m",
+            "template": {
+                # userData left out: the Machines render the default template,
+                # whose kubelet flags the stand-in reads.
+                "metadata": {"labels": {"nodewarden.io/demo": "pool"}},
+                "spec": {
+                    "instanceTypes": ["m5.large", "t3.large"],
+                    "subnetSelector": {key: value},
+                    "imageId": fleet.IMAGE_ID,
+                },
+            },
+        },
+    }
+
+
+def create_pool(aws: fleet.Aws, api: AdminApi) -> str | None:
+    """The demo NodePool and the subnet it selects; None when there is no NodePool CRD."""
+    if api.get_or_none(NODEPOOL_CRD) is None:
+        log.info("no NodePool CRD (nodepools.%s) in this checkout: the demo has no node pool", names.GROUP)
+        return None
+    subnets = aws.ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": [fleet.ZONE]},
+                                                {"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    key, value = SUBNET_TAG
+    aws.ec2.create_tags(Resources=[subnets[0]["SubnetId"]], Tags=[{"Key": key, "Value": value}])
+    api.create(NODEPOOLS, pool_manifest())
+    return POOL
 
 
 def show_targets(workdir, aws_env) -> str:
@@ -47,7 +102,7 @@ def show_targets(workdir, aws_env) -> str:
 def hints(cluster: Cluster, *, kubectl: str, kubeconfig: str) -> str:
     k = f"{kubectl} --kubeconfig {kubeconfig}"
     python = os.path.relpath(cluster.layout.repo / ".venv" / "bin" / "python")
-    return f"""Demo: nodes {', '.join(NODES)} are EC2 instances (in moto) behind target group
+    text = f"""Demo: nodes {', '.join(NODES)} are EC2 instances (in moto) behind target group
 {TARGET_GROUP} and classic ELB {CLASSIC_ELB}. Try:
 
   {python} -m devcluster targets                 # who the load balancers hold
@@ -56,4 +111,18 @@ def hints(cluster: Cluster, *, kubectl: str, kubeconfig: str) -> str:
   {k} get node {NODES[0]} -o yaml   # exclude label, annotations, NodeBeingDetached
   {k} get attachments -A
   {k} uncordon {NODES[0]}           # and it is back
+"""
+    state = json.loads((cluster.layout.workdir / STATE).read_text())
+    if not state.get("nodepool"):
+        return text + f"""
+No NodePool CRD in this checkout, so no node pool {POOL}.
+"""
+    return text + f"""
+NodePool {POOL} keeps 2 Machines; each launches an instance whose Node the
+kubelet stand-in registers (log: {os.path.relpath(cluster.layout.logs)}/kubelet-standin.log):
+
+  {k} get nodepools,machines,nodes
+  {k} get machines -w               # in another shell, while you scale
+  {k} scale nodepool {POOL} --replicas=3
+  {k} patch nodepool {POOL} --type merge -p '{{"spec":{{"replicas":1}}}}'
 """

@@ -10,24 +10,24 @@ scheduler, with a NodeFencingPolicy selecting the node (nodewarden fences it)
 or without one (the baseline: Kubernetes alone).
 
 There is no kubelet: Nodes are API objects whose Leases a heartbeat thread
-renews, so the node lifecycle controller keeps the healthy ones Ready.
+renews (devcluster/heartbeats.py), so the node lifecycle controller keeps the
+healthy ones Ready.
 The e2e test (tests/e2e/test_fencing.py) and the benchmark
 (bench/fencing_failover.py) both drive this module.
 """
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from . import fleet
 from .api import AdminApi, ApiError, wait_for
+from .heartbeats import Heartbeats, now_stamp
+from .kubelet import ADC_ANNOTATION
 
 STRATEGIC = "application/strategic-merge-patch+json"
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
 REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/fencingrequests"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
@@ -37,67 +37,7 @@ SCENARIO_LABEL = "nodewarden.io/e2e-scenario"
 # lands on another test's nodes.
 POOL_LABEL = "nodewarden.io/e2e-pool"
 POOL = "fencing"
-# The kubelet sets it; without it the attach/detach controller ignores the node.
-ADC_ANNOTATION = "volumes.kubernetes.io/controller-managed-attach-detach"
 PAUSE = "registry.k8s.io/pause:3.10"
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _stamp() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class Heartbeats:
-    """Renews each live node's Lease every ``period`` seconds, like a kubelet."""
-
-    def __init__(self, api: AdminApi, period: float = 5.0):
-        self.api, self.period = api, period
-        self._nodes: dict[str, str] = {}  # name -> uid
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="node-heartbeats", daemon=True)
-
-    def start(self) -> "Heartbeats":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def add(self, name: str, uid: str) -> None:
-        with self._lock:
-            self._nodes[name] = uid
-        self._renew(name, uid)
-
-    def silence(self, name: str) -> None:
-        with self._lock:
-            self._nodes.pop(name, None)
-
-    def _renew(self, name: str, uid: str) -> None:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease",
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}]},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now_rfc3339()}}
-        try:
-            self.api.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now_rfc3339()}})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            self.api.create(LEASES, body)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            with self._lock:
-                nodes = dict(self._nodes)
-            for name, uid in nodes.items():
-                try:
-                    self._renew(name, uid)
-                except Exception:  # noqa: BLE001 - a missed beat is retried next period
-                    pass
 
 
 def create_node(api: AdminApi, heartbeats: Heartbeats, name: str, instance_id: str, *,
@@ -113,15 +53,15 @@ def create_node(api: AdminApi, heartbeats: Heartbeats, name: str, instance_id: s
     api.patch(f"/api/v1/nodes/{name}/status", {"status": {
         "capacity": resources, "allocatable": resources,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status", "lastHeartbeatTime": _stamp(),
-                        "lastTransitionTime": _stamp()}],
+                        "message": "kubelet is posting ready status", "lastHeartbeatTime": now_stamp(),
+                        "lastTransitionTime": now_stamp()}],
     }}, content_type=STRATEGIC)
     return node
 
 
 def set_ready(api: AdminApi, name: str, status: str) -> str:
     """Set the node's Ready condition (the other conditions stay); returns the transition time."""
-    stamp = _stamp()
+    stamp = now_stamp()
     reason = {"True": "KubeletReady", "Unknown": "NodeStatusUnknown", "False": "KubeletNotReady"}[status]
     api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
         {"type": "Ready", "status": status, "reason": reason, "message": "Kubelet stopped posting node status.",

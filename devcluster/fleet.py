@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import boto3
+from botocore.config import Config
 
 REGION = "us-east-1"
 ZONE = "us-east-1a"
@@ -21,8 +22,9 @@ IMAGE_ID = "ami-12c6146b"
 class Aws:
     """boto3 clients bound to one endpoint (moto) and region."""
 
-    def __init__(self, env: Mapping[str, str]):
+    def __init__(self, env: Mapping[str, str], config: Config | None = None):
         self._kwargs = {
+            "config": config,
             "region_name": env.get("AWS_REGION", REGION),
             "endpoint_url": env["AWS_ENDPOINT_URL"],
             "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID", "testing"),

@@ -6,6 +6,8 @@ import copy
 # One builder for hook request bodies, shared with the fixture generators: the shapes Metacontroller sends.
 from tests.fixtures.envelope import controller_object, hook_request  # noqa: F401
 
+from hooks.machines import names
+
 
 def apply_decorator_response(obj: dict, response: dict) -> dict:
     """What Metacontroller does with a decorator response to the parent (labels,
@@ -23,3 +25,16 @@ def apply_decorator_response(obj: dict, response: dict) -> dict:
     if response.get("status") is not None:
         obj["status"] = response["status"]
     return obj
+
+
+def default_user_data(cluster: str = "devcluster", machine: str = "pool-abc12", pool: str = "pool", *,
+                      labels: str | None = None, taints: str | None = None) -> str:
+    """The Machines' default user-data template, rendered by hand as a Machine would
+    (what the devcluster kubelet stand-in reads)."""
+    node_labels = labels or f"{names.MACHINE_LABEL}={machine},{names.POOL_LABEL}={pool}"
+    register_with_taints = taints or f"{names.UNREGISTERED_TAINT}=true:{names.UNREGISTERED_EFFECT}"
+    kubelet_args = f"--node-labels={node_labels} --register-with-taints={register_with_taints}"
+    return ("#!/bin/bash\n"
+            "set -euo pipefail\n"
+            f"# Joins {cluster} as machine {machine} of node pool {pool}.\n"
+            f"/etc/eks/bootstrap.sh '{cluster}' --kubelet-extra-args '{kubelet_args}'\n")

@@ -17,6 +17,7 @@ import pytest
 
 from devcluster import failover, fleet
 from devcluster.api import wait_for
+from devcluster.heartbeats import Heartbeats
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +26,7 @@ HEALTHY = 3
 
 @pytest.fixture(scope="module")
 def heartbeats(api):
-    beats = failover.Heartbeats(api).start()
+    beats = Heartbeats(api).start()
     yield beats
     beats.stop()
 
