@@ -1,14 +1,10 @@
 """`make up`'s demo: three Nodes whose instances sit in a target group and a
 classic ELB, and a NodePool of two Machines whose instances the kubelet
 stand-in (devcluster/kubelet.py) registers as Nodes.
-
-The NodePool needs its CRD (kustomize/base/crds/nodepools.yaml); without it
-the demo has no pool, and says so.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 from hooks.machines import names
@@ -17,7 +13,6 @@ from . import fleet
 from .api import AdminApi
 from .cluster import CLUSTER_NAME, Cluster
 
-log = logging.getLogger("devcluster")
 
 TARGET_GROUP = "demo-nodes"
 CLASSIC_ELB = "demo-classic"
@@ -28,7 +23,6 @@ HOOK_ENV: dict[str, str] = {}
 STATE = "demo.json"
 POOL = "demo-pool"
 NODEPOOLS = f"/apis/{names.API_VERSION}/nodepools"
-NODEPOOL_CRD = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodepools.{names.GROUP}"
 # The demo zone's default subnet carries it; the pool's subnetSelector picks it.
 SUBNET_TAG = ("nodewarden.io/subnet", "demo-pool")
 
@@ -75,11 +69,8 @@ def pool_manifest() -> dict:
     }
 
 
-def create_pool(aws: fleet.Aws, api: AdminApi) -> str | None:
-    """The demo NodePool and the subnet it selects; None when there is no NodePool CRD."""
-    if api.get_or_none(NODEPOOL_CRD) is None:
-        log.info("no NodePool CRD (nodepools.%s) in this checkout: the demo has no node pool", names.GROUP)
-        return None
+def create_pool(aws: fleet.Aws, api: AdminApi) -> str:
+    """The demo NodePool and the subnet it selects."""
     subnets = aws.ec2.describe_subnets(Filters=[{"Name": "availability-zone", "Values": [fleet.ZONE]},
                                                 {"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
     key, value = SUBNET_TAG
@@ -112,11 +103,6 @@ def hints(cluster: Cluster, *, kubectl: str, kubeconfig: str) -> str:
   {k} get attachments -A
   {k} uncordon {NODES[0]}           # and it is back
 """
-    state = json.loads((cluster.layout.workdir / STATE).read_text())
-    if not state.get("nodepool"):
-        return text + f"""
-No NodePool CRD in this checkout, so no node pool {POOL}.
-"""
     return text + f"""
 NodePool {POOL} keeps 2 Machines; each launches an instance whose Node the
 kubelet stand-in registers (log: {os.path.relpath(cluster.layout.logs)}/kubelet-standin.log):
@@ -125,4 +111,5 @@ kubelet stand-in registers (log: {os.path.relpath(cluster.layout.logs)}/kubelet-
   {k} get machines -w               # in another shell, while you scale
   {k} scale nodepool {POOL} --replicas=3
   {k} patch nodepool {POOL} --type merge -p '{{"spec":{{"replicas":1}}}}'
+  {k} delete machine <name>         # cordon, drain, terminate; the pool makes another
 """
