@@ -647,7 +647,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     recovering = phase == names.RECOVERING or powered_off_now
     taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
     if (recovering and not taint_first) or _in_aftercare(status, node):
-        _observe_node_objects(ctx, spec.node_name, observed)
+        observed.update(pods.whats_on(ctx.kube, spec.node_name, fr.pod_summary, pods_key="nodePods"))
     if _in_aftercare(status, node):
         try:
             observed["otherHolders"] = _other_holders(request, spec, ctx, unfinished_only=True)
@@ -683,17 +683,6 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
         pass  # decide fails the request with the reason
     except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
         observed["instance"] = {"error": aws_error(exc)}
-
-
-def _observe_node_objects(ctx: runtime.Context, node_name: str, observed: dict) -> None:
-    try:
-        observed["nodePods"] = [fr.pod_summary(p) for p in pods.on_node(ctx.kube, node_name)]
-    except Exception as exc:  # noqa: BLE001
-        observed["podsError"] = kube_error(exc)
-    try:
-        observed["volumeAttachments"] = kube_fencing.volume_attachments_on(ctx.kube, node_name)
-    except Exception as exc:  # noqa: BLE001
-        observed["volumeAttachmentsError"] = kube_error(exc)
 
 
 def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context,

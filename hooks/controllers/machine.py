@@ -29,7 +29,6 @@ from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods
 from hooks.kube.client import describe_error as kube_error
 from hooks.machines import drift, initialization, launch, liveness, names, registration, spec, termination
@@ -137,15 +136,7 @@ def _node_contents(request: HookRequest, ctx: runtime.Context, observed: dict) -
     node, _ = _nodes(request, observed)
     if node is None:
         return
-    name = node["metadata"]["name"]
-    try:
-        observed["pods"] = [_pod_summary(p) for p in pods.on_node(ctx.kube, name)]
-    except Exception as exc:  # noqa: BLE001
-        observed["podsError"] = kube_error(exc)
-    try:
-        observed["volumeAttachments"] = kube_fencing.volume_attachments_on(ctx.kube, name)
-    except Exception as exc:  # noqa: BLE001
-        observed["volumeAttachmentsError"] = kube_error(exc)
+    observed.update(pods.whats_on(ctx.kube, node["metadata"]["name"], _pod_summary))
 
 
 def _pod_summary(pod: dict) -> dict:

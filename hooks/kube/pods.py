@@ -25,3 +25,24 @@ def daemonset_annotations(kube, keys: set[str]) -> dict[str, dict]:
 def evict(kube, namespace: str, name: str) -> None:
     """Ask for an eviction; PodDisruptionBudgets are honoured by the API server."""
     kube.create(Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name, namespace=namespace)
+
+
+def whats_on(kube, node_name: str, summarize, pods_key: str = "pods") -> dict:
+    """The node's pods (each through ``summarize``) and VolumeAttachments, for a controller's ``observed``.
+
+    A failed list is recorded as ``podsError``/``volumeAttachmentsError``,
+    never raised: the controller decides what not knowing means.
+    """
+    from hooks.kube.client import describe_error
+    from hooks.kube.fencing import volume_attachments_on
+
+    observed: dict = {}
+    try:
+        observed[pods_key] = [summarize(p) for p in on_node(kube, node_name)]
+    except Exception as exc:  # noqa: BLE001
+        observed["podsError"] = describe_error(exc)
+    try:
+        observed["volumeAttachments"] = volume_attachments_on(kube, node_name)
+    except Exception as exc:  # noqa: BLE001
+        observed["volumeAttachmentsError"] = describe_error(exc)
+    return observed

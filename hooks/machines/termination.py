@@ -115,20 +115,17 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
             progress.error(f"pods on {name}: {observed['podsError']}", settings.error_backoff_seconds)
             return False
         left = evictable(observed.get("pods") or [])
-        draining_for = view.since("startedAt", term) or 0.0
-        if left and draining_for < view.spec.drain_timeout:
+        if _still_waiting(progress, settings, left, view.since("startedAt", term), view.spec.drain_timeout,
+                          events.warning(events.DRAIN_TIMED_OUT,
+                                         f"{len(left)} pods still on {name} after the drainTimeout of "
+                                         f"{view.spec.drain_timeout:g}s: terminating anyway")):
             for pod in eviction_order(left):
                 pmeta = pod["metadata"]
                 progress.actions.append(Action(
                     "kube.evict", f"{pmeta.get('namespace', '')}/{pmeta['name']}",
                     record=(Change(("status", "termination", "evictions"), add=1),),
                     requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),)))
-            progress.again_in(settings.machine_poll_seconds)
             return False
-        if left:
-            progress.events.append(events.warning(
-                events.DRAIN_TIMED_OUT, f"{len(left)} pods still on {name} after the drainTimeout of "
-                                        f"{view.spec.drain_timeout:g}s: terminating anyway"))
         progress.stamp("drainedAt", term)
     if not _done(term, "volumesDetachedAt"):
         if observed.get("volumeAttachmentsError"):
@@ -136,16 +133,24 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
                            settings.error_backoff_seconds)
             return False
         attached = observed.get("volumeAttachments") or []
-        waited = view.since("drainedAt", term) or 0.0
-        if attached and waited < settings.machine_volume_detach_timeout_seconds:
-            progress.again_in(settings.machine_poll_seconds)
+        limit = settings.machine_volume_detach_timeout_seconds
+        if _still_waiting(progress, settings, attached, view.since("drainedAt", term), limit,
+                          events.warning(events.VOLUME_DETACH_TIMED_OUT,
+                                         f"{len(attached)} VolumeAttachments of {name} still there after {limit:g}s")):
             return False
-        if attached:
-            progress.events.append(events.warning(
-                events.VOLUME_DETACH_TIMED_OUT, f"{len(attached)} VolumeAttachments of {name} still there after "
-                                                f"{settings.machine_volume_detach_timeout_seconds:g}s"))
         progress.stamp("volumesDetachedAt", term)
     return True
+
+
+def _still_waiting(progress: Progress, settings, left: list, waited: float | None, limit: float,
+                   timed_out) -> bool:
+    """True while something is ``left`` and the wait is within its ``limit``; past it, the Warning is sent."""
+    if left and (waited or 0.0) < limit:
+        progress.again_in(settings.machine_poll_seconds)
+        return True
+    if left:
+        progress.events.append(timed_out)
+    return False
 
 
 def _terminate(view: MachineView, progress: Progress, settings, term: dict, instance_id: str) -> None:
