@@ -16,11 +16,10 @@ Shared by tests/test_machines_moto.py and bench/machines.py:
 """
 from __future__ import annotations
 
-import base64
 import copy
 import datetime as dt
-import re
 
+from devcluster import kubelet
 from hooks.dispatch import serve
 from hooks.machines import names
 from fake_kube import FakeKube
@@ -166,19 +165,15 @@ class MachineWorld:
 
 def user_data(ec2, instance_id: str) -> str:
     raw = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"].get("Value", "")
-    return base64.b64decode(raw).decode() if raw else ""
+    return kubelet.decode_user_data(raw)
 
 
 def boot(ec2, instance_id: str, kube: FakeKube, *, ready: bool = True, node_name: str | None = None,
          uid: str | None = None) -> dict:
-    """Register the Node a kubelet on this instance would: labels and taints from its user data."""
-    text = user_data(ec2, instance_id)
-    labels = dict(kv.split("=", 1) for kv in _flag(text, "node-labels"))
-    taints = []
-    for item in _flag(text, "register-with-taints"):
-        key_value, _, effect = item.rpartition(":")
-        key, _, value = key_value.partition("=")
-        taints.append({"key": key, "effect": effect, **({"value": value} if value else {})})
+    """Register the Node a kubelet on this instance would: labels and taints from its user data
+    (read as devcluster's kubelet stand-in reads them)."""
+    flags = kubelet.parse_user_data(user_data(ec2, instance_id))
+    labels, taints = dict(flags.labels), list(flags.taints)
     described = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     name = node_name or described.get("PrivateDnsName") or instance_id
     zone = described["Placement"]["AvailabilityZone"]
@@ -191,7 +186,3 @@ def boot(ec2, instance_id: str, kube: FakeKube, *, ready: bool = True, node_name
     kube.add_node(node)
     return kube.nodes[name]
 
-
-def _flag(text: str, flag: str) -> list[str]:
-    match = re.search(rf"--{flag}=([^\s']+)", text)
-    return [item for item in match.group(1).split(",") if item] if match else []
