@@ -120,10 +120,7 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
              "a replacement Machine Initialized", timeout=90)
 
     # Scale-down takes Machines that never registered first: new ones now never register.
-    pool = api.get(f"{POOLS}/{name}")
-    pool["spec"]["template"]["spec"]["userData"] = NEVER_REGISTER
-    pool["spec"]["replicas"] = 4
-    api.request("PUT", f"{POOLS}/{name}", body=pool)
+    api.patch(f"{POOLS}/{name}", {"spec": {"replicas": 4, "template": {"spec": {"userData": NEVER_REGISTER}}}})
     wait_for(lambda: len(_live(_machines(api, name))) == 4, "a fourth Machine", timeout=30)
     unregistered = wait_for(lambda: [m["metadata"]["name"] for m in _live(_machines(api, name))
                                      if _condition(m, names.LAUNCHED) == "True"
