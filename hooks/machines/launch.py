@@ -30,15 +30,19 @@ _RECORDED = ("instanceID", "providerID", "instanceType", "zone", "imageId")
 
 
 def record_instance(view: MachineView, progress: Progress, found: dict) -> None:
+    recorded_before = bool(view.instance_id)
     for key in _RECORDED:
         if found.get(key):
             view.status[key] = found[key]
     if found.get("launchTime") and not view.status.get("launchedAt"):
         view.status["launchedAt"] = found["launchTime"]
-    if progress.condition(names.LAUNCHED, "True", "InstanceLaunched",
-                          f"instance {found['instanceID']} ({found.get('instanceType')}) in {found.get('zone')}"):
+    progress.condition(names.LAUNCHED, "True", "InstanceLaunched",
+                       f"instance {found['instanceID']} ({found.get('instanceType')}) in {found.get('zone')}")
+    if not recorded_before:
+        # Launched by an earlier call whose record was lost (a crash): found by the UID tag instead.
         progress.events.append(events.normal(events.INSTANCE_FOUND,
-                                             f"instance {found['instanceID']} is this Machine's"))
+                                             f"instance {found['instanceID']} found by its "
+                                             f"{names.TAG_MACHINE_UID} tag and recorded"))
 
 
 def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> None:
