@@ -63,7 +63,8 @@ def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cl
         uid = node["metadata"]["uid"]
 
         # Alive: the Lease is renewed.
-        first = api.get(f"{LEASES}/{name}")["spec"]["renewTime"]
+        lease = wait_for(lambda: api.get_or_none(f"{LEASES}/{name}"), "the Node's Lease", timeout=15)
+        first = lease["spec"]["renewTime"]
         wait_for(lambda: api.get(f"{LEASES}/{name}")["spec"]["renewTime"] != first, "a renewal",
                  timeout=period * 3, interval=0.2)
         assert never["InstanceId"] in standin.skipped, "the never-register hook was ignored"
