@@ -108,7 +108,7 @@ def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balan
     h, _ = harness
     h.sync()
     spec = h.attachments[0]["spec"]
-    assert sorted((t["arn"], t["port"]) for t in spec["awsTargets"]) == sorted(
+    assert sorted((t["arn"], t["targetPort"]) for t in spec["awsTargets"]) == sorted(
         [(world["ours"], 30443), (world["lbc"], 31000), (world["static"], 31000)])
     assert spec["awsLoadBalancers"] == [{"name": "legacy"}]
     assert spec["instanceID"] == world["mine"]

@@ -165,3 +165,13 @@ def test_fresh_reads_only_known_kinds_at_plain_versions():
                  {"kind": "Node", "apiVersion": "v1", "metadata": {"name": "x"}}):
         with pytest.raises(fresh.Unverified):
             fresh.same_object(NoCalls(), body)
+
+
+def test_an_attachment_written_with_port_is_still_read():
+    """Attachments written before targetPort named the port ``port``; they are read the same."""
+    from hooks.detacher import targets
+
+    spec = {"awsTargets": [{"arn": "arn:tg/a", "port": 30080}, {"arn": "arn:tg/b", "targetPort": 30080}]}
+    assert targets.from_attachment_spec(spec) == [("tg", "arn:tg/a", 30080), ("tg", "arn:tg/b", 30080)]
+    written = targets.to_attachment_spec(targets.from_attachment_spec(spec))
+    assert all("port" not in t for t in written["awsTargets"]), "never written as port: Metacontroller keys by it"

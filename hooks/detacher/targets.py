@@ -3,6 +3,12 @@
 A membership is ``("tg", arn, port)`` for an ELBv2 target group (the port
 matters: a target registered with a port must be deregistered with it) or
 ``("elb", name)`` for a classic ELB.
+
+In the Attachment a target group's port is ``targetPort``, never ``port``:
+Metacontroller updates a child's list of objects as a map keyed by a field
+every item has, and ``port`` is one it picks, so two target groups on one
+port would collapse into one. ``port`` is still read, from Attachments
+written before.
 """
 from __future__ import annotations
 
@@ -21,9 +27,9 @@ log = logging.getLogger(__name__)
 def from_attachment_spec(spec: dict, where: str = "attachment.spec") -> list[Membership]:
     found: list[Membership] = []
     for i, target in enumerate(fields.objects(spec, "awsTargets", where=where)):
-        arn, port = target.get("arn"), target.get("port")
+        arn, port = target.get("arn"), target.get("targetPort", target.get("port"))
         if not isinstance(arn, str) or not isinstance(port, int) or isinstance(port, bool):
-            raise RequestError(f"{where}.awsTargets[{i}]", "needs a string arn and an integer port")
+            raise RequestError(f"{where}.awsTargets[{i}]", "needs a string arn and an integer targetPort")
         found.append(("tg", arn, port))
     for i, elb in enumerate(fields.objects(spec, "awsLoadBalancers", where=where)):
         name = elb.get("name")
@@ -36,7 +42,7 @@ def from_attachment_spec(spec: dict, where: str = "attachment.spec") -> list[Mem
 def to_attachment_spec(memberships: Iterable[Membership]) -> dict:
     items = sorted(set(memberships))
     return {
-        "awsTargets": [{"arn": m[1], "port": m[2]} for m in items if m[0] == "tg"],
+        "awsTargets": [{"arn": m[1], "targetPort": m[2]} for m in items if m[0] == "tg"],
         "awsLoadBalancers": [{"name": m[1]} for m in items if m[0] == "elb"],
     }
 

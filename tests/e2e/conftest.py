@@ -31,6 +31,7 @@ ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachm
 # be seen at once, and pod shutdown groups follow each other quickly.
 HOOK_ENV = {
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
+    "NODEWARDEN_DISCOVERY_REFRESH_SECONDS": "3",
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
     # Machines: quick polls, and waits bounded in seconds rather than minutes.
     "NODEWARDEN_MACHINE_POLL_SECONDS": "0.5",

@@ -161,3 +161,31 @@ def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replaceme
                  "the pod's detach request withdrawn", timeout=10)
     finally:
         api.patch(f"{pods}/contour-old", {"metadata": {"finalizers": []}})
+
+
+def test_a_node_in_several_target_groups_on_one_port_leaves_every_one(make_world):
+    """Metacontroller merges a child's list of objects by a ``port`` field; targets on one port must survive it."""
+    from devcluster.cluster import CLUSTER_NAME
+
+    world = make_world(count=1)
+    (name,) = world.nodes
+    instance = world.nodes[name]
+    extra = [fleet.create_target_group(world.aws, f"{name}-x{i}", CLUSTER_NAME) for i in range(2)]
+    for arn in extra:
+        world.aws.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": instance, "Port": fleet.NODE_PORT}])
+    groups = [world.target_group_arn, *extra]
+
+    syncs = iter(range(10_000))
+
+    def recorded() -> bool:
+        spec = (world.attachment(name) or {}).get("spec") or {}
+        if {t["arn"] for t in spec.get("awsTargets") or []} >= set(groups):
+            return True
+        # Another sync, so the discovery refresh (an update of the Attachment: Metacontroller's merge) comes.
+        world.api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-sync": str(next(syncs))}}})
+        return False
+    wait_for(recorded, "all three target groups in the Attachment", timeout=60, interval=1)
+    world.cordon(name)
+    for arn in groups:
+        wait_for(lambda a=arn: instance not in {i for i, _ in fleet.targets(world.aws, a)},
+                 f"instance out of {arn.rsplit('/', 2)[-2]}", timeout=30)

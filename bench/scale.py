@@ -1,0 +1,335 @@
+"""Every Node controller at the node counts Kubernetes supports, on the real local stack.
+
+    .venv/bin/python bench/scale.py resync --nodes 1000 [--json out.json]
+    .venv/bin/python bench/scale.py detach-wave --nodes 500 --target-groups 20
+    .venv/bin/python bench/scale.py storm --nodes 1000 [--dead-fraction 0.4]
+
+Each scenario starts its own devcluster (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, Metacontroller, moto, kwok, the hook
+server) and creates Nodes shaped like real ones (the labels, 40 images and
+capacity of a kubelet's Node, about 13 KB on the wire), which kwok keeps
+Ready.
+
+- ``resync``: once every Node has been synced, Metacontroller is restarted
+  and timed until node-detacher and node-fencing have each synced every Node
+  again through the hooks (counted in the hook server's own metrics). Also:
+  the hook server's CPU-seconds per node sync, its share of all the stack's
+  CPU over that time, and each gunicorn worker's peak RSS.
+- ``detach-wave``: Nodes backed by moto instances, each in every one of
+  ``--target-groups`` target groups; all are cordoned at once. Timed until
+  the last instance has left the last target group; the AWS calls the hooks
+  made meanwhile, by operation (from the hook server's metrics); node-detacher's
+  hook latency over the wave (from its histogram).
+- ``storm``: one NodeFencingPolicy over every Node; ``--dead-fraction`` of
+  them stop heartbeating at once (taken out of kwok's hands, as a partition
+  would). Timed until the policy's StormGuard is True, and FencingRequests are
+  counted while it holds (the goal is none); then all but ``--stay-dead``
+  come back, and the time until the survivors' FencingRequests exist is taken.
+
+Prints Markdown rows for docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import copy
+import datetime as dt
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import requests  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from devcluster import Cluster, Layout, fleet, procs  # noqa: E402
+from devcluster.api import AdminApi, wait_for  # noqa: E402
+from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
+from hook_throughput import realistic  # noqa: E402
+from measure import write_json  # noqa: E402
+
+NODES = "/api/v1/nodes"
+POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
+REQUESTS = "/apis/nodewarden.io/v1alpha1/fencingrequests"
+SCALE_LABEL = "nodewarden.io/bench"
+PARALLEL = 16
+HOOK_ENV = {"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0", "NODEWARDEN_DRAIN_POLL_SECONDS": "1"}
+
+
+# ------------------------------------------------------------------ the stack
+
+
+def stack(extra_env: dict | None = None) -> Cluster:
+    layout = Layout(workdir=ROOT / ".local" / "bench" / f"scale-{os.getpid()}")
+    return Cluster(layout, port_mode="dynamic", hook_env={**HOOK_ENV, **(extra_env or {})})
+
+
+def node_body(name: str, instance_id: str | None = None) -> dict:
+    base = fleet.node_manifest(name, instance_id or f"i-{abs(hash(name)) % 16 ** 17:017x}",
+                               labels={SCALE_LABEL: "true"})
+    base.setdefault("status", {}).setdefault("conditions", [])
+    shaped = realistic(base)
+    shaped["metadata"].pop("managedFields", None)  # the API server writes its own
+    return shaped
+
+
+def create_nodes(api: AdminApi, names: list[str], instances: dict[str, str] | None = None) -> None:
+    def one(name):
+        api.create(NODES, node_body(name, (instances or {}).get(name)))
+    with cf.ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(one, names))
+
+
+def patch_all(api: AdminApi, names: list[str], body: dict) -> None:
+    with cf.ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(lambda n: api.patch(f"{NODES}/{n}", copy.deepcopy(body)), names))
+
+
+class HookMetrics:
+    """The hook server's /metrics, parsed."""
+
+    def __init__(self, cluster: Cluster):
+        self.url = f"{cluster.hooks_url}/metrics"
+
+    def samples(self) -> list:
+        text = requests.get(self.url, timeout=10).text
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def syncs(self, controller: str, hook: str = "sync") -> float:
+        return sum(s.value for s in self.samples() if s.name == "nodewarden_hook_duration_seconds_count"
+                   and s.labels.get("controller") == controller and s.labels.get("hook") == hook)
+
+    def aws_calls(self) -> dict[str, float]:
+        calls: dict[str, float] = {}
+        for s in self.samples():
+            if s.name == "nodewarden_aws_calls_total":
+                calls[s.labels["operation"]] = calls.get(s.labels["operation"], 0) + s.value
+        return calls
+
+    def latency_buckets(self, controller: str) -> dict[float, float]:
+        buckets: dict[float, float] = {}
+        for s in self.samples():
+            if s.name == "nodewarden_hook_duration_seconds_bucket" and s.labels.get("controller") == controller:
+                le = float(s.labels["le"])
+                buckets[le] = buckets.get(le, 0) + s.value
+        return buckets
+
+
+def bucket_percentile(before: dict[float, float], after: dict[float, float], p: float) -> float:
+    """The upper bound of the histogram bucket holding the p-th percentile of what happened in between."""
+    delta = {le: after.get(le, 0) - before.get(le, 0) for le in after}
+    total = delta.get(float("inf"), 0)
+    if not total:
+        return 0.0
+    for le in sorted(delta):
+        if delta[le] >= p / 100 * total:
+            return le
+    return float("inf")
+
+
+# ------------------------------------------------------------------ CPU and memory, from /proc
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0  # utime + stime
+
+
+def cpu_by_pid(cluster: Cluster) -> dict[str, dict[int, float]]:
+    """CPU-seconds of every process of every component, by pid (a restarted one starts from 0)."""
+    return {name: {pid: cpu_seconds(pid) for pid in pids} for name, pids in component_pids(cluster).items()}
+
+
+def cpu_used(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]) -> dict[str, float]:
+    return {name: sum(cpu - before.get(name, {}).get(pid, 0.0) for pid, cpu in pids.items())
+            for name, pids in after.items()}
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def component_pids(cluster: Cluster) -> dict[str, list[int]]:
+    return {child.name: descendants(child.pid) for child in cluster.supervisor.children}
+
+
+def restart_metacontroller(cluster: Cluster) -> None:
+    child = next(c for c in cluster.supervisor.children if c.name == "metacontroller")
+    procs.stop(child.popen, child.stop_timeout)
+    cluster.supervisor.children.remove(child)
+    cluster._start_metacontroller()
+
+
+# ------------------------------------------------------------------ scenarios
+
+
+def resync(nodes: int) -> dict:
+    with stack() as cluster:
+        api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
+        names = [f"scale-{i:05d}" for i in range(nodes)]
+        started = time.monotonic()
+        create_nodes(api, names)
+        created = time.monotonic() - started
+        for controller in ("node-detacher", "node-fencing"):
+            wait_for(lambda c=controller: metrics.syncs(c) >= nodes, f"{controller} synced every node",
+                     timeout=max(300, nodes * 0.5), interval=2)
+        time.sleep(5)  # let the first wave's stragglers settle
+        before = {c: metrics.syncs(c) for c in ("node-detacher", "node-fencing")}
+        cpu_before = cpu_by_pid(cluster)
+        t0 = time.monotonic()
+        restart_metacontroller(cluster)
+        for controller in before:
+            wait_for(lambda c=controller: metrics.syncs(c) - before[c] >= nodes, f"{controller} resynced",
+                     timeout=max(300, nodes * 0.5), interval=0.5)
+        elapsed = time.monotonic() - t0
+        used = cpu_used(cpu_before, cpu_by_pid(cluster))
+        hooks = used.get("hooks", 0.0)
+        hook_pids = component_pids(cluster).get("hooks", [])
+        workers = [p for p in hook_pids if p != hook_pids[0]] if hook_pids else []
+        syncs = sum(metrics.syncs(c) - before[c] for c in before)
+        return {"nodes": nodes, "createSeconds": round(created, 1), "resyncSeconds": round(elapsed, 1),
+                "hookSyncs": syncs, "hookCpuSecondsPerSync": hooks / syncs if syncs else None,
+                "hookCpuShare": hooks / sum(used.values()) if sum(used.values()) else None,
+                "cpuSeconds": {k: round(v, 1) for k, v in sorted(used.items())},
+                "workerPeakRssMB": [round(peak_rss_mb(p), 1) for p in workers]}
+
+
+def detach_wave(nodes: int, target_groups: int) -> dict:
+    with stack() as cluster:
+        api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
+        aws = fleet.Aws(cluster.aws_env())
+        instance_ids: list[str] = []
+        while len(instance_ids) < nodes:
+            instance_ids += fleet.launch_instances(aws, min(100, nodes - len(instance_ids)))
+        groups = [fleet.create_target_group(aws, f"wave-{g:02d}", CLUSTER_NAME) for g in range(target_groups)]
+        for arn in groups:
+            for start in range(0, nodes, 200):
+                aws.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": fleet.NODE_PORT}
+                                                                        for i in instance_ids[start:start + 200]])
+        names = [f"wave-{i:04d}" for i in range(nodes)]
+        create_nodes(api, names, dict(zip(names, instance_ids)))
+        attachments = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
+        wait_for(lambda: len(api.get(attachments)["items"]) >= nodes, "every node's Attachment",
+                 timeout=max(300, nodes), interval=2)
+        calls_before, buckets_before = metrics.aws_calls(), metrics.latency_buckets("node-detacher")
+        t0 = time.monotonic()
+        patch_all(api, names, {"spec": {"unschedulable": True}})
+        cordoned = time.monotonic() - t0
+        remaining = set(instance_ids)
+
+        def all_out() -> bool:
+            held = set()
+            for arn in groups:
+                held |= {i for i, _ in fleet.targets(aws, arn)}
+            remaining.intersection_update(held)
+            return not remaining
+        wait_for(all_out, "every instance out of every target group", timeout=max(600, nodes * 2), interval=1)
+        elapsed = time.monotonic() - t0
+        calls_after, buckets_after = metrics.aws_calls(), metrics.latency_buckets("node-detacher")
+        calls = {op: calls_after[op] - calls_before.get(op, 0) for op in calls_after
+                 if calls_after[op] - calls_before.get(op, 0)}
+        return {"nodes": nodes, "targetGroups": target_groups, "cordonSeconds": round(cordoned, 1),
+                "lastDeregistrationSeconds": round(elapsed, 1), "awsCalls": calls,
+                "deregisterCallsPerNodeAndGroup": calls.get("DeregisterTargets", 0) / (nodes * target_groups),
+                "hookP50BucketSeconds": bucket_percentile(buckets_before, buckets_after, 50),
+                "hookP99BucketSeconds": bucket_percentile(buckets_before, buckets_after, 99)}
+
+
+def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> dict:
+    from devcluster import kwok
+
+    with stack({"NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS": "5"}) as cluster:
+        api = AdminApi(cluster.kubeconfig)
+        names = [f"storm-{i:05d}" for i in range(nodes)]
+        create_nodes(api, names)
+        policy = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
+                  "metadata": {"name": "scale"},
+                  "spec": {"nodeSelector": {SCALE_LABEL: "true"}, "maxUnhealthy": "10%",
+                           "conditions": [{"type": "Ready", "status": "Unknown", "duration": duration},
+                                          {"type": "Ready", "status": "False", "duration": duration}]}}
+        api.create(POLICIES, policy)
+
+        def guard() -> str | None:
+            status = api.get(f"{POLICIES}/scale").get("status") or {}
+            return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "StormGuard"), None)
+        wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=300, interval=1)
+        dead = names[:int(nodes * dead_fraction)]
+        t0 = time.monotonic()
+        kwok.kill_all(api, dead)
+        wait_for(lambda: guard() == "True", "StormGuard=True", timeout=600, interval=0.5)
+        held_after = time.monotonic() - t0
+        # While it holds, fencing must not start for any of them.
+        time.sleep(20)
+        requests_while_held = len(api.get(REQUESTS)["items"])
+        survivors = dead[:stay_dead]
+        t1 = time.monotonic()
+        kwok.revive_all(api, dead[stay_dead:])
+        wait_for(lambda: guard() == "False", "StormGuard=False", timeout=600, interval=0.5)
+        released_after = time.monotonic() - t1
+        wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
+                 "FencingRequests for the nodes still dead", timeout=600, interval=1)
+        resumed_after = time.monotonic() - t1
+        return {"nodes": nodes, "dead": len(dead), "stormGuardTrueAfterSeconds": round(held_after, 1),
+                "fencingRequestsWhileHeld": requests_while_held, "stayedDead": stay_dead,
+                "guardReleasedAfterSeconds": round(released_after, 1),
+                "fencingResumedAfterSeconds": round(resumed_after, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=("resync", "detach-wave", "storm"))
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--target-groups", type=int, default=20)
+    parser.add_argument("--dead-fraction", type=float, default=0.4)
+    parser.add_argument("--stay-dead", type=int, default=3)
+    parser.add_argument("--duration", default="30s", help="the policy's unhealthy duration (storm)")
+    parser.add_argument("--json", type=pathlib.Path)
+    args = parser.parse_args()
+    configure_logging()
+    if args.scenario == "resync":
+        result = resync(args.nodes)
+    elif args.scenario == "detach-wave":
+        result = detach_wave(args.nodes, args.target_groups)
+    else:
+        result = storm(args.nodes, args.dead_fraction, args.stay_dead, args.duration)
+    result["date"] = dt.date.today().isoformat()
+    write_json(args.json, result)
+    for key, value in result.items():
+        print(f"| {args.scenario} | {key} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
