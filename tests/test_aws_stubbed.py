@@ -86,10 +86,33 @@ def test_draining_target_is_reported_until_unused():
     elbv2 = _client("elbv2")
     arn = f"{ACCOUNT}:targetgroup/web/abc"
     target = {"Id": "i-0123456789abcdef0", "Port": 30080}
+    board = elb_api.HealthBoard()
     with Stubber(elbv2) as stub:
         stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
-            {"Target": target, "TargetHealth": {"State": "draining", "Reason": "Target.DeregistrationInProgress"}}]})
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
-            {"Target": target, "TargetHealth": {"State": "unused", "Reason": "Target.NotRegistered"}}]})
-        assert elb_api.target_states(elbv2, arn, target["Id"], [30080]) == {30080: "draining"}
-        assert elb_api.target_states(elbv2, arn, target["Id"], [30080]) == {30080: "unused"}
+            {"Target": target, "TargetHealth": {"State": "draining", "Reason": "Target.DeregistrationInProgress"}}]},
+            {"TargetGroupArn": arn})
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, {"TargetGroupArn": arn})
+        ask = lambda: board.states(elbv2, "us-east-1", arn, target["Id"], [30080], max_age=0, not_before=0)  # noqa: E731
+        assert ask() == {30080: "draining"}
+        assert ask() == {30080: "unused"}, "a target the group no longer lists has drained"
+
+
+def test_one_reading_of_a_group_serves_every_node_draining_from_it():
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    listed = [{"Target": {"Id": f"i-{n:017x}", "Port": 30080}, "TargetHealth": {"State": "draining"}}
+              for n in range(3)]
+    board = elb_api.HealthBoard()
+    with Stubber(elbv2) as stub:
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": listed}, {"TargetGroupArn": arn})
+        for n in range(3):
+            assert board.states(elbv2, "us-east-1", arn, f"i-{n:017x}", [30080], max_age=60,
+                                not_before=0) == {30080: "draining"}
+        stub.assert_no_pending_responses()
+        # A reading older than the caller's detach could predate its deregistration: read again.
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, {"TargetGroupArn": arn})
+        import time
+
+        assert board.states(elbv2, "us-east-1", arn, "i-00000000000000000", [30080], max_age=60,
+                            not_before=time.time() + 1) == {30080: "unused"}
+        stub.assert_no_pending_responses()

@@ -5,6 +5,9 @@ by 200 targets), never one call per target.
 """
 from __future__ import annotations
 
+import threading
+import time
+
 from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
@@ -75,19 +78,65 @@ def register_instance(elb, load_balancer_name: str, instance_id: str) -> str | N
                         Instances=[{"InstanceId": instance_id}])
 
 
-def target_states(elbv2, target_group_arn: str, instance_id: str, ports: list[int]) -> dict[int, str]:
-    """State of the instance's targets per port; 'unused' when not registered at all."""
+def group_states(elbv2, target_group_arn: str) -> dict[tuple[str, int], str]:
+    """Every target of a group and its state, in one call; {} when the group is gone."""
     try:
-        described = elbv2.describe_target_health(
-            TargetGroupArn=target_group_arn, Targets=_targets(instance_id, ports)
-        )["TargetHealthDescriptions"]
+        described = elbv2.describe_target_health(TargetGroupArn=target_group_arn)["TargetHealthDescriptions"]
     except ClientError as exc:
-        if error_code(exc) == "InvalidTarget" or _gone(exc):
-            return {port: "unused" for port in ports}  # not registered, or no group left to drain from
+        if _gone(exc):
+            return {}  # no group left to drain from
         raise
-    states = {port: "unused" for port in ports}
+    states = {}
     for desc in described:
         target = desc.get("Target", {})
-        if target.get("Id") == instance_id and target.get("Port") in states:
-            states[target["Port"]] = desc.get("TargetHealth", {}).get("State", "unused")
+        if isinstance(target.get("Id"), str) and isinstance(target.get("Port"), int):
+            states[(target["Id"], target["Port"])] = desc.get("TargetHealth", {}).get("State", "unused")
     return states
+
+
+class HealthBoard:
+    """Target states per target group, read once for every node draining from it.
+
+    When hundreds of nodes leave at once, each would otherwise ask about its
+    own targets in every group it was in: calls grow with nodes times groups.
+    Here one DescribeTargetHealth of a group answers every node that asks
+    within ``max_age`` seconds, so the calls grow with the groups alone. A
+    reading older than what the caller already knows (``not_before``, when
+    its detach began) is never used: it could predate the deregistration.
+    A target a reading does not list is not registered ('unused').
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._readings: dict[tuple[str, str], tuple[float, dict]] = {}
+        self._reading_locks: dict[tuple[str, str], threading.Lock] = {}
+
+    def states(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int], *,
+               max_age: float, not_before: float) -> dict[int, str]:
+        key = (region, target_group_arn)
+        reading = self._fresh(key, max_age, not_before)
+        if reading is None:
+            with self._reading_locks.setdefault(key, threading.Lock()):
+                reading = self._fresh(key, max_age, not_before)  # another thread may have just read it
+                if reading is None:
+                    reading = group_states(elbv2, target_group_arn)
+                    with self._lock:
+                        self._readings[key] = (time.time(), reading)
+        return {port: reading.get((instance_id, port), "unused") for port in ports}
+
+    def _fresh(self, key, max_age: float, not_before: float) -> dict | None:
+        with self._lock:
+            found = self._readings.get(key)
+        if found is None:
+            return None
+        read_at, reading = found
+        if read_at < not_before or time.time() - read_at > max_age:
+            return None
+        return reading
+
+    def clear(self) -> None:
+        with self._lock:
+            self._readings.clear()
+
+
+HEALTH = HealthBoard()

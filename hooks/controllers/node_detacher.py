@@ -408,7 +408,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["discoveryError"] = aws_error(exc)
     if sit.phase == phases.DRAIN:
         try:
-            observed["targetStates"] = _target_states(ctx, sit)
+            observed["targetStates"] = _target_states(ctx, sit, request, settings)
         except Exception as exc:  # noqa: BLE001
             observed["targetStatesError"] = aws_error(exc)
     if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
@@ -422,14 +422,21 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     return observed
 
 
-def _target_states(ctx: runtime.Context, sit: phases.Situation) -> dict[str, str]:
+def _target_states(ctx: runtime.Context, sit: phases.Situation, request: HookRequest,
+                   settings: Settings) -> dict[str, str]:
+    """The instance's target states in every group it was deregistered from, read at most once per
+    poll interval per group for all nodes (hooks.aws.elb.HealthBoard)."""
     states = {}
     client = None
+    began = timefmt.parse(request.annotations.get(names.SINCE))
+    not_before = began.timestamp() if began else time.time()
     for (lb_type, arn), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
         if lb_type != "tg":
             continue  # classic ELBs stop sending at deregistration
         client = client or ctx.aws.client("elbv2", sit.region)
-        for port, state in elb_api.target_states(client, arn, sit.instance_id, ports).items():
+        for port, state in elb_api.HEALTH.states(client, sit.region or "", arn, sit.instance_id, ports,
+                                                 max_age=settings.drain_poll_seconds,
+                                                 not_before=not_before).items():
             states[f"{arn}|{port}"] = state
     return states
 
