@@ -115,6 +115,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
         except UnknownHook as exc:
             return _error(404, str(exc))
         g.controller, g.hook = controller_name, hook
+        metrics.HOOK_REQUEST_BYTES.labels(controller_name, hook).observe(request.content_length or 0)
         if request.mimetype != "application/json":
             return _error(415, f"content type must be application/json, got {request.mimetype or 'none'!r}")
         try:

@@ -16,6 +16,12 @@ HOOK_LATENCY = Histogram(
     ["controller", "hook", "code"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
 )
+HOOK_REQUEST_BYTES = Histogram(
+    "nodewarden_hook_request_bytes",
+    "Size of the request bodies Metacontroller sends, refused ones (413) included.",
+    ["controller", "hook"],
+    buckets=(1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864),
+)
 AWS_CALLS = Counter(
     "nodewarden_aws_calls_total",
     "AWS API calls by service, operation and outcome (ok, or the error code).",

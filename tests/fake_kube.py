@@ -56,6 +56,29 @@ def _merge(target: dict, patch: dict) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def _selected(query: str, labels: dict) -> bool:
+    """A ``labelSelector`` query (the API server's syntax, as hooks/fencing/selectors.py writes it) on labels."""
+    import re
+
+    for term in re.findall(r"[^,(]+(?:\([^)]*\))?", query or ""):
+        term = term.strip()
+        sets = re.fullmatch(r"(\S+) (in|notin) \((.*)\)", term)
+        if sets:
+            key, op, values = sets.group(1), sets.group(2), sets.group(3).split(",")
+            if (labels.get(key) in values if key in labels else False) != (op == "in"):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
 def _kind(res) -> str:
     info = getattr(res, "_api_info", None)
     return info.resource.kind if info is not None else res.__name__
@@ -165,6 +188,21 @@ class FakeKube:
         return [_Obj(copy.deepcopy(o)) for (k, ns, _), o in sorted(self.objects.items())
                 if k == kind and namespace in (None, "*", ns)
                 and all((o["metadata"].get("labels") or {}).get(key) == value for key, value in (labels or {}).items())]
+
+    def table(self, res, labels="", page_size=500):
+        """Nodes as the API server prints them for ``kubectl get nodes``: Name and Status columns."""
+        kind = _kind(res)
+        self._check("table", kind, labels)
+        assert kind == "Node", f"FakeKube.table of {kind} not supported"
+        for node in sorted(self.nodes.values(), key=lambda n: n["metadata"]["name"]):
+            if not _selected(labels, node["metadata"].get("labels") or {}):
+                continue
+            ready = next((c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+                          if c.get("type") == "Ready"), None)
+            status = "Ready" if ready == "True" else "NotReady" if ready else "Unknown"
+            if (node.get("spec") or {}).get("unschedulable"):
+                status += ",SchedulingDisabled"
+            yield {"Name": node["metadata"]["name"], "Status": status, "Roles": "<none>"}
 
     def json_patch(self, res, name, ops, namespace=None):
         ops = list(ops)

@@ -136,12 +136,14 @@ def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
     assert h.status["phase"] == names.RECOVERING
     assert OOS in kube.taints("node-a")
 
-    h.call(after=5)  # kube-controller-manager has not cleaned up yet
+    h.call(after=5)  # the pod goes at once (no waiting for pod GC); the volume is kube-controller-manager's
     assert h.status["phase"] == names.RECOVERING
     assert h.status["recovery"]["remainingPods"] == 1 and h.status["recovery"]["remainingVolumeAttachments"] == 1
+    assert "default/db-0" not in kube.pods and h.status["recovery"]["podsDeleted"] == 1
+    delete = next(c for c in kube.calls if c[0] == "delete_with_options")
+    assert delete[4] == {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-db"}}
 
-    kube.pods.clear()  # pod GC and the attach-detach controller did their part
-    kube.volume_attachments.clear()
+    kube.volume_attachments.clear()  # the attach/detach controller did its part
     h.call(after=5)
     assert h.status["phase"] == names.SUCCEEDED and h.condition(names.COMPLETE_CONDITION)["status"] == "True"
     assert OOS in kube.taints("node-a"), "the node is still down: the taint stays"
@@ -409,6 +411,18 @@ def test_resource_deletion_stops_when_the_instance_runs_again(aws, make_ctx, kub
     h.call(after=5)
     assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "PowerRestored"
     assert "default/db-0" in kube.pods, "the pod of a running node is never force-deleted"
+
+
+def test_out_of_service_recovery_deletes_no_pod_of_an_instance_running_again(aws, make_ctx, kube):
+    """The taint is on; before the pods are force-deleted the instance runs again: they stay."""
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
+    h.run_until(lambda: h.status.get("recovery", {}).get("outOfServiceTaint") == names.TAINT_APPLIED)
+    kube.add_pod(_pod("db-0", "uid-db-0"))
+    ec2.start_instances(InstanceIds=[instance])
+    h.call(after=5)
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "PowerRestored"
+    assert "default/db-0" in kube.pods, "the pod of a running node is never force-deleted"
+    assert not any(c[0] == "delete_with_options" for c in kube.calls)
 
 
 def test_resource_deletion_times_out_when_pods_keep_coming_back(aws, make_ctx, kube):

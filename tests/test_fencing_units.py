@@ -107,14 +107,22 @@ def test_health_due_time_comes_from_last_transition_time():
     assert missing.unhealthy and missing.since == NOW, "no transition time: the clock starts now"
 
 
+def _node(name, ready="True", ago=10, labels=None):
+    return {"metadata": {"name": name, "labels": labels or {}}, "status": _ready(ready, ago)}
+
+
+def _listing(total, unlabelled=(), ago=0):
+    return storm.Listing(NOW - dt.timedelta(seconds=ago), total, tuple(unlabelled), len(unlabelled))
+
+
 def test_storm_count_and_verdict():
     p = policies.parse(_policy(maxUnhealthy=1))
-    nodes = [{"metadata": {"name": n, "labels": {}}, "status": _ready(s, 10)}
-             for n, s in (("a", "Unknown"), ("b", "True"), ("c", "True"))]
-    counts = storm.count(p, nodes, NOW)
+    labelled = [_node("a", "Unknown", 70)]
+    counts = storm.count(p, labelled, _listing(3), NOW)
     assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
-    nodes[1]["status"] = _ready("False", 1)
-    assert storm.count(p, nodes, NOW).holds
+    assert counts.unhealthy_names == ("a",)
+    labelled.append(_node("b", "False", 1))
+    assert storm.count(p, labelled, _listing(3), NOW).holds
     fresh = "2026-11-21T11:59:30Z"  # 30 s before NOW
     counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
                                                       "countedAt": fresh,
@@ -124,6 +132,106 @@ def test_storm_count_and_verdict():
     holding = policies.parse({**_policy(), "status": {"observedGeneration": 3, "countedAt": fresh,
                                                       "conditions": [{"type": "StormGuard", "status": "True"}]}})
     assert storm.verdict(holding, "a", NOW, 90).outcome == storm.HOLD
+
+
+def test_nodes_the_list_saw_not_ready_count_until_their_label_comes():
+    """Any evidence counts: a node not Ready on the list counts before node-fencing has labelled it, once."""
+    p = policies.parse(_policy(maxUnhealthy=2))
+    listing = storm.listing_of(p, {"total": 10, "notReady": ["a", "b", "c"]}, [_node("a", "Unknown")], NOW)
+    assert listing.unlabelled == ("b", "c")
+    assert storm.count(p, [_node("a", "Unknown")], listing, NOW).holds, "a labelled, b and c on the list's word"
+    # b labelled since: judged by the policy's rules (Ready again: not unhealthy), never counted twice.
+    counts = storm.count(p, [_node("a", "Unknown"), _node("b", "True")], listing, NOW)
+    assert (counts.unhealthy, counts.unlabelled) == (2, ("c",))
+    # More than the policy allows: only their number is kept, and the guard holds on it alone.
+    many = storm.listing_of(p, {"total": 10, "notReady": ["x", "y", "z"]}, [], NOW)
+    assert (many.unlabelled, many.unlabelled_count) == (None, 3)
+    assert storm.count(p, [], many, NOW).holds
+
+
+def test_a_node_is_admitted_only_on_a_list_taken_shortly_before_it_falls_due():
+    p = policies.parse(_policy())  # default rules: 60 s
+    node = _node("a", "Unknown", 50)  # falls due in 10 s
+    for listed_ago, admitted in ((60, False), (15, False), (0, True)):
+        assert storm.count(p, [node], _listing(10, ago=listed_ago), NOW).unhealthy_names == (
+            ("a",) if admitted else ()), listed_ago
+    # Never on a list from before the node turned unhealthy, however short its duration.
+    quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
+    assert storm.count(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), NOW).unhealthy_names == ()
+    assert storm.count(quick, [_node("a", "Unknown", 1)], _listing(10), NOW).unhealthy_names == ("a",)
+
+
+def test_the_policy_lists_again_before_a_node_falls_due():
+    p = policies.parse(_policy())
+    assert storm.next_list(p, [], None, NOW, 30) == 0, "never listed: now"
+    assert storm.next_list(p, [], _listing(10, ago=10), NOW, 30) == 20, "the interval"
+    assert storm.next_list(p, [_node("a", "Unknown", 45)], _listing(10, ago=10), NOW, 30) == 10, \
+        "5 s before a falls due (in 15 s)"
+    quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
+    assert storm.next_list(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), NOW, 30) == 3, \
+        "a turned unhealthy after the last list and falls due in 2 s, but lists are at least 5 s apart"
+    assert storm.next_list(p, [_node("a", "Unknown", 70)], _listing(10, ago=2), NOW, 30) == 28, \
+        "a is admitted already: nothing sooner than the interval"
+
+
+def test_the_unhealthy_label_is_for_any_policy_that_may_count_the_node():
+    ready_disk = {"conditions": [_ready("True", 99)["conditions"][0],
+                                 {"type": "DiskPressure", "status": "True", "lastTransitionTime": "2026-11-21T11:59:00Z"}]}
+    network = policies.parse(_policy(nodeSelector={"matchLabels": {"pool": "db"}}, unhealthyConditions=[
+        {"type": "NetworkUnavailable", "status": "True"}]))
+    disk = policies.parse(_policy(nodeSelector={"matchLabels": {"pool": "db"}}, unhealthyConditions=[
+        {"type": "DiskPressure", "status": "True", "duration": "1h"}]))
+    other = policies.parse(_policy(nodeSelector={"matchLabels": {"pool": "web"}}))
+    db = {"pool": "db"}
+    assert storm.flagged([network, disk], db, ready_disk, NOW), "the other selecting policy's rule holds"
+    assert not storm.flagged([network], db, ready_disk, NOW)
+    assert storm.flagged([network], db, _ready("Unknown", 1), NOW), "not Ready, whatever the rules"
+    assert not storm.flagged([other], db, _ready("Unknown", 1), NOW), "no policy selects it: no count needs it"
+    assert not storm.flagged([network, disk], db, _ready("True", 99), NOW)
+
+
+def test_label_selectors_as_api_server_queries():
+    sel = selectors.validate({"matchLabels": {"pool": "db", "arch": "arm64"}, "matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["a", "b"]}, {"key": "spot", "operator": "DoesNotExist"},
+        {"key": "tier", "operator": "NotIn", "values": ["gold"]}, {"key": "ssd", "operator": "Exists"}]}, "sel")
+    assert selectors.to_query(sel) == "arch=arm64,pool=db,zone in (a,b),!spot,tier notin (gold),ssd"
+    assert selectors.to_query(selectors.validate({}, "sel")) == ""
+
+
+def test_the_count_list_reads_a_table_of_the_selected_nodes(make_ctx):
+    from hooks.kube import nodes as kube_nodes
+
+    kube = FakeKube()
+    for name, ready, pool in (("a", "True", "db"), ("b", "Unknown", "db"), ("c", "False", "db"), ("d", "False", "web")):
+        kube.add_node({"metadata": {"name": name, "labels": {"pool": pool}}, "spec": {"unschedulable": name == "a"},
+                       "status": _ready(ready, 5)})
+    kube.add_node({"metadata": {"name": "e", "labels": {"pool": "db"}}, "status": {}})
+    found = kube_nodes.readiness(kube, selectors.validate({"matchLabels": {"pool": "db"}}, "sel"))
+    assert found == {"total": 4, "notReady": ["b", "c", "e"]}, "cordoned but Ready is Ready; no condition is not"
+    assert [c[0] for c in kube.calls] == ["table"]
+
+
+def _policy_request(policy, nodes=()):
+    from hooks.contract import parse_request
+
+    return parse_request(hook_request("node-fencing-policy", policy, related=list(nodes)), "composite", "sync")
+
+
+def test_the_policy_lists_its_nodes_only_when_a_count_is_due(make_ctx):
+    from hooks.controllers import node_fencing_policy
+
+    kube = FakeKube()
+    kube.add_node({"metadata": {"name": "a", "labels": {"pool": "db"}}, "status": _ready("True", 99)})
+    ctx = make_ctx({}, now=NOW, kube=kube)
+    policy = _policy(nodeSelector={"matchLabels": {"pool": "db"}})
+    policy["metadata"]["uid"] = "uid-p"
+    assert node_fencing_policy.gather(_policy_request(policy), ctx, NOW) == {"countList": {"total": 1, "notReady": []}}
+    policy["status"] = {"observedGeneration": 3, "countedAt": "2026-11-21T11:59:50Z", "observedNodes": 1}
+    assert node_fencing_policy.gather(_policy_request(policy), ctx, NOW) == {}, "counted 10 s ago"
+    assert len([c for c in kube.calls if c[0] == "table"]) == 1
+    kube.unavailable = True
+    policy["status"]["countedAt"] = "2026-11-21T11:59:00Z"
+    assert "Kubernetes API unreachable" in node_fencing_policy.gather(_policy_request(policy), ctx, NOW)["countError"]
 
 
 def test_a_frozen_count_never_lets_fencing_through():
@@ -243,8 +351,8 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
     assert fence == {"relatedResources": [{"apiVersion": "nodewarden.io/v1alpha1", "resource": "nodefencingpolicies"}]}
     pol = client.post("/node-fencing-policy/customize", json={"controller": {}, "parent": _policy(
         nodeSelector={"matchLabels": {"pool": "db"}})}).get_json()
-    assert pol == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes",
-                                         "labelSelector": {"matchLabels": {"pool": "db"}}}]}
+    assert pol == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "labelSelector": {
+        "matchLabels": {"pool": "db"}, "matchExpressions": [{"key": names.UNHEALTHY_LABEL, "operator": "Exists"}]}}]}
     req = client.post("/fencing-request/customize", json={"controller": {}, "parent": {
         "apiVersion": names.API_VERSION, "kind": "FencingRequest",
         "metadata": {"name": "f", "namespace": "nodewarden-system"}, "spec": {"nodeRef": {"name": "n1"}}}}).get_json()
@@ -337,7 +445,8 @@ def test_policies_are_counted_well_within_the_count_max_age(interval, max_age, e
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS": interval,
                               "NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS": max_age})
     body = {"controller": {}, "parent": _policy(), "children": {}, "related": {}}
-    plan = node_fencing_policy.decide(parse_request(body, "composite", "sync"), settings, NOW, {})
+    plan = node_fencing_policy.decide(parse_request(body, "composite", "sync"), settings, NOW,
+                                      {"countList": {"total": 0, "notReady": []}})
     assert plan.response["resyncAfterSeconds"] == expected, "at most a third of the max age, at most the interval"
 
 

@@ -107,6 +107,13 @@ def test_the_hook_server_may_re_read_cluster_gc_parents(aws_objects, kind):
     assert (group, plural, "get") in _granted(aws_objects, account)
 
 
+def test_the_hook_server_may_list_the_nodes_a_policy_counts(aws_objects):
+    """node-fencing-policy counts from a list of the selected Nodes; a Forbidden list holds every policy."""
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    assert ("", "nodes", "list") in _granted(aws_objects, account)
+
+
 def _crd(objects: list[dict], name: str) -> dict:
     return next(o for o in objects if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == name)
 

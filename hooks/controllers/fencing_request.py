@@ -9,9 +9,10 @@ writes it, and each call moves one step:
                        FencingSucceeded. Each attempt has a timeout; after the
                        last one fails, errorReason/errorMessage, Failed, and
                        nothing is recovered.
-  Recovering           OutOfServiceTaint: taint the node out-of-service and let
-                       kube-controller-manager force-delete its pods and detach
-                       its volumes. ResourceDeletion: force-delete every pod on
+  Recovering           OutOfServiceTaint: taint the node out-of-service, then
+                       force-delete the pods kube-controller-manager would (no
+                       wait for pod GC's pass) and let it detach the volumes.
+                       ResourceDeletion: force-delete every pod on
                        the node and delete its VolumeAttachments. Either way,
                        wait until nothing is left (bounded by a timeout).
   PoweringOn           Reboot only: StartInstances until the state is running.
@@ -434,12 +435,20 @@ class _Step:
         rec["remainingVolumeAttachments"] = len(attachments)
         if not waiting and not attachments:
             return self.recovered("Recovered", "no pod or VolumeAttachment of the node is left")
+        doomed = fr.removed_with_the_taint(waiting) if self.spec.strategy == names.OUT_OF_SERVICE else []
+        if doomed:
+            # What kube-controller-manager would do, without waiting up to 20 s for pod GC's
+            # next pass: the power-off and the node are confirmed again right before each delete.
+            if not self.still_fenced():
+                return
+            self.delete_pods(doomed, "the out-of-service taint removes them; deleted without waiting for pod GC")
         self.resync(self.settings.fencing_recovery_poll_seconds)
 
-    def delete_resources(self, node_pods: list[dict], attachments: list[dict]) -> None:
+    def delete_pods(self, node_pods: list[dict], why: str = "") -> None:
+        """Force-delete each pod, only the one with its uid, only while the node is still the fenced one
+        and its instance still powered off."""
         rec = self.recovery
         rec["podsDeleted"] = bounds.status_counter(rec, "podsDeleted")
-        rec["volumeAttachmentsDeleted"] = bounds.status_counter(rec, "volumeAttachmentsDeleted")
         requires = self.fenced_node()
         for pod in sorted(node_pods, key=lambda p: (p["namespace"], p["name"])):
             self.actions.append(Action(
@@ -448,8 +457,15 @@ class _Step:
                 record=(Change(("status", "recovery", "podsDeleted"), add=1),), requires=requires,
                 reports=events.normal(events.RESOURCES_DELETED,
                                       f"Force-deleted from powered-off node {self.spec.node_name} "
-                                      f"(FencingRequest {self.request.meta.get('namespace')}/{self.request.name})",
+                                      f"(FencingRequest {self.request.meta.get('namespace')}/{self.request.name})"
+                                      + (f": {why}" if why else ""),
                                       about=events.pod_ref(pod["namespace"], pod["name"], pod.get("uid")))))
+
+    def delete_resources(self, node_pods: list[dict], attachments: list[dict]) -> None:
+        rec = self.recovery
+        self.delete_pods(node_pods)
+        rec["volumeAttachmentsDeleted"] = bounds.status_counter(rec, "volumeAttachmentsDeleted")
+        requires = self.fenced_node()
         for va in (v for v in attachments if not v["deleting"]):
             self.actions.append(Action(
                 "kube.delete-volume-attachment", va["name"], {"node": self.spec.node_name},

@@ -16,6 +16,10 @@ NodeConditions only, each call moves the node to where it should be:
 
 Conditions are written first and taints on the next call, so one call never
 races Metacontroller's own status write on the same Node.
+
+Whatever the governing policy says, the node carries nodewarden.io/unhealthy
+while any policy selecting it may count it as unhealthy (storm.flagged): the
+policies' counts relate only the Nodes with that label.
 """
 from __future__ import annotations
 
@@ -86,6 +90,8 @@ class Situation:
     # The power-off is proven for this node and this unhealthy spell, and the
     # instance is meant to stay off: single-writer pods may go.
     fenced: bool = False
+    # The node should carry nodewarden.io/unhealthy: some policy may count it as unhealthy.
+    flagged: bool = False
 
     @property
     def unhealthy(self) -> bool:
@@ -154,11 +160,12 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
     policy = policies.governing(valid, request.labels)
     fencing_request = _our_request(request)
+    flagged = storm.flagged([p for p in valid if not p.deleting], request.labels, node_status, now)
     if policy is None:
-        return Situation(None, Health(False, ready=health.is_ready(node_status)), fencing_request)
+        return Situation(None, Health(False, ready=health.is_ready(node_status)), fencing_request, flagged=flagged)
     state = health.assess(node_status, policy.rules, now)
     if not state.unhealthy:
-        return Situation(policy, state, fencing_request)
+        return Situation(policy, state, fencing_request, flagged=flagged)
 
     fr_status = (fencing_request or {}).get("status") or {}
     complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
@@ -170,11 +177,11 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     if fencing_request is not None or conditions.is_true(node_status, names.REQUIRED):
         return Situation(policy, state, fencing_request, required=True, complete=complete,
                          failed_message=failed, failover_hold=hold_reason,
-                         fenced=_fenced(fencing_request, request, state))
+                         fenced=_fenced(fencing_request, request, state), flagged=True)
     if hold_reason:
         return Situation(policy, state, fencing_request, hold_reason=hold_reason, hold_message=hold_message,
-                         failover_hold=hold_reason)
-    return Situation(policy, state, fencing_request, required=True)
+                         failover_hold=hold_reason, flagged=True)
+    return Situation(policy, state, fencing_request, required=True, flagged=True)
 
 
 def needs_pods(sit: Situation) -> bool:
@@ -187,9 +194,17 @@ def needs_pods(sit: Situation) -> bool:
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     sit = assess(request, now, settings)
-    if not sit.unhealthy:
-        return _release(request, sit, settings, now)
-    return _fence(request, sit, settings, now, observed)
+    plan = _fence(request, sit, settings, now, observed) if sit.unhealthy else _release(request, sit, settings, now)
+    return _labelled(request, sit, plan)
+
+
+def _labelled(request: HookRequest, sit: Situation, plan: Plan) -> Plan:
+    """The plan with nodewarden.io/unhealthy set or removed, when that changes: what the policies' counts relate."""
+    has = request.labels.get(names.UNHEALTHY_LABEL) == names.UNHEALTHY_VALUE
+    if sit.flagged == has and (has or names.UNHEALTHY_LABEL not in request.labels):
+        return plan
+    change = {names.UNHEALTHY_LABEL: names.UNHEALTHY_VALUE if sit.flagged else None}
+    return dataclasses.replace(plan, response={**plan.response, "labels": {**plan.response["labels"], **change}})
 
 
 def _status_changes(node_status: dict, desired: dict[str, tuple[str, str, str]], now: dt.datetime) -> dict | None:

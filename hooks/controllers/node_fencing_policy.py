@@ -1,10 +1,14 @@
 """node-fencing-policy: count a NodeFencingPolicy's nodes, hold the storm guard.
 
 CompositeController on NodeFencingPolicy, with no children. Its customize hook
-relates the Nodes the policy selects, so this sync (not every Node's) is the
-one whose payload grows with the nodes; Metacontroller calls it again when one
-of them changes. The counts and the StormGuard condition land in the policy's
-status, where the node-fencing hook reads them (see hooks/fencing/storm.py).
+relates only the Nodes the policy selects that node-fencing labelled
+``nodewarden.io/unhealthy``, so no request grows with the healthy nodes;
+Metacontroller calls it again when one of them changes, is labelled or loses
+the label. The total, and the nodes not Ready before their label came, come
+from a compact list of the selected Nodes read at most once per count interval
+(and before a node falls due). The counts and the StormGuard condition land in
+the policy's status, where the node-fencing hook reads them (see
+hooks/fencing/storm.py).
 """
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.fencing import names, storm
 from hooks.fencing import policy as policies
-from hooks.plan import Action, Plan
+from hooks.kube import nodes as kube_nodes
+from hooks.kube.client import describe_error as kube_error
+from hooks.plan import Action, Plan, backoff
 
 NAME = "node-fencing-policy"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -25,13 +31,19 @@ log = logging.getLogger(__name__)
 
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
-    """The Nodes the policy selects (none while its selector is invalid)."""
+    """The labelled Nodes the policy selects (none while its selector is invalid)."""
     try:
         policy = policies.parse(parent)
     except RequestError:
         return {"relatedResources": []}
     selector = {k: v for k, v in policy.node_selector.items() if v}
+    selector["matchExpressions"] = [*selector.get("matchExpressions", []),
+                                    {"key": names.UNHEALTHY_LABEL, "operator": "Exists"}]
     return {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "labelSelector": selector}]}
+
+
+def _labelled_nodes(request: HookRequest) -> list[dict]:
+    return request.related.of_kind("Node")
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
@@ -48,40 +60,63 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status = {"observedGeneration": generation, "conditions": status["conditions"]}
         return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
 
-    counts = storm.count(policy, request.related.of_kind("Node"), now)
-    if counts.holds:
-        guard = ("True", "TooManyUnhealthy",
-                 f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
-                 f"{counts.allowed} maxUnhealthy ({policy.max_unhealthy}) allows: no new fencing starts")
+    labelled = _labelled_nodes(request)
+    if "countList" in observed:
+        # Stamped to the second as countedAt keeps it, so this call and the next admit alike.
+        listing = storm.listing_of(policy, observed["countList"], labelled, timefmt.parse(stamp))
     else:
-        guard = ("False", "WithinLimit",
-                 f"{counts.unhealthy} of {counts.observed} nodes are unhealthy; at most {counts.allowed} may be")
+        listing = storm.listing_in(policy, now)
+    error = observed.get("countError")
     kept, _ = conditions.set(previous, names.POLICY_VALID, "True", "Valid", "the spec is valid", stamp)
+    status: dict = {"observedGeneration": generation}
+    if listing is None:
+        # Never counted for this spec: nothing is fenced until a count list succeeds.
+        guard = ("True", "NotCounted", f"the policy's nodes could not be counted: {error or 'not listed yet'}")
+    else:
+        counted, guard = _counted(policy, storm.count(policy, labelled, listing, now))
+        status.update(counted)
+    if error:
+        status["countError"] = str(error)[:1000]
     kept, _ = conditions.set(kept, names.STORM_GUARD, *guard, stamp)
+    status["conditions"] = [c for c in kept["conditions"] if c.get("type") in (names.POLICY_VALID, names.STORM_GUARD)]
+
+    holds = guard[0] == "True"
+    actions = [Action("metric.storm-guard", request.name, {"active": holds})]
+    said = []
+    was_holding = conditions.is_true(previous, names.STORM_GUARD)
+    if holds and not was_holding:
+        said.append(events.warning(events.STORM_GUARD_HOLDING, guard[2]))
+    elif not holds and was_holding:
+        said.append(events.normal(events.STORM_GUARD_RELEASED, guard[2]))
+    if error:
+        resync = backoff(settings, 1)
+    else:
+        resync = storm.next_list(policy, labelled, listing, now, count_interval(settings))
+    return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said)
+
+
+def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple[str, str, str]]:
+    """The status fields of a count, and the StormGuard condition (status, reason, message) it makes."""
     status = {
-        "observedGeneration": generation,
-        "countedAt": _counted_at(previous, counts, generation, settings, now),
+        "countedAt": timefmt.fmt(counts.listed_at),
         "observedNodes": counts.observed,
         "unhealthyNodes": counts.unhealthy,
         "fencingNodes": counts.fencing,
         "fencedNodes": counts.fenced,
         "maxUnhealthyNodes": counts.allowed,
-        "conditions": [c for c in kept["conditions"] if c.get("type") in (names.POLICY_VALID, names.STORM_GUARD)],
+        "unlabelledNotReadyNodes": counts.unlabelled_count,
     }
-    if not counts.holds:
-        # The node-fencing hook starts fencing only for a node listed here: proof
-        # that this count already saw it. Bounded by maxUnhealthyNodes.
-        status["unhealthyNodeNames"] = list(counts.unhealthy_names)
-
-    actions = [Action("metric.storm-guard", request.name, {"active": counts.holds})]
-    said = []
-    was_holding = conditions.is_true(previous, names.STORM_GUARD)
-    if counts.holds and not was_holding:
-        said.append(events.warning(events.STORM_GUARD_HOLDING, guard[2]))
-    elif not counts.holds and was_holding:
-        said.append(events.normal(events.STORM_GUARD_RELEASED, guard[2]))
-    # Counted again at least this often, so node-fencing always has a fresh count to trust.
-    return Plan(composite_response(status=status, resync_after=count_interval(settings)), actions, said)
+    if counts.unlabelled is not None:
+        status["unlabelledNotReadyNodeNames"] = list(counts.unlabelled)
+    if counts.holds:
+        return status, ("True", "TooManyUnhealthy",
+                        f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
+                        f"{counts.allowed} maxUnhealthy ({policy.max_unhealthy}) allows: no new fencing starts")
+    # The node-fencing hook starts fencing only for a node listed here: proof
+    # that this count already saw it. Bounded by maxUnhealthyNodes.
+    status["unhealthyNodeNames"] = list(counts.unhealthy_names)
+    return status, ("False", "WithinLimit",
+                    f"{counts.unhealthy} of {counts.observed} nodes are unhealthy; at most {counts.allowed} may be")
 
 
 def count_interval(settings: Settings) -> float:
@@ -94,25 +129,20 @@ def count_interval(settings: Settings) -> float:
     return max(1.0, min(settings.fencing_count_interval_seconds, settings.fencing_count_max_age_seconds / 3))
 
 
-def _counted_at(previous: dict, counts: storm.Counts, generation, settings: Settings, now: dt.datetime) -> str:
-    """Now, unless the same counts were stamped less than half an interval ago.
-
-    Every new stamp is a status write, and a status write is another sync:
-    re-stamping identical counts each time would keep the policy busy for
-    nothing. Keeping the older stamp only makes the count look older.
-    """
-    before = timefmt.parse(previous.get("countedAt"))
-    same = previous.get("observedGeneration") == generation and previous.get("observedNodes") == counts.observed \
-        and previous.get("unhealthyNodes") == counts.unhealthy and previous.get("fencingNodes") == counts.fencing \
-        and previous.get("fencedNodes") == counts.fenced and \
-        (previous.get("unhealthyNodeNames") or []) == list(counts.unhealthy_names)
-    if same and before is not None and 0 <= (now - before).total_seconds() < count_interval(settings) / 2:
-        return previous["countedAt"]
-    return timefmt.fmt(now)
-
-
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
-    return {}  # the related Nodes are all it reads
+    """The count list, when one is due (hooks/fencing/storm.py says when); otherwise nothing."""
+    try:
+        policy = policies.parse(request.parent)
+    except RequestError:
+        return {}
+    listing = storm.listing_in(policy, now)
+    if storm.next_list(policy, _labelled_nodes(request), listing, now, count_interval(ctx.settings)) > 0:
+        return {}
+    try:
+        return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}
+    except Exception as exc:  # noqa: BLE001 - no count: the last one ages out, nothing new is fenced
+        log.warning("cannot count the policy's nodes", extra={"policy": request.name, "error": kube_error(exc)})
+        return {"countError": f"cannot list the selected Nodes: {kube_error(exc)}"}
 
 
 needs_verification = pipeline.never  # it writes its own status and a metric, nothing irreversible

@@ -55,19 +55,33 @@ def parse_spec(obj: dict) -> Spec:
     )
 
 
+def _matches(tol: dict, key: str, value: str, effect: str) -> bool:
+    if tol.get("effect") and tol["effect"] != effect:
+        return False
+    operator = tol.get("operator") or "Equal"
+    if operator == "Exists":
+        return not tol.get("key") or tol["key"] == key
+    return operator == "Equal" and tol.get("key") == key and (tol.get("value") or "") == value
+
+
 def tolerates(tolerations: list[dict], key: str, value: str, effect: str) -> bool:
     """Whether a pod stays despite this taint: a toleration with tolerationSeconds only delays eviction."""
-    for tol in tolerations or []:
-        if tol.get("effect") and tol["effect"] != effect:
-            continue
-        if tol.get("tolerationSeconds") is not None:
-            continue
-        operator = tol.get("operator") or "Equal"
-        if operator == "Exists" and (not tol.get("key") or tol["key"] == key):
-            return True
-        if operator == "Equal" and tol.get("key") == key and (tol.get("value") or "") == value:
-            return True
-    return False
+    return any(_matches(tol, key, value, effect) and tol.get("tolerationSeconds") is None
+               for tol in tolerations or [])
+
+
+def removed_with_the_taint(waiting: list[dict]) -> list[dict]:
+    """Of the pods out-of-service recovery waits for, those kube-controller-manager removes without delay.
+
+    The taint-eviction controller deletes a pod with no toleration for the
+    out-of-service taint at once, and pod GC force-deletes a terminating pod
+    on a NotReady node with that taint on its next pass (every 20 s). A pod
+    whose toleration has tolerationSeconds is left until the taint-eviction
+    controller marks it.
+    """
+    taint = (names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE, names.OUT_OF_SERVICE_EFFECT)
+    return [p for p in waiting
+            if p.get("terminating") or not any(_matches(t, *taint) for t in p.get("tolerations") or [])]
 
 
 def older_active(me: dict, others: list[dict], node_name: str) -> list[str]:

@@ -55,3 +55,22 @@ def matches(selector: Mapping, labels: Mapping[str, str] | None) -> bool:
         if op == "DoesNotExist" and present:
             return False
     return True
+
+
+def to_query(selector: Mapping) -> str:
+    """The selector as the API server's ``labelSelector`` parameter (an empty string selects everything).
+
+    Label keys and values cannot hold the characters this syntax uses (``,=!()``
+    and spaces), so nothing needs quoting; one that does anyway makes the API
+    server refuse the list, which the caller reports.
+    """
+    terms = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "Exists":
+            terms.append(key)
+        elif op == "DoesNotExist":
+            terms.append(f"!{key}")
+        else:
+            terms.append(f"{key} {op.lower()} ({','.join(values)})")
+    return ",".join(terms)

@@ -3,14 +3,40 @@
 A network partition or an API server outage makes healthy nodes look exactly
 like dead ones, many at a time. Fencing them would turn a blip into an outage,
 so no new fencing starts while more than ``maxUnhealthy`` of a policy's nodes
-are unhealthy. The NodeFencingPolicy controller counts (it sees the policy's
-nodes); the node-fencing hook reads the verdict from the policy's status, and
+are unhealthy.
+
+The count never carries the healthy nodes. It rests on two readings:
+
+- **The count list**: the Nodes the policy selects, read from the API
+  server as a Table (hooks/kube/nodes.py: a name and a Ready column per
+  node), at most once per count interval, plus once before an unhealthy node
+  falls due (below). It gives the total, and every node that was not Ready
+  at that moment. Its time is ``countedAt``.
+- **The labelled nodes**: node-fencing labels a node ``nodewarden.io/unhealthy``
+  while it is not Ready or an unhealthy condition of a policy selecting it
+  holds, and the policy controller relates only those nodes (in full), so
+  they are judged by the policy's own rules on every change.
+
+A node counts as unhealthy when the policy's rules say so about the labelled
+node, or when the last count list saw it not Ready before it was labelled
+(node-fencing had not synced it yet): any evidence counts, so the guard may
+hold early, never late.
+
+Fencing may start only for a node the count admits (``unhealthyNodeNames``):
+labelled, unhealthy by the policy's rules, and seen by a count list taken
+after it turned unhealthy and at most ``ADMIT_WITHIN_SECONDS`` before it fell
+due. So a node is fenced on a count that saw the cluster as it was just
+before the node's duration ran out, however slowly the labels followed. The
+policy controller lists again ``LIST_LEAD_SECONDS`` before a node falls due
+for that.
+
+The node-fencing hook reads the verdict from the policy's status, and
 proceeds only when that status was computed for the current spec, already
-counts this node, and was observed recently (``countedAt``, at most
+admits this node, and its count list is recent (``countedAt``, at most
 NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS old and not from the future), so a
 stale, frozen or missing count never lets fencing through: a policy sync
-that stopped (its request too large, its hook failing) holds fencing instead
-of trusting its last answer.
+that stopped (its hook failing, its list refused) holds fencing instead of
+trusting its last answer.
 """
 from __future__ import annotations
 
@@ -19,6 +45,7 @@ from dataclasses import dataclass
 
 from hooks import conditions, timefmt
 from hooks.fencing import health, names
+from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
 
 ALLOWED = "allowed"
@@ -26,45 +53,134 @@ HOLD = "hold"
 PENDING = "pending"
 # How far ahead of this clock a count's countedAt may be (clocks of two hook replicas).
 MAX_SKEW_SECONDS = 10.0
+# A node is admitted only on a count list taken at most this long before it falls due.
+ADMIT_WITHIN_SECONDS = 10.0
+# The policy lists this long before a node falls due, so the count is written before it is needed.
+LIST_LEAD_SECONDS = 5.0
+# Lists taken for nodes falling due are at least this far apart (a storm brings many at once).
+MIN_LIST_GAP_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The last count list: when it was taken, the nodes it found, and the ones not Ready and not labelled."""
+
+    at: dt.datetime
+    total: int
+    unlabelled: tuple[str, ...] | None  # their names; None when there were more than the policy allows
+    unlabelled_count: int
+
+
+def listing_of(policy: Policy, found: dict, labelled: list[dict], at: dt.datetime) -> Listing:
+    """A Listing from a count list (hooks/kube/nodes.py) taken at ``at``, beside the nodes labelled then."""
+    total = found["total"]
+    seen = {n["metadata"]["name"] for n in labelled}
+    unlabelled = tuple(sorted(set(found["notReady"]) - seen))
+    keep = len(unlabelled) <= policy.allowed_unhealthy(total)  # beyond that the guard holds anyway
+    return Listing(at, total, unlabelled if keep else None, len(unlabelled))
+
+
+def listing_in(policy: Policy, now: dt.datetime) -> Listing | None:
+    """The Listing the policy's status records, if it was made for this spec and reads cleanly."""
+    status = policy.status or {}
+    at = timefmt.parse(status.get("countedAt"))
+    total = status.get("observedNodes")
+    count = status.get("unlabelledNotReadyNodes", 0)
+    listed = status.get("unlabelledNotReadyNodeNames")
+    if at is None or status.get("observedGeneration") != policy.generation or \
+            (at - now).total_seconds() > MAX_SKEW_SECONDS:
+        return None
+    if not _whole(total) or not _whole(count):
+        return None
+    if listed is not None and not (isinstance(listed, list) and all(isinstance(n, str) for n in listed)):
+        return None
+    return Listing(at, total, tuple(listed) if listed is not None else None, count)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)
 class Counts:
+    listed_at: dt.datetime  # the count list's time: countedAt
     observed: int
     unhealthy: int
     fencing: int
     fenced: int
     allowed: int
-    unhealthy_names: tuple[str, ...]
+    unhealthy_names: tuple[str, ...]  # the admitted ones: unhealthy, labelled, seen by a recent enough list
+    unlabelled: tuple[str, ...] | None
+    unlabelled_count: int
 
     @property
     def holds(self) -> bool:
         return self.unhealthy > self.allowed
 
 
-def count(policy: Policy, nodes: list[dict], now: dt.datetime) -> Counts:
-    """Count the policy's nodes by health (nodes: the Node objects it selects)."""
-    selected = [n for n in nodes if policy.selects(n["metadata"].get("labels") or {})]
-    unhealthy, fencing, fenced = [], 0, 0
+def _judged(policy: Policy, labelled: list[dict], now: dt.datetime) -> tuple[list[dict], dict[str, Health]]:
+    """The labelled nodes the policy selects, and the unhealthy ones among them by its rules."""
+    selected = [n for n in labelled if policy.selects(n["metadata"].get("labels") or {})]
+    unhealthy = {}
+    for node in selected:
+        state = health.assess(node.get("status") or {}, policy.rules, now)
+        if state.unhealthy:
+            unhealthy[node["metadata"]["name"]] = state
+    return selected, unhealthy
+
+
+def admits(listed_at: dt.datetime, state: Health) -> bool:
+    """Whether a count list taken at ``listed_at`` saw the cluster late enough to fence this node on."""
+    return listed_at >= max(state.since, state.due_at - dt.timedelta(seconds=ADMIT_WITHIN_SECONDS))
+
+
+def count(policy: Policy, labelled: list[dict], listing: Listing, now: dt.datetime) -> Counts:
+    """Count the policy's nodes (labelled: the labelled Nodes, in full) by health."""
+    selected, unhealthy = _judged(policy, labelled, now)
+    seen = {n["metadata"]["name"] for n in selected}
+    if listing.unlabelled is not None:
+        # Labelled since the list: judged by the rules above instead.
+        unlabelled = tuple(n for n in listing.unlabelled if n not in seen)
+        lagging = len(unlabelled)
+    else:
+        unlabelled, lagging = None, listing.unlabelled_count  # may count some twice: only ever too many
+    fencing = fenced = 0
     for node in selected:
         status = node.get("status") or {}
-        if health.assess(status, policy.rules, now).unhealthy:
-            unhealthy.append(node["metadata"]["name"])
-        for ctype, bucket in ((names.REQUIRED, "fencing"), (names.COMPLETE, "fenced")):
-            cond = conditions.find(status, ctype)
-            if cond and cond.get("status") == "True":
-                if bucket == "fencing":
-                    fencing += 1
-                else:
-                    fenced += 1
+        fencing += conditions.is_true(status, names.REQUIRED)
+        fenced += conditions.is_true(status, names.COMPLETE)
     return Counts(
-        observed=len(selected),
-        unhealthy=len(unhealthy),
+        listed_at=listing.at,
+        observed=listing.total,
+        unhealthy=len(unhealthy) + lagging,
         fencing=fencing,
         fenced=fenced,
-        allowed=policy.allowed_unhealthy(len(selected)),
-        unhealthy_names=tuple(sorted(unhealthy)),
+        allowed=policy.allowed_unhealthy(listing.total),
+        unhealthy_names=tuple(sorted(n for n, state in unhealthy.items() if admits(listing.at, state))),
+        unlabelled=unlabelled,
+        unlabelled_count=lagging,
     )
+
+
+def next_list(policy: Policy, labelled: list[dict], listing: Listing | None, now: dt.datetime,
+              interval: float) -> float:
+    """Seconds until the policy should list its nodes again; 0 means now.
+
+    Every ``interval`` (so ``countedAt`` never ages out while the controller
+    runs), and ``LIST_LEAD_SECONDS`` before an unhealthy node the last list
+    does not admit falls due, but not sooner than ``MIN_LIST_GAP_SECONDS``
+    after the last list.
+    """
+    if listing is None:
+        return 0.0
+    due = listing.at + dt.timedelta(seconds=interval)
+    gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
+    _, unhealthy = _judged(policy, labelled, now)
+    for state in unhealthy.values():
+        if not admits(listing.at, state):
+            wanted = max(state.since, state.due_at - dt.timedelta(seconds=LIST_LEAD_SECONDS), gap)
+            due = min(due, wanted)
+    return max(0.0, (due - now).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -94,3 +210,21 @@ def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) ->
     if not isinstance(names_counted, list) or node_name not in names_counted:
         return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted this node as unhealthy yet")
     return Verdict(ALLOWED, "")
+
+
+def flagged(policies: list[Policy], node_labels: dict, node_status: dict, now: dt.datetime) -> bool:
+    """Whether the node should carry ``nodewarden.io/unhealthy``: some policy selects it, and it is not
+    Ready or an unhealthy condition of one of those policies holds (however recently).
+
+    Per-policy rules differ, so the label says "some policy may count this
+    node"; each policy then judges the labelled node by its own rules. Not
+    Ready alone labels it too, so that a node the count list saw not Ready is
+    labelled and judged exactly, instead of counted on the list's word until
+    the next list.
+    """
+    selecting = [p for p in policies if p.selects(node_labels)]
+    if not selecting:
+        return False
+    if not health.is_ready(node_status):
+        return True
+    return any(health.assess(node_status, p.rules, now).unhealthy for p in selecting)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import httpx2 as httpx
 from lightkube import Client
@@ -11,6 +11,8 @@ from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.types import PatchType
 
 FIELD_MANAGER = "nodewarden"
+# What `kubectl get` asks for: the server-side printed columns instead of the objects.
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 
 class KubeUnavailable(RuntimeError):
@@ -86,6 +88,37 @@ class Kube:
         except httpx.TransportError as exc:
             raise KubeUnavailable(f"Kubernetes API unreachable: {exc}") from exc
         generic.raise_for_status(response)
+
+    def table(self, res, labels: str = "", page_size: int = 500) -> Iterator[dict]:
+        """The rows of a list as the API server prints it (``kubectl get``), a page at a time.
+
+        A Table without the objects (``includeObject=None``) carries a few
+        short cells per object instead of the object: for Nodes about 150
+        bytes each, where the full Node is 13 KB and its metadata alone 2 KB.
+        Each row comes back as ``{column name: cell}``. lightkube has no
+        Table support, so the request is built here, as in
+        ``delete_with_options``.
+        """
+        generic = self.client._client
+        params = {"labelSelector": labels or None, "limit": page_size, "includeObject": "None"}
+        while True:
+            request = generic.prepare_request("list", res=res, params=params, headers={"Accept": TABLE})
+            try:
+                response = generic.send(generic.build_adapter_request(request))
+            except httpx.TransportError as exc:
+                raise KubeUnavailable(f"Kubernetes API unreachable: {exc}") from exc
+            generic.raise_for_status(response)
+            page = response.json()
+            if not isinstance(page, dict) or page.get("kind") != "Table":
+                raise ValueError(f"asked for a Table, the API server answered {type(page).__name__} "
+                                 f"{page.get('kind') if isinstance(page, dict) else ''}".rstrip())
+            columns = [c.get("name") for c in page.get("columnDefinitions") or []]
+            for row in page.get("rows") or []:
+                yield dict(zip(columns, row.get("cells") or []))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            params = {**params, "continue": token}
 
     def create(self, obj, name: str | None = None, namespace: str | None = None):
         return self.call("create", obj, name, namespace=namespace)
