@@ -24,7 +24,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
-# The control-plane binaries (etcd, kube-*, kubectl, kustomize, metacontroller)
+# The control-plane binaries (etcd, kube-*, kubectl, kustomize, kwok, metacontroller)
 # are built from the Go module proxy by hack/controlplane/controlplane.mk.
 -include hack/controlplane/controlplane.mk
 

@@ -3,13 +3,14 @@
 
 Starts its own devcluster (etcd, kube-apiserver, kube-controller-manager with
 node lifecycle, taint eviction, pod GC and attach/detach, kube-scheduler,
-Metacontroller, moto, the hook server) and three healthy Nodes whose Leases a
-heartbeat thread renews. Each trial (devcluster/failover.py) puts a
-StatefulSet pod with a ReadWriteOnce volume (CSI PV, attached
-VolumeAttachment) and a Deployment pod on a fresh Node backed by a moto
-instance, then turns the Node's Ready condition Unknown and stops its Lease.
-The time is taken from that transition to the StatefulSet's replacement pod
-being bound to another Node by the scheduler.
+Metacontroller, kwok, moto, the hook server) and three healthy Nodes that kwok
+keeps Ready. Each trial (devcluster/failover.py) puts a StatefulSet pod with
+a ReadWriteOnce volume (CSI PV, attached VolumeAttachment) and a Deployment
+pod on a fresh Node backed by a moto instance, then takes the Node out of
+kwok's selector: its Lease stops, and the node lifecycle controller turns its
+Ready condition Unknown after its grace period. The time is taken from that
+transition to the StatefulSet's replacement pod being bound to another Node by
+the scheduler.
 
 - fenced trials (a NodeFencingPolicy with a 30 s duration selects the Node)
   run one after another, each failed after a random 0–20 s pause so that
@@ -40,7 +41,6 @@ sys.path.insert(0, str(REPO))
 
 from devcluster import Cluster, Layout, failover, fleet  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
-from devcluster.heartbeats import Heartbeats  # noqa: E402
 from measure import percentile, write_json  # noqa: E402
 from devcluster.cluster import configure_logging  # noqa: E402
 
@@ -80,15 +80,14 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
     with Cluster(layout, port_mode="dynamic") as cluster:
         api = AdminApi(cluster.kubeconfig)
         aws = fleet.Aws(cluster.aws_env())
-        beats = Heartbeats(api).start()
         healthy = []
         for instance_id in fleet.launch_instances(aws, HEALTHY):
             name = f"healthy-{instance_id[-6:]}"
-            failover.create_node(api, beats, name, instance_id)
+            failover.create_node(api, name, instance_id)
             healthy.append(name)
         namespace = _namespace(api)
 
-        baseline = [failover.Trial(api, aws, beats, namespace, healthy, fenced=False, zone=f"bench-zone-{i}")
+        baseline = [failover.Trial(api, aws, namespace, healthy, fenced=False, zone=f"bench-zone-{i}")
                     for i in range(baseline_trials)]
         watch = None
         if baseline:
@@ -100,7 +99,7 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
 
         fenced = []
         for number in range(1, trials + 1):
-            trial = failover.Trial(api, aws, beats, namespace, healthy, fenced=True, duration=duration)
+            trial = failover.Trial(api, aws, namespace, healthy, fenced=True, duration=duration)
             # Uniform over pod GC's 20 s period, so its phase is sampled, not fixed.
             failover.run_trials(api, healthy, [trial], timeout=180, delay=random.uniform(0, jitter))
             fenced.append(trial)
@@ -128,7 +127,6 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
         }
         for trial in baseline:
             trial.cleanup()
-        beats.stop()
         return results
 
 

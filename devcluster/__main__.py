@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 
+from . import kwok
 from .cluster import Cluster, configure_logging
 from .layout import Layout
 
@@ -120,6 +121,7 @@ devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(clus
   moto (AWS)   {cluster.moto_endpoint}
   hook server  {cluster.hooks_url}
   {cluster.metacontroller.describe()}
+  kwok {cluster.kwok.release} keeps the Nodes labelled {kwok.SELECTOR} alive (docs/local-stack.md)
   `source {env}` sets KUBECONFIG, AWS_* and PATH (kubectl, kustomize) for this shell.
 """, flush=True)
     if with_demo:

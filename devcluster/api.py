@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import requests
 import yaml
@@ -81,6 +81,19 @@ class AdminApi:
     def delete(self, path: str, body: dict | None = None, missing_ok: bool = True) -> None:
         ok = (200, 202, 404) if missing_ok else (200, 202)
         self.request("DELETE", path, body=body, ok=ok)
+
+    def watch(self, path: str, *, params=None, seconds: int = 5) -> Iterator[dict]:
+        """The events of a watch of the collection at ``path`` (``params``: labelSelector,
+        fieldSelector, resourceVersion), until the API server ends it after ``seconds``."""
+        response = self.session.get(self.server + path, params={**(params or {}), "watch": "1",
+                                                                "timeoutSeconds": str(seconds)},
+                                    stream=True, timeout=seconds + 10, verify=self._verify, cert=self._cert)
+        with response:
+            if response.status_code != 200:
+                raise ApiError(response)
+            for line in response.iter_lines():
+                if line:
+                    yield json.loads(line)
 
 
 def wait_for(check: Callable[[], object], what: str, timeout: float = 30.0, interval: float = 0.05):

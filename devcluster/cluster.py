@@ -1,6 +1,6 @@
 """A local control plane: etcd, the Kubernetes control plane, Metacontroller,
-moto, the hook server and the kubelet stand-in, started in order, each waited
-for, all stopped on exit.
+kwok, moto, the hook server and the kubelet stand-in, started in order, each
+waited for, all stopped on exit.
 
     with Cluster(Layout(workdir=...)) as cluster:
         cluster.kubectl("get", "nodes")
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from . import components, kubeconfig, manifests, pki
+from . import components, kubeconfig, kwok, manifests, pki
 from . import metacontroller as mc
 from .api import AdminApi
 from .components import Ports
@@ -117,6 +117,7 @@ class Cluster:
             )
         self.metacontroller = mc.read(self.layout.bin_dir)
         log.info("%s", self.metacontroller.describe())
+        self.kwok = kwok.read(self.layout.bin_dir)
         self._fresh_workdir()
         self.ports = self._allocate_ports()
         self._pki = pki.generate(self.layout.pki_dir)
@@ -133,6 +134,7 @@ class Cluster:
         # After the CRDs: kube-controller-manager's garbage collector looks for
         # new resource types only every 30 s, and Attachments are owned by Nodes.
         self._step("controllers", self._start_kcm_and_scheduler)
+        self._step("kwok", self._start_kwok)
         self._step("hook server", self._start_hooks)
         self._step("kubelet stand-in", self._start_kubelet_standin)
         self._step("health", self._wait_all_healthy)
@@ -203,6 +205,14 @@ class Cluster:
         self._start("kube-controller-manager",
                     components.kube_controller_manager(self.layout, self.ports, self._pki))
         self._start("kube-scheduler", components.kube_scheduler(self.layout, self.ports))
+
+    def _start_kwok(self) -> None:
+        source = manifests.module_source_dir(self.layout, self.kwok.source, self.kwok.module,
+                                             self.layout.record("kwok"))
+        # kwok also reads ~/.kwok/kwok.yaml when it exists; its work dir is ours instead.
+        env = {**os.environ, "KWOK_WORKDIR": str(self.layout.workdir / "kwok")}
+        child = self._start("kwok", components.kwok(self.layout, self.ports, kwok.stage_files(source)), env=env)
+        wait_until(http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", timeout=60, watch=[child])
 
     def _start_moto(self) -> None:
         child = self._start("moto", components.moto(self.ports))
@@ -289,6 +299,7 @@ class Cluster:
         state = {
             "launcher_pid": os.getpid(),
             "metacontroller": self.metacontroller.release,
+            "kwok": self.kwok.release,
             "ports": asdict(self.ports),
             "kubeconfig": str(self.kubeconfig),
             "moto": self.moto_endpoint,

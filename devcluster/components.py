@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from . import kwok as kwok_nodes
 from .layout import Layout
 from .metacontroller import Build
 from .pki import Pki
@@ -43,13 +45,15 @@ class Ports:
     hooks: int
     # Metacontroller v4's /healthz and /readyz (v1.5.20 has none).
     metacontroller_health: int
+    # kwok's server: /healthz once its controllers run.
+    kwok: int
 
     # `make up` prefers these, so a user's AWS_ENDPOINT_URL or bookmarks keep working.
     PREFERRED = {
         "etcd_client": 2379, "etcd_peer": 2380, "apiserver": 6443,
         "controller_manager": 10257, "scheduler": 10259,
         "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080,
-        "metacontroller_health": 8081,
+        "metacontroller_health": 8081, "kwok": 10247,
     }
 
 
@@ -113,6 +117,10 @@ def _kube_component(layout: Layout, binary: str, port: int) -> list[str]:
 def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
     return _kube_component(layout, "kube-controller-manager", ports.controller_manager) + [
         f"--controllers={','.join(KCM_CONTROLLERS)}",
+        # How long a Node's Lease may go unrenewed before it turns Unknown
+        # (devcluster/kwok.py renews them; the default is 50 s).
+        f"--node-monitor-grace-period={kwok_nodes.NODE_MONITOR_GRACE_SECONDS}s",
+        f"--node-monitor-period={kwok_nodes.NODE_MONITOR_PERIOD_SECONDS}s",
         f"--service-account-private-key-file={pki.sa_key}",
         f"--root-ca-file={pki.ca_cert}",
     ]
@@ -152,6 +160,21 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
         *common,
         # 4: Metacontroller's calls to the API server, as --v=4 in v1.
         "--zap-log-level=4",
+    ]
+
+
+def kwok(layout: Layout, ports: Ports, stages: list[Path]) -> list[str]:
+    """kwok keeps the Nodes labelled kwok.x-k8s.io/node=fake alive (devcluster/kwok.py)."""
+    return [
+        str(layout.binary("kwok")),
+        f"--kubeconfig={layout.kubeconfig}",
+        f"--manage-nodes-with-label-selector={kwok_nodes.SELECTOR}",
+        f"--node-lease-duration-seconds={kwok_nodes.LEASE_SECONDS}",
+        f"--cidr={kwok_nodes.POD_CIDR}",
+        f"--node-ip={kwok_nodes.NODE_IP}",
+        # Its /healthz; with no address kwok serves nothing.
+        f"--server-address=127.0.0.1:{ports.kwok}",
+        *(f"--config={path}" for path in stages),
     ]
 
 

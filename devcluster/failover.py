@@ -2,32 +2,31 @@
 
 A StatefulSet pod with a ReadWriteOnce volume (a CSI PersistentVolume and the
 VolumeAttachment an external attacher would have made) and a Deployment pod
-run on a node backed by a moto instance. The node dies: its Ready condition
-turns Unknown and its Lease stops being renewed, exactly what the node
-lifecycle controller sees when a kubelet goes silent. Then we time how long
-the StatefulSet's replacement takes to be bound to a healthy node by the real
-scheduler, with a NodeFencingPolicy selecting the node (nodewarden fences it)
-or without one (the baseline: Kubernetes alone).
+run on a node backed by a moto instance. The node dies: it leaves kwok's
+selector, so its Lease stops being renewed, exactly what the node lifecycle
+controller sees when a kubelet goes silent, and after its grace period the
+node lifecycle controller turns Ready Unknown. From that transition we time
+how long the StatefulSet's replacement takes to be bound to a healthy node by
+the real scheduler, with a NodeFencingPolicy selecting the node (nodewarden
+fences it) or without one (the baseline: Kubernetes alone).
 
-There is no kubelet: Nodes are API objects whose Leases a heartbeat thread
-renews (devcluster/heartbeats.py), so the node lifecycle controller keeps the
-healthy ones Ready.
+There is no kubelet: Nodes are API objects that kwok keeps alive
+(devcluster/kwok.py), Ready with their Leases renewed and their pods Running.
 The e2e test (tests/e2e/test_fencing.py) and the benchmark
 (bench/fencing_failover.py) both drive this module.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import fleet
+from . import fleet, kwok
 from .api import AdminApi, ApiError, wait_for
-from .heartbeats import Heartbeats, now_stamp
 from .kubelet import ADC_ANNOTATION
 
-STRATEGIC = "application/strategic-merge-patch+json"
 POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
 REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/fencingrequests"
 VOLUME_ATTACHMENTS = "/apis/storage.k8s.io/v1/volumeattachments"
@@ -40,33 +39,28 @@ POOL = "fencing"
 PAUSE = "registry.k8s.io/pause:3.10"
 
 
-def create_node(api: AdminApi, heartbeats: Heartbeats, name: str, instance_id: str, *,
+def create_node(api: AdminApi, name: str, instance_id: str, *,
                 labels: dict | None = None, unschedulable: bool = False) -> dict:
-    """A Node as a kubelet would register it: Ready, with capacity and a renewed Lease."""
+    """A Node as a kubelet would register it; returned once kwok has made it Ready."""
     manifest = fleet.node_manifest(name, instance_id, {POOL_LABEL: POOL, **(labels or {})})
     manifest["metadata"]["annotations"] = {ADC_ANNOTATION: "true"}
     if unschedulable:
         manifest["spec"]["unschedulable"] = True
-    node = api.create("/api/v1/nodes", manifest)
-    heartbeats.add(name, node["metadata"]["uid"])
-    resources = {"cpu": "4", "memory": "8Gi", "pods": "110"}
-    api.patch(f"/api/v1/nodes/{name}/status", {"status": {
-        "capacity": resources, "allocatable": resources,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status", "lastHeartbeatTime": now_stamp(),
-                        "lastTransitionTime": now_stamp()}],
-    }}, content_type=STRATEGIC)
-    return node
+    api.create("/api/v1/nodes", manifest)
+    return kwok.wait_ready(api, name)
 
 
-def set_ready(api: AdminApi, name: str, status: str) -> str:
-    """Set the node's Ready condition (the other conditions stay); returns the transition time."""
-    stamp = now_stamp()
-    reason = {"True": "KubeletReady", "Unknown": "NodeStatusUnknown", "False": "KubeletNotReady"}[status]
-    api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
-        {"type": "Ready", "status": status, "reason": reason, "message": "Kubelet stopped posting node status.",
-         "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}, content_type=STRATEGIC)
-    return stamp
+def kill(api: AdminApi, names: list[str]) -> dict[str, float]:
+    """The nodes die together (out of kwok's selector); returns when the node
+    lifecycle controller turned each one's Ready Unknown (epoch seconds, whole:
+    the condition's lastTransitionTime, which the fencing durations run from too)."""
+    for name in names:
+        kwok.release(api, name)
+    return {name: epoch(kwok.wait_unknown(api, name)["lastTransitionTime"]) for name in names}
+
+
+def epoch(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def cordon(api: AdminApi, name: str, unschedulable: bool) -> None:
@@ -204,7 +198,6 @@ class Trial:
 
     api: AdminApi
     aws: fleet.Aws
-    heartbeats: Heartbeats
     namespace: str
     healthy: list[str]
     fenced: bool  # a NodeFencingPolicy selects the node
@@ -230,7 +223,7 @@ class Trial:
         labels = {SCENARIO_LABEL: self.name}
         if self.zone:
             labels["topology.kubernetes.io/zone"] = self.zone
-        create_node(self.api, self.heartbeats, self.node, self.instance_id, labels=labels, unschedulable=True)
+        create_node(self.api, self.node, self.instance_id, labels=labels, unschedulable=True)
 
     def place(self) -> None:
         """Workloads on this node only, and the attached volume."""
@@ -240,14 +233,6 @@ class Trial:
         self.workloads.wait_placed()
         self.workloads.attach_volume()
         cordon(self.api, self.node, True)
-
-    def fail(self) -> None:
-        """Ready turns Unknown on a whole second, so the condition's lastTransitionTime
-        (second precision) and the clock the timings start from agree."""
-        self.heartbeats.silence(self.node)
-        time.sleep(1 - (time.time() % 1))
-        self.failed_at = float(int(time.time()))
-        set_ready(self.api, self.node, "Unknown")
 
     def instance_state(self) -> str:
         reservations = self.aws.ec2.describe_instances(InstanceIds=[self.instance_id])["Reservations"]
@@ -282,7 +267,6 @@ class Trial:
         return self.api.get_or_none(f"{REQUESTS}/fence-{self.node}")
 
     def cleanup(self) -> None:
-        self.heartbeats.silence(self.node)
         if self.workloads:
             self.workloads.cleanup()
         if self.fenced:
@@ -292,11 +276,12 @@ class Trial:
 
 def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeout: float,
                stop_when=None, poll: float = 0.25, delay: float = 0.0) -> None:
-    """Prepare every trial with the healthy nodes cordoned, fail them all at once, then watch.
+    """Prepare every trial with the healthy nodes cordoned, kill their nodes at once, then watch.
 
-    Watching ends at ``timeout`` seconds after the failure, or earlier once
-    ``stop_when(trials)`` holds (by default: every StatefulSet pod moved).
-    ``delay`` seconds pass between the placement and the failure.
+    Each trial's clock (``failed_at``) starts when its node turned Unknown.
+    Watching ends at ``timeout`` seconds after the last of those, or earlier
+    once ``stop_when(trials)`` holds (by default: every StatefulSet pod moved).
+    ``delay`` seconds pass between the placement and the kill.
     """
     stop_when = stop_when or (lambda ts: all("statefulset_bound_elsewhere" in t.timings for t in ts))
     for node in healthy:
@@ -312,9 +297,10 @@ def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeou
     # A delay before the failure samples kube-controller-manager's periodic loops
     # (pod GC runs every 20 s) at a random phase instead of the same one each trial.
     time.sleep(delay)
+    failed = kill(api, [t.node for t in trials])
     for trial in trials:
-        trial.fail()
-    deadline = time.time() + timeout
+        trial.failed_at = failed[trial.node]
+    deadline = max(failed.values()) + timeout
     while time.time() < deadline and not stop_when(trials):
         for trial in trials:
             trial.observe()

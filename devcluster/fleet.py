@@ -12,6 +12,8 @@ from typing import Mapping
 import boto3
 from botocore.config import Config
 
+from . import kwok
+
 REGION = "us-east-1"
 ZONE = "us-east-1a"
 NODE_PORT = 30080
@@ -91,8 +93,10 @@ def elb_instances(aws: Aws, classic_elb: str) -> set[str]:
     return {i["InstanceId"] for i in described["LoadBalancerDescriptions"][0].get("Instances", [])}
 
 
-def node_manifest(name: str, instance_id: str, labels: Mapping[str, str] | None = None) -> dict:
-    """A Node as a kubelet would register it, minus the kubelet: no status heartbeats."""
+def node_manifest(name: str, instance_id: str, labels: Mapping[str, str] | None = None, *,
+                  alive: bool = True) -> dict:
+    """A Node as a kubelet would register it. ``alive``: with kwok's label, so kwok
+    keeps it Ready (devcluster/kwok.py); without, a Node no kubelet ever posted for."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -102,6 +106,7 @@ def node_manifest(name: str, instance_id: str, labels: Mapping[str, str] | None 
                 "kubernetes.io/hostname": name,
                 "topology.kubernetes.io/region": REGION,
                 "topology.kubernetes.io/zone": ZONE,
+                **(kwok.labels() if alive else {}),
                 **(labels or {}),
             },
         },

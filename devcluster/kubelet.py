@@ -2,12 +2,13 @@
 
 On AWS, an instance a Machine launches boots, its user data starts a kubelet
 with the flags the Machine rendered into it, and the kubelet registers a Node
-and keeps it alive. moto's instances never boot, so this module replaces the
-kubelet, and only the kubelet: its registration and its heartbeats. Everything
-else is the real control plane: kube-apiserver stores the Node, the node
-lifecycle controller in kube-controller-manager judges its health from its
-Lease, the scheduler places pods on it, Metacontroller and the hooks (Machines
-and NodePools included) act on it. No pod ever runs on such a Node.
+and keeps it alive. moto's instances never boot, so this module does the
+kubelet's registration and hands the Node to kwok (devcluster/kwok.py), which
+does the rest of a kubelet's part: the Lease, the conditions, the pods' phases.
+Everything else is the real control plane: kube-apiserver stores the Node, the
+node lifecycle controller in kube-controller-manager judges its health from
+its Lease, the scheduler places pods on it, Metacontroller and the hooks
+(Machines and NodePools included) act on it.
 
 Every ``poll`` seconds (0.5) one pass, :meth:`KubeletStandin.poll_once`:
 
@@ -16,13 +17,13 @@ Every ``poll`` seconds (0.5) one pass, :meth:`KubeletStandin.poll_once`:
   instances, such as the demo's own fleet, are left alone;
 - an instance running for ``boot_delay`` seconds (1 by default) has "booted":
   its user data is read as a bootstrap script would read it
-  (DescribeInstanceAttribute userData, base64; gzip is unpacked) and its Node
-  is registered, then heartbeated;
+  (DescribeInstanceAttribute userData, base64; gzip is unpacked), its Node
+  is registered, and then given kwok's label, so kwok keeps it alive;
 - an instance no longer running (stopping, stopped, shutting-down,
-  terminated, or gone from EC2) has a dead kubelet: its Node's Lease is no
-  longer renewed, so the node lifecycle controller turns it Unknown. The Node
-  is never deleted here (the Machine controller does that) and never
-  registered again, not even if the instance runs again.
+  terminated, or gone from EC2) has a dead kubelet: its Node loses kwok's
+  label, its Lease is no longer renewed, so the node lifecycle controller
+  turns it Unknown. The Node is never deleted here (the Machine controller
+  does that) and never registered again, not even if the instance runs again.
 
 What it reads from the user data, anywhere in it, including inside a quoted
 ``--kubelet-extra-args '...'`` as the Machines' default template writes it:
@@ -44,16 +45,17 @@ the parsed labels plus ``kubernetes.io/hostname``, ``kubernetes.io/os``,
 ``node.kubernetes.io/instance-type`` and ``topology.kubernetes.io/region`` and
 ``zone``; ``spec.providerID`` ``aws:///<zone>/<instance-id>``; the parsed
 taints; capacity and allocatable from DescribeInstanceTypes (vCPUs, memory,
-110 pods, 20Gi of ephemeral storage); Ready=True and no pressure.
+110 pods, 20Gi of ephemeral storage), the instance's addresses, its
+architecture. The conditions (Ready=True, no pressure) are kwok's to post.
 
 Restarts are safe: a Node of that name with the same providerID is adopted
-(heartbeats resume, its Ready status is posted again, its labels and taints
-are left as whoever changed them last left them). A Node of that name with
-another providerID is not touched; that is logged, and tried again each pass.
+(its status is posted again and kwok's label put back; its other labels and
+its taints are left as whoever changed them last left them). A Node of that
+name with another providerID is not touched; that is logged, and tried again
+each pass.
 
-It does not run or stop pods, post pod status, report images, volumes or
-resource pressure, refresh its status after registration (the Lease is the
-heartbeat), or apply the NodeRestriction limits on ``--node-labels``.
+It does not report images, volumes or resource pressure, or apply the
+NodeRestriction limits on ``--node-labels``.
 
 Cluster starts one per local stack (`make up` and the e2e tests); it logs to
 ``<workdir>/logs/kubelet-standin.log`` beside the other components' logs.
@@ -76,9 +78,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from hooks.machines import names
 
-from . import fleet
+from . import fleet, kwok
 from .api import STRATEGIC, AdminApi, ApiError
-from .heartbeats import Heartbeats, now_stamp
 from .procs import ProcessFailed
 
 NODES = "/api/v1/nodes"
@@ -245,16 +246,10 @@ def provider_id(instance: dict) -> str:
     return f"aws:///{instance['Placement']['AvailabilityZone']}/{instance['InstanceId']}"
 
 
-def node_status(instance: dict, itype: InstanceType, now: str | None = None) -> dict:
-    """What a kubelet posts at registration: capacity, Ready, addresses."""
-    now = now or now_stamp()
+def node_status(instance: dict, itype: InstanceType) -> dict:
+    """What a kubelet posts at registration, but for the conditions (kwok's): capacity, addresses."""
     resources = {"cpu": str(itype.vcpus), "memory": f"{itype.memory_mib * 1024}Ki",
                  "pods": MAX_PODS, "ephemeral-storage": EPHEMERAL_STORAGE}
-
-    def condition(ctype: str, status: str, reason: str, message: str) -> dict:
-        return {"type": ctype, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}
-
     addresses = [{"type": "InternalIP", "address": instance["PrivateIpAddress"]}] \
         if instance.get("PrivateIpAddress") else []
     addresses.append({"type": "Hostname", "address": node_name(instance)})
@@ -263,20 +258,14 @@ def node_status(instance: dict, itype: InstanceType, now: str | None = None) -> 
     return {
         "capacity": resources,
         "allocatable": dict(resources),
-        "conditions": [
-            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-        ],
         "addresses": addresses,
         "nodeInfo": {"architecture": itype.arch, "operatingSystem": "linux"},
     }
 
 
-def node_manifest(instance: dict, flags: KubeletFlags, itype: InstanceType, region: str,
-                  now: str | None = None) -> dict:
-    """The Node a kubelet on ``instance`` (a DescribeInstances entry) registers."""
+def node_manifest(instance: dict, flags: KubeletFlags, itype: InstanceType, region: str) -> dict:
+    """The Node a kubelet on ``instance`` (a DescribeInstances entry) registers; kwok's
+    label comes once its status is posted."""
     name = node_name(instance)
     zone = instance["Placement"]["AvailabilityZone"]
     labels = {
@@ -296,7 +285,7 @@ def node_manifest(instance: dict, flags: KubeletFlags, itype: InstanceType, regi
         "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": {ADC_ANNOTATION: "true"}},
         "spec": spec,
-        "status": node_status(instance, itype, now),
+        "status": node_status(instance, itype),
     }
 
 
@@ -307,7 +296,7 @@ def _tags(instance: dict) -> dict[str, str]:
 # -- the stand-in --------------------------------------------------------------------
 
 class KubeletStandin:
-    """A kubelet for every instance a Machine launched: a polling thread and its heartbeats.
+    """A kubelet's registration for every instance a Machine launched: a polling thread.
 
         standin = KubeletStandin(api, fleet.Aws(env), "devcluster", log_path=...).start()
         ...
@@ -315,16 +304,15 @@ class KubeletStandin:
     """
 
     def __init__(self, api: AdminApi, aws: fleet.Aws, cluster_name: str, *, boot_delay: float = 1.0,
-                 poll: float = 0.5, heartbeat_period: float = 5.0, log_path: Path | None = None,
+                 poll: float = 0.5, log_path: Path | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.api, self.aws, self.cluster_name = api, aws, cluster_name
         self.region = aws.ec2.meta.region_name
         self.boot_delay, self.poll = boot_delay, poll
-        self.heartbeats = Heartbeats(api, heartbeat_period)
         self.clock = clock
         # Read by other threads (tests), written by the poll only.
-        self.nodes: dict[str, str] = {}  # instance id -> node name, heartbeating
-        self.dead: dict[str, str] = {}  # instance id -> node name, heartbeats stopped for good
+        self.nodes: dict[str, str] = {}  # instance id -> node name, kwok's
+        self.dead: dict[str, str] = {}  # instance id -> node name, out of kwok's hands for good
         self.skipped: dict[str, str] = {}  # instance id -> why it is never registered
         self._booting: dict[str, float] = {}  # instance id -> when it was first seen running
         self._conflicts: set[str] = set()  # instance ids whose name clash was logged
@@ -353,9 +341,8 @@ class KubeletStandin:
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> "KubeletStandin":
-        self.log.info("--- kubelet stand-in for cluster %s: poll %.1fs, boot delay %.1fs, heartbeat %.1fs",
-                      self.cluster_name, self.poll, self.boot_delay, self.heartbeats.period)
-        self.heartbeats.start()
+        self.log.info("--- kubelet stand-in for cluster %s: poll %.1fs, boot delay %.1fs; kwok keeps "
+                      "the Nodes alive (%s)", self.cluster_name, self.poll, self.boot_delay, kwok.SELECTOR)
         self._thread.start()
         self._started = True
         return self
@@ -364,7 +351,6 @@ class KubeletStandin:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(30)
-        self.heartbeats.stop()
         if self._handler is not None:
             self.log.info("stopped")
             _log.removeHandler(self._handler)
@@ -423,12 +409,13 @@ class KubeletStandin:
 
     def _die(self, instance_id: str, why: str) -> None:
         name = self.nodes.pop(instance_id)
-        self.heartbeats.silence(name)
+        kwok.release(self.api, name)
         self.dead[instance_id] = name
-        self.log.info("%s: the kubelet of node %s is dead, its Lease is no longer renewed", why, name)
+        self.log.info("%s: the kubelet of node %s is dead: out of kwok's selector, its Lease is no longer "
+                      "renewed", why, name)
 
     def _forget_deleted_nodes(self) -> None:
-        """A Node deleted (or replaced) under a live kubelet: a kubelet registers once, so it beats no more."""
+        """A Node deleted (or replaced) under a live kubelet: a kubelet registers once, so it is done."""
         live = {n["metadata"]["name"] for n in self.api.get(NODES)["items"]}
         for instance_id, name in list(self.nodes.items()):
             if name not in live:
@@ -469,7 +456,7 @@ class KubeletStandin:
         name = manifest["metadata"]["name"]
         status = manifest.pop("status")
         try:
-            node = self.api.create(NODES, manifest)
+            self.api.create(NODES, manifest)
             verb = "registered"
         except ApiError as exc:
             if exc.status in (400, 422):
@@ -489,8 +476,9 @@ class KubeletStandin:
                                      manifest["spec"]["providerID"], instance_id, machine)
                 return
             verb = "adopted"
+        # Its status first, then kwok's label: kwok fills in only what a Node lacks.
         self.api.patch(f"{NODES}/{name}/status", {"status": status}, content_type=STRATEGIC)
-        self.heartbeats.add(name, node["metadata"]["uid"])
+        kwok.manage(self.api, name)
         self.nodes[instance_id] = name
         self._booting.pop(instance_id, None)
         self._conflicts.discard(instance_id)

@@ -9,7 +9,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every binary the launcher runs; hack/controlplane/build.sh makes them.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-            "kubectl", "kustomize", "metacontroller")
+            "kubectl", "kustomize", "kwok", "metacontroller")
+# What build.sh records next to a binary whose module the launcher reads
+# (key=value lines: release, module, source = its directory in the Go module cache).
+RECORDS = {"kwok": "kwok.version", "metacontroller": "metacontroller.version"}
+
+
+def parse_record(text: str) -> dict[str, str]:
+    """A record's key=value lines."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
 
 
 @dataclass(frozen=True)
@@ -59,14 +72,16 @@ class Layout:
     @property
     def metacontroller_record(self) -> Path:
         """What build.sh says about the Metacontroller it built (devcluster/metacontroller.py)."""
-        return self.bin_dir / "metacontroller.version"
+        return self.record("metacontroller")
+
+    def record(self, binary: str) -> Path:
+        return self.bin_dir / RECORDS[binary]
 
     def binary(self, name: str) -> Path:
         return self.bin_dir / name
 
     def missing_binaries(self) -> list[str]:
         missing = [b for b in BINARIES if not os.access(self.binary(b), os.X_OK)]
-        # A binary from before the record existed: which release is it?
-        if "metacontroller" not in missing and not self.metacontroller_record.exists():
-            missing.append(self.metacontroller_record.name)
+        # A binary from before its record existed: which release is it, from which module?
+        missing += [RECORDS[b] for b in RECORDS if b not in missing and not self.record(b).exists()]
         return missing

@@ -92,26 +92,28 @@ def to_yaml(docs: Iterable[dict]) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False)
 
 
-def metacontroller_source_dir(layout: Layout, build: Build) -> Path:
-    """The source of the Metacontroller module the binary was built from, in the Go module cache."""
-    if build.source and build.source.is_dir():
-        return build.source
-    if not build.module:
-        raise FileNotFoundError(f"{layout.metacontroller_record} names no module")
+def module_source_dir(layout: Layout, source: Path | None, module: str, record: Path) -> Path:
+    """The source of the module a binary was built from (``module@version``, as ``record``
+    names it), in the Go module cache."""
+    if source and source.is_dir():
+        return source
+    if not module:
+        raise FileNotFoundError(f"{record} names no module")
     # The module cache was cleaned since the build: fetch that version again.
     env = {**os.environ, **GO_ENV}
     downloaded = json.loads(subprocess.run(
-        ["go", "mod", "download", "-json", build.module],
+        ["go", "mod", "download", "-json", module],
         cwd=layout.bin_dir, env=env, capture_output=True, text=True,
     ).stdout or "{}")
     if not downloaded.get("Dir"):
-        raise FileNotFoundError(f"cannot download {build.module}: {downloaded.get('Error', 'no answer')}")
+        raise FileNotFoundError(f"cannot download {module}: {downloaded.get('Error', 'no answer')}")
     return Path(downloaded["Dir"])
 
 
 def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
     """The CRDs of the Metacontroller release that was built, from its own module."""
-    production = metacontroller_source_dir(layout, build) / "manifests" / "production"
+    source = module_source_dir(layout, build.source, build.module, layout.metacontroller_record)
+    production = source / "manifests" / "production"
     files = sorted(p for p in production.glob("*crds*.yaml") if "v1beta1" not in p.name)
     if not files:
         raise FileNotFoundError(f"no Metacontroller CRDs under {production}")

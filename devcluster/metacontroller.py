@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-RECORD = "metacontroller.version"
+from .layout import RECORDS, parse_record
+
+RECORD = RECORDS["metacontroller"]
 
 
 class NoRecord(FileNotFoundError):
@@ -48,11 +50,7 @@ class Build:
 
     @classmethod
     def parse(cls, text: str) -> "Build":
-        fields: dict[str, str] = {}
-        for line in text.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                fields[key.strip()] = value.strip()
+        fields = parse_record(text)
         if not fields.get("release"):
             raise ValueError(f"{RECORD} names no release")
         return cls(

@@ -45,13 +45,13 @@ class _Obj(dict):
         return copy.deepcopy(dict(self))
 
 
-def _merge(target: dict, patch: dict) -> None:
+def apply_merge_patch(target: dict, patch: dict) -> None:
     """RFC 7386 merge patch, in place."""
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
         elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
+            apply_merge_patch(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
 
@@ -226,9 +226,9 @@ class FakeKube:
             return
         self.patches.append((kind, namespace, name, patch))
         if kind == "Node" and name in self.nodes:
-            _merge(self.nodes[name], patch)
+            apply_merge_patch(self.nodes[name], patch)
         elif (kind, namespace or "", name) in self.objects:
-            _merge(self.objects[(kind, namespace or "", name)], patch)
+            apply_merge_patch(self.objects[(kind, namespace or "", name)], patch)
 
     def delete(self, res, name, namespace=None, grace_period=None):
         self._check("delete", _kind(res), name, namespace)

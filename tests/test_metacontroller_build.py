@@ -22,19 +22,16 @@ from devcluster import components, manifests
 from devcluster import metacontroller as mc
 from devcluster.components import Ports
 from devcluster.layout import REPO, Layout
+from tests.support import assert_binary_takes, binary_help, flag_names, go_env
 
 BUILD_SH = REPO / "hack" / "controlplane" / "build.sh"
 V4_MODULE = "github.com/metacontroller/metacontroller"
 V4_VERSION = "v0.0.0-20260813213314-76b818bdc67b"
 PORTS = Ports(etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5,
-              metacontroller_metrics=19999, moto=6, hooks=7, metacontroller_health=18081)
+              metacontroller_metrics=19999, moto=6, hooks=7, metacontroller_health=18081, kwok=8)
 
 V4_FLAGS = ("--kubeconfig", "--metrics-address", "--health-probe-bind-address", "--zap-log-level")
 V1_FLAGS = ("--client-config-path", "--debug-addr", "--v")
-
-
-def _flag_names(argv: list[str]) -> set[str]:
-    return {a.split("=", 1)[0] for a in argv[1:] if a.startswith("--")}
 
 
 def _record(bin_dir: Path, release: str, **fields: str) -> Path:
@@ -54,7 +51,7 @@ def test_launcher_flags_follow_the_recorded_release(tmp_path, release, present, 
     _record(tmp_path, release, reason="test")
     layout = Layout(bin_dir=tmp_path, workdir=tmp_path / "w")
     argv = components.metacontroller(layout, PORTS, mc.read(tmp_path))
-    names = _flag_names(argv)
+    names = flag_names(argv)
     assert set(present) <= names
     assert not set(absent) & names
     # The metrics address is the one the readiness wait polls, on loopback only.
@@ -81,32 +78,15 @@ def test_record_round_trip_and_missing_record(tmp_path):
     assert mc.RECORD in Layout(bin_dir=tmp_path).missing_binaries()
 
 
-def _help(binary: Path) -> str:
-    """The flags a Go binary knows: `-h` lists them (and exits 0 or 2)."""
-    result = subprocess.run([str(binary), "-h"], capture_output=True, text=True, timeout=30)
-    return result.stdout + result.stderr
-
-
-def _assert_binary_takes(binary: Path, argv: list[str]) -> None:
-    known = _help(binary)
-    for name in _flag_names(argv):
-        assert f"  -{name.lstrip('-')} " in known or f"  -{name.lstrip('-')}\n" in known, \
-            f"{binary} has no flag {name}"
-
-
 def test_the_built_binary_takes_the_flags_the_launcher_gives_it():
     layout = Layout()
     if not os.access(layout.binary("metacontroller"), os.X_OK) or not layout.metacontroller_record.exists():
         pytest.skip("no Metacontroller built in .bin/ (make controlplane-bins)")
     build = mc.read(layout.bin_dir)
-    _assert_binary_takes(layout.binary("metacontroller"), components.metacontroller(layout, PORTS, build))
+    assert_binary_takes(layout.binary("metacontroller"), components.metacontroller(layout, PORTS, build))
 
 
 # -- the build's choice, against a module proxy that refuses v4 ----------------------
-
-def _go_env(name: str) -> str:
-    return subprocess.run(["go", "env", name], capture_output=True, text=True, check=True).stdout.strip()
-
 
 class _RefusingProxy(ThreadingHTTPServer):
     """A GOPROXY that answers v4 as the real one does on a bad day (403) and
@@ -152,7 +132,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 def refusing_proxy():
     if shutil.which("go") is None:
         pytest.skip("Go is not on PATH")
-    server = _RefusingProxy(Path(_go_env("GOMODCACHE")) / "cache" / "download")
+    server = _RefusingProxy(Path(go_env("GOMODCACHE")) / "cache" / "download")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -195,8 +175,8 @@ def test_a_refused_v4_builds_v1_5_20_says_why_and_is_not_rebuilt(tmp_path, refus
     assert (build.source / "manifests" / "production").is_dir()  # where the launcher reads the CRDs
     binary = bin_dir / "metacontroller"
     # The binary is v1.5.20: it takes exactly the flags the launcher gives that release.
-    _assert_binary_takes(binary, components.metacontroller(Layout(bin_dir=bin_dir), PORTS, build))
-    assert "-metrics-address" not in _help(binary)
+    assert_binary_takes(binary, components.metacontroller(Layout(bin_dir=bin_dir), PORTS, build))
+    assert "-metrics-address" not in binary_help(binary)
 
     # Next time: v4 is asked for again, still refused, and nothing is rebuilt.
     built_at = binary.stat().st_mtime_ns
@@ -245,7 +225,7 @@ def _v2_controller() -> dict:
 def test_v1_5_20s_own_crds_make_the_launcher_drop_version_v2():
     if shutil.which("go") is None:
         pytest.skip("Go is not on PATH")
-    source = Path(_go_env("GOMODCACHE")) / f"{V4_MODULE}@v1.5.20"
+    source = Path(go_env("GOMODCACHE")) / f"{V4_MODULE}@v1.5.20"
     if not (source / "manifests" / "production").is_dir():
         pytest.skip("v1.5.20 is not in the Go module cache yet (make controlplane-bins)")
     build = mc.Build(release="v1.5.20", module=f"{V4_MODULE}@v1.5.20", source=source)

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Build one control-plane component from its wrapper module into .bin/.
 #
-#   hack/controlplane/build.sh <etcd|kubernetes|kustomize|metacontroller> [BIN_DIR]
+#   hack/controlplane/build.sh <etcd|kubernetes|kustomize|kwok|metacontroller> [BIN_DIR]
 #
 # A component is rebuilt only when its pinned versions (go.mod, go.sum), this
 # script or the Go version change, or one of its binaries is missing: the
 # stamp file .bin/.<component>.stamp holds the hash of those inputs.
+#
+# kwok's launcher also needs files of the module it was built from (its Stage
+# YAMLs), so its build writes .bin/kwok.version (key=value lines: release,
+# module, source = the module's directory in the Go module cache).
 #
 # Metacontroller has two wrappers: metacontroller-v4/ (preferred) and
 # metacontroller/ (v1.5.20, the fallback). The module proxy serves v4 on some
@@ -52,9 +56,10 @@ compile() {
   fi
 }
 
-up_to_date() {  # up_to_date <stamp> <want>: every output there and built from these inputs
+up_to_date() {  # up_to_date <stamp> <want>: every output (and record) there and built from these inputs
   local out
   for out in "${outputs[@]}"; do [[ -x "$bin_dir/$out" ]] || return 1; done
+  [[ -z "${record:-}" || -f "$bin_dir/$record" ]] || return 1
   [[ -f "$1" && "$(cat "$1")" == "$2" ]]
 }
 
@@ -190,6 +195,11 @@ case "$component" in
   kustomize)
     packages=(sigs.k8s.io/kustomize/kustomize/v5); outputs=(kustomize)
     ldflags+=" -X sigs.k8s.io/kustomize/api/provenance.version=$(version_of sigs.k8s.io/kustomize/kustomize/v5)" ;;
+  kwok)
+    packages=(sigs.k8s.io/kwok/cmd/kwok); outputs=(kwok); record=kwok.version; record_module=sigs.k8s.io/kwok
+    kwok_release="$(version_of sigs.k8s.io/kwok)"
+    # What `kwok --version` prints (the release build sets it the same way).
+    ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=${kwok_release#v}" ;;
   *) echo "build.sh: unknown component $component" >&2; exit 2 ;;
 esac
 
@@ -203,5 +213,14 @@ fi
 say "building $component (${outputs[*]}) into $bin_dir — a cold build takes minutes"
 start=$SECONDS
 compile "$module_dir" || exit 1
+if [[ -n "${record:-}" ]]; then
+  {
+    echo "release=$(version_of "$record_module")"
+    echo "module=$record_module@$(version_of "$record_module")"
+    echo "source=$(cd "$module_dir" && go list -m -f '{{if .Replace}}{{.Replace.Dir}}{{else}}{{.Dir}}{{end}}' "$record_module")"
+    echo "gomod=$module_dir"
+  } > "$bin_dir/$record.tmp"
+  mv "$bin_dir/$record.tmp" "$bin_dir/$record"
+fi
 echo "$want" > "$stamp"
-say "built $component in $((SECONDS - start))s"
+say "built $component in $((SECONDS - start))s${record:+ (recorded in $bin_dir/$record)}"

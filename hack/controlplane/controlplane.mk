@@ -1,11 +1,11 @@
-# Control-plane binaries for the local stack and the e2e tests, built from the
-# Go module proxy by the wrapper modules in hack/controlplane/<component>/.
+# Control-plane binaries for the local stack and the e2e tests, kwok included,
+# built from the Go module proxy by the wrapper modules in hack/controlplane/<component>/.
 # build.sh rebuilds a component only when its pinned versions (go.mod/go.sum),
 # build.sh itself or the Go version change, or a binary is missing.
 # Metacontroller: v4 (metacontroller-v4/) when the module proxy serves it, else
 # v1.5.20 (metacontroller/); NODEWARDEN_METACONTROLLER=v4|v1 forces one, and
 # .bin/metacontroller.version says which was built and why.
-CONTROLPLANE_COMPONENTS := kubernetes etcd kustomize metacontroller
+CONTROLPLANE_COMPONENTS := kubernetes etcd kustomize kwok metacontroller
 CONTROLPLANE_BIN := .bin
 
 .PHONY: controlplane-bins controlplane-clean controlplane-tidy

@@ -1,8 +1,9 @@
 """End-to-end fixtures: one real local control plane for the whole session.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, Metacontroller,
-moto and the hook server start once (devcluster.Cluster) and every e2e test
-shares them; each test makes its own Nodes, instances and target group.
+kwok, moto and the hook server start once (devcluster.Cluster) and every e2e
+test shares them; each test makes its own Nodes (which kwok keeps Ready),
+instances and target group.
 
 The binaries come from `make controlplane-bins`. Without them the e2e tests
 skip, unless NODEWARDEN_E2E=required (CI), where a missing binary fails.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -127,7 +127,7 @@ class World:
 
 @pytest.fixture
 def make_world(api, cloud):
-    """Create Nodes backed by fresh moto instances in a new target group and the classic ELB."""
+    """Create Nodes (kwok's) backed by fresh moto instances in a new target group and the classic ELB."""
     created: list[str] = []
 
     def build(count: int = 1) -> World:
@@ -151,10 +151,11 @@ def make_world(api, cloud):
 
 
 @dataclass
-class FakeKubelet:
-    """Plays the kubelet for one node: a pod marked for deletion is gone at once.
+class Evictions:
+    """The order in which one node's pods were marked for deletion (the eviction order).
 
-    Records the order in which pods were marked, which is the eviction order.
+    kwok plays the node's kubelet and deletes a marked pod at once, so the marks
+    are read from a watch, which sees every change in order, not from polls.
     """
 
     api: AdminApi
@@ -162,40 +163,42 @@ class FakeKubelet:
     marked: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> "FakeKubelet":
-        self._thread = threading.Thread(target=self._run, name=f"kubelet-{self.node}", daemon=True)
+    def start(self) -> "Evictions":
+        pods = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})
+        self._version = pods["metadata"]["resourceVersion"]
+        self._thread = threading.Thread(target=self._run, name=f"evictions-{self.node}", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pods = self.api.get("/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"})
-            for pod in pods["items"]:
+            params = {"fieldSelector": f"spec.nodeName={self.node}", "resourceVersion": self._version}
+            for event in self.api.watch("/api/v1/pods", params=params, seconds=2):
+                pod = event["object"]
                 meta = pod["metadata"]
-                key = f"{meta['namespace']}/{meta['name']}"
-                if meta.get("deletionTimestamp") and key not in self.marked:
+                self._version = meta.get("resourceVersion", self._version)
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                marked = event["type"] == "DELETED" or meta.get("deletionTimestamp")
+                if event["type"] in ("MODIFIED", "DELETED") and marked and key not in self.marked:
                     self.marked.append(key)
-                    self.api.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                                    body={"gracePeriodSeconds": 0})
-            time.sleep(0.05)
 
 
 @pytest.fixture
-def fake_kubelet(api):
-    started: list[FakeKubelet] = []
+def evictions(api):
+    started: list[Evictions] = []
 
-    def start(node: str) -> FakeKubelet:
-        kubelet = FakeKubelet(api, node).start()
-        started.append(kubelet)
-        return kubelet
+    def start(node: str) -> Evictions:
+        recorder = Evictions(api, node).start()
+        started.append(recorder)
+        return recorder
 
     yield start
-    for kubelet in started:
-        kubelet.stop()
+    for recorder in started:
+        recorder.stop()
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 taint eviction, pod GC, attach/detach, StatefulSet, Deployment), scheduler,
 Metacontroller, the hook server, and moto's EC2.
 
-A node dies (Ready → Unknown, no more Lease renewals). With a NodeFencingPolicy,
+A node dies: out of kwok's selector, its Lease is no longer renewed and the
+node lifecycle controller turns Ready Unknown. With a NodeFencingPolicy,
 nodewarden powers its instance off, taints it out-of-service, and
 kube-controller-manager's pod GC removes its pods, so the StatefulSet's
 replacement is bound to a healthy node by the scheduler. The same scenario on a
@@ -15,9 +16,8 @@ import time
 
 import pytest
 
-from devcluster import failover, fleet
+from devcluster import failover, fleet, kwok
 from devcluster.api import wait_for
-from devcluster.heartbeats import Heartbeats
 
 pytestmark = pytest.mark.e2e
 
@@ -25,23 +25,15 @@ HEALTHY = 3
 
 
 @pytest.fixture(scope="module")
-def heartbeats(api):
-    beats = Heartbeats(api).start()
-    yield beats
-    beats.stop()
-
-
-@pytest.fixture(scope="module")
-def healthy_nodes(api, cloud, heartbeats):
-    """Nodes that stay Ready (their Leases renewed), where replacements can go."""
+def healthy_nodes(api, cloud):
+    """Nodes that stay Ready (kwok renews their Leases), where replacements can go."""
     names = []
     for instance_id in fleet.launch_instances(cloud, HEALTHY):
         name = f"healthy-{instance_id[-6:]}"
-        failover.create_node(api, heartbeats, name, instance_id)
+        failover.create_node(api, name, instance_id)
         names.append(name)
     yield names
     for name in names:
-        heartbeats.silence(name)
         api.delete(f"/api/v1/nodes/{name}")
 
 
@@ -49,10 +41,9 @@ def _condition(node: dict, ctype: str) -> dict:
     return next((c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
 
 
-def test_fenced_node_recovers_its_statefulset_and_the_baseline_does_not(api, cloud, heartbeats, healthy_nodes,
-                                                                        namespace):
-    fenced = failover.Trial(api, cloud, heartbeats, namespace, healthy_nodes, fenced=True, duration="30s")
-    baseline = failover.Trial(api, cloud, heartbeats, namespace, healthy_nodes, fenced=False)
+def test_fenced_node_recovers_its_statefulset_and_the_baseline_does_not(api, cloud, healthy_nodes, namespace):
+    fenced = failover.Trial(api, cloud, namespace, healthy_nodes, fenced=True, duration="30s")
+    baseline = failover.Trial(api, cloud, namespace, healthy_nodes, fenced=False)
     try:
         # Watch until the fenced StatefulSet moved, then 60s more for the baseline.
         def stop_when(trials):
@@ -101,10 +92,11 @@ def test_fenced_node_recovers_its_statefulset_and_the_baseline_does_not(api, clo
         baseline.cleanup()
 
 
-def test_node_back_to_ready_clears_everything(api, cloud, heartbeats, healthy_nodes, namespace):
-    """Fenced with action Off; an admin starts the instance; the node is Ready again:
-    conditions and taints removed, the out-of-service taint too, the FencingRequest gone."""
-    trial = failover.Trial(api, cloud, heartbeats, namespace, healthy_nodes, fenced=True, duration="5s")
+def test_node_back_to_ready_clears_everything(api, cloud, healthy_nodes, namespace):
+    """Fenced with action Off; an admin starts the instance; the node is Ready again
+    (back in kwok's hands): conditions and taints removed, the out-of-service taint
+    too, the FencingRequest gone."""
+    trial = failover.Trial(api, cloud, namespace, healthy_nodes, fenced=True, duration="5s")
     try:
         failover.run_trials(api, healthy_nodes, [trial], timeout=90,
                             stop_when=lambda ts: "statefulset_bound_elsewhere" in trial.timings
@@ -114,9 +106,14 @@ def test_node_back_to_ready_clears_everything(api, cloud, heartbeats, healthy_no
         assert request["status"]["recovery"]["outOfServiceTaint"] == "Applied"
 
         cloud.ec2.start_instances(InstanceIds=[trial.instance_id])
-        node_uid = api.get(f"/api/v1/nodes/{trial.node}")["metadata"]["uid"]
-        heartbeats.add(trial.node, node_uid)
-        failover.set_ready(api, trial.node, "True")
+        # While fenced, kwok's node Stages kept nodewarden's conditions; now its
+        # kubelet is back: a Lease renewed again, Ready=True since now.
+        node = api.get(f"/api/v1/nodes/{trial.node}")
+        assert {"FencingTriaged", "FencingRequired", "FencingComplete"} <= {
+            c["type"] for c in node["status"]["conditions"]}
+        kwok.manage(api, trial.node)
+        back = kwok.ready(kwok.wait_ready(api, trial.node))
+        assert failover.epoch(back["lastTransitionTime"]) >= trial.failed_at, "Ready since before it died"
 
         def clean() -> bool:
             node = api.get(f"/api/v1/nodes/{trial.node}")
@@ -131,14 +128,13 @@ def test_node_back_to_ready_clears_everything(api, cloud, heartbeats, healthy_no
         trial.cleanup()
 
 
-def test_deleting_a_request_half_way_leaves_no_taint(api, cloud, heartbeats, healthy_nodes, namespace):
+def test_deleting_a_request_half_way_leaves_no_taint(api, cloud, healthy_nodes, namespace):
     """An admin fences a node on demand, then deletes the request: the finalize hook untaints."""
     (instance_id,) = fleet.launch_instances(cloud, 1)
     name = f"by-hand-{instance_id[-6:]}"
-    failover.create_node(api, heartbeats, name, instance_id)
+    failover.create_node(api, name, instance_id)
     try:
-        heartbeats.silence(name)
-        failover.set_ready(api, name, "Unknown")
+        failover.kill(api, [name])
         api.create(failover.REQUESTS, {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
                                        "metadata": {"name": name}, "spec": {"nodeRef": {"name": name}}})
         wait_for(lambda: any(t["key"] == "node.kubernetes.io/out-of-service"
@@ -154,18 +150,21 @@ def test_deleting_a_request_half_way_leaves_no_taint(api, cloud, heartbeats, hea
         api.delete(f"/api/v1/nodes/{name}")
 
 
-def test_storm_guard_holds_fencing_back(api, cloud, heartbeats):
-    """Two of three nodes of a policy (maxUnhealthy 1) go Unknown at once: neither is fenced."""
+def test_storm_guard_holds_fencing_back(api, cloud):
+    """Two of three nodes of a policy (maxUnhealthy 1) are Unknown: neither is fenced.
+
+    The two die together, yet the node lifecycle controller may see their Leases
+    expire a few seconds apart (each was renewed on its own schedule); a policy
+    already in place with a 3 s duration could fence the first alone, rightly.
+    So the policy comes once both are Unknown."""
     scenario = f"storm-{fleet.launch_instances(cloud, 1)[0][-6:]}"
     instances = fleet.launch_instances(cloud, 3)
     names = [f"{scenario}-{i}" for i in range(3)]
     for name, instance_id in zip(names, instances):
-        failover.create_node(api, heartbeats, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
-    api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="3s", max_unhealthy=1))
+        failover.create_node(api, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
     try:
-        for name in names[:2]:
-            heartbeats.silence(name)
-            failover.set_ready(api, name, "Unknown")
+        failover.kill(api, names[:2])
+        api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="3s", max_unhealthy=1))
 
         def holding():
             policy = api.get(f"{failover.POLICIES}/{scenario}")
@@ -190,5 +189,4 @@ def test_storm_guard_holds_fencing_back(api, cloud, heartbeats):
     finally:
         api.delete(f"{failover.POLICIES}/{scenario}")
         for name in names:
-            heartbeats.silence(name)
             api.delete(f"/api/v1/nodes/{name}")

@@ -110,8 +110,8 @@ def test_a_forged_fencing_request_stops_no_instance(api, cluster, cloud, namespa
     for _ in range(3):
         _post(cluster, "fencing-request/sync", _request_body(request, node))
     assert _state(cloud, instance) == "running"
-    # The Node is real now (no kubelet: NotReady), the request still is not.
-    real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance))
+    # The Node is real now (no kubelet, not even kwok: NotReady), the request still is not.
+    real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance, alive=False))
     try:
         node["metadata"]["uid"] = real["metadata"]["uid"]
         for _ in range(3):

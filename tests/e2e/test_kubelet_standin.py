@@ -1,7 +1,8 @@
 """The kubelet stand-in on the real control plane: an instance tagged as a Machine's,
-launched in moto with the Machines' default user data, becomes a Ready Node with
-the labels and taints of its kubelet flags; when the instance is terminated its
-Lease stops being renewed and the Node stays (deleting it is the Machine's job).
+launched in moto with the Machines' default user data, becomes a Node with the
+labels and taints of its kubelet flags, which kwok keeps Ready; when the
+instance is terminated the Node leaves kwok's selector, its Lease stops being
+renewed and the Node stays (deleting it is the Machine's job).
 
 The stand-in is the session cluster's own (Cluster starts it), as in `make up`.
 """
@@ -12,10 +13,10 @@ import uuid
 
 import pytest
 
-from devcluster import fleet
+from devcluster import fleet, kwok
 from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
-from devcluster.heartbeats import LEASES
+from devcluster.kwok import LEASES
 from hooks.machines import names
 from tests.support import default_user_data
 
@@ -36,33 +37,31 @@ def _launch(cloud: fleet.Aws, machine: str, user_data: str) -> dict:
     return reservation["Instances"][0]
 
 
-def _ready(node: dict | None) -> bool:
-    conditions = ((node or {}).get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cluster, api, cloud):
     standin = cluster.kubelet_standin
-    period = standin.heartbeats.period
+    period = kwok.LEASE_SECONDS / 4  # how often kwok renews a Lease
     machine = unique("standin")
     instance = _launch(cloud, machine, default_user_data(CLUSTER_NAME, machine, "standin"))
     never = _launch(cloud, unique("never"), default_user_data(CLUSTER_NAME, "never", "standin")
                     + "# --nodewarden-standin=never-register\n")
     instance_id, name = instance["InstanceId"], instance["PrivateDnsName"]
     try:
-        node = wait_for(lambda: _ready(api.get_or_none(f"/api/v1/nodes/{name}")) and
-                        api.get(f"/api/v1/nodes/{name}"), f"Node {name} Ready", timeout=30)
+        node = kwok.wait_ready(api, name)
         labels = node["metadata"]["labels"]
+        assert labels[kwok.LABEL] == kwok.VALUE
         assert labels[names.MACHINE_LABEL] == machine and labels[names.POOL_LABEL] == "standin"
         assert labels["node.kubernetes.io/instance-type"] == "m5.large"
         assert labels["topology.kubernetes.io/zone"] == fleet.ZONE
         assert node["spec"]["providerID"] == f"aws:///{fleet.ZONE}/{instance_id}"
         assert {"key": names.UNREGISTERED_TAINT, "value": "true", "effect": names.UNREGISTERED_EFFECT} \
             in node["spec"]["taints"]
+        # The stand-in's status (the instance's), kwok's conditions.
         assert node["status"]["capacity"]["cpu"] == "2"
+        assert {"type": "InternalIP", "address": instance["PrivateIpAddress"]} in node["status"]["addresses"]
+        assert kwok.ready(node)["reason"] == "KubeletReady"
         uid = node["metadata"]["uid"]
 
-        # Alive: the Lease is renewed.
+        # Alive: kwok renews the Lease (its first one may take a moment).
         lease = wait_for(lambda: api.get_or_none(f"{LEASES}/{name}"), "the Node's Lease", timeout=15)
         first = lease["spec"]["renewTime"]
         wait_for(lambda: api.get(f"{LEASES}/{name}")["spec"]["renewTime"] != first, "a renewal",
@@ -70,9 +69,11 @@ def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cl
         assert never["InstanceId"] in standin.skipped, "the never-register hook was ignored"
         assert api.get_or_none(f"/api/v1/nodes/{never['PrivateDnsName']}") is None
 
-        # Dead: the instance ends, the Lease stops, the Node stays.
+        # Dead: the instance ends, the Node leaves kwok's selector, the Lease stops, the Node stays.
         cloud.ec2.terminate_instances(InstanceIds=[instance_id])
         wait_for(lambda: instance_id in standin.dead, "the stand-in to see the instance end", timeout=10)
+        assert kwok.LABEL not in api.get(f"/api/v1/nodes/{name}")["metadata"]["labels"]
+        time.sleep(1)  # kwok hears of it through its watch; a renewal already under way may land
         last = api.get(f"{LEASES}/{name}")["spec"]["renewTime"]
         time.sleep(period * 2 + 1)
         assert api.get(f"{LEASES}/{name}")["spec"]["renewTime"] == last, "a dead kubelet's Lease was renewed"

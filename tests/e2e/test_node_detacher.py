@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from devcluster import fleet
+from devcluster import fleet, kwok
 from devcluster.api import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -86,23 +86,29 @@ def _pod(name: str, node: str, priority: int | None) -> dict:
     }
 
 
-def test_priority_pods_are_evicted_highest_priority_first(make_world, api, namespace, fake_kubelet):
+def test_priority_pods_are_evicted_highest_priority_first(make_world, api, namespace, evictions):
+    """kwok runs the pods (Running, Ready) and deletes each one as soon as it is evicted."""
     world = make_world(count=1)
     (node,) = world.nodes
     pods = {"fluentd": 1, "istio-a": 10, "istio-b": 10, "app": 5, "no-priority": None}
     for name, priority in pods.items():
         api.create(f"/api/v1/namespaces/{namespace}/pods", _pod(name, node, priority))
-    kubelet = fake_kubelet(node)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    wait_for(lambda: all(p["status"].get("phase") == "Running" for p in api.get(path)["items"]) and
+             len(api.get(path)["items"]) == len(pods), "kwok runs the pods", timeout=30)
+    marks = evictions(node)
 
     world.cordon(node)
     prioritized = {f"{namespace}/{n}" for n, p in pods.items() if p is not None}
-    wait_for(lambda: prioritized <= set(kubelet.marked), "every prioritized pod evicted", timeout=60)
+    wait_for(lambda: prioritized <= set(marks.marked), "every prioritized pod evicted", timeout=60)
 
-    order = [kubelet.marked.index(f"{namespace}/{n}") for n in ("istio-a", "istio-b", "app", "fluentd")]
-    assert max(order[:2]) < order[2] < order[3], f"eviction order was {kubelet.marked}"
+    order = [marks.marked.index(f"{namespace}/{n}") for n in ("istio-a", "istio-b", "app", "fluentd")]
+    assert max(order[:2]) < order[2] < order[3], f"eviction order was {marks.marked}"
+    wait_for(lambda: all(api.get_or_none(f"{path}/{n}") is None for n, p in pods.items() if p is not None),
+             "kwok deleted the evicted pods", timeout=30)
     # A pod without a priority is left to whatever drains the node.
-    assert f"{namespace}/no-priority" not in kubelet.marked
-    assert api.get_or_none(f"/api/v1/namespaces/{namespace}/pods/no-priority") is not None
+    assert f"{namespace}/no-priority" not in marks.marked
+    assert api.get_or_none(f"{path}/no-priority") is not None
 
 
 def test_deleting_the_node_removes_its_attachment(make_world, api):
@@ -130,7 +136,8 @@ def _daemonset_pod(name: str, node: str, ds: dict, finalizers=()) -> dict:
 def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replacement_is_ready(make_world, api, namespace):
     """The node-detacher-pods decorator: a managed DaemonSet's pod starts terminating,
     its node leaves the load balancers; the replacement turns Ready, the node is back.
-    No daemonset controller runs here (no kubelet either), so the test plays both."""
+    No daemonset controller runs here, so the test plays it; kwok plays the kubelet,
+    and is kept off the node while the replacement must stay not Ready."""
     world = make_world(count=1)
     (node,) = world.nodes
     ds = api.create(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", {
@@ -140,7 +147,7 @@ def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replaceme
                  "template": {"metadata": {"labels": {"app": "contour"}},
                               "spec": {"containers": [{"name": "envoy", "image": "registry.k8s.io/pause:3.10"}]}}},
     })
-    hold = "e2e.nodewarden.io/hold"  # keeps the old pod terminating: no kubelet will finish it
+    hold = "e2e.nodewarden.io/hold"  # keeps the old pod terminating: kwok's delete cannot finish it
     pods = f"/api/v1/namespaces/{namespace}/pods"
     api.create(pods, _daemonset_pod("contour-old", node, ds, finalizers=[hold]))
     try:
@@ -150,11 +157,13 @@ def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replaceme
         assert world.node(node)["metadata"]["annotations"].get("nodewarden.io/detach-for-pod", "").startswith(
             f"{namespace}/contour/")
 
+        # kwok would make the replacement Ready at once: out of its hands, it stays Pending.
+        kwok.release(api, node)
         api.create(pods, _daemonset_pod("contour-new", node, ds))
         time.sleep(1.0)  # give the hooks time to (wrongly) re-attach on a pod that is not Ready
         assert not world.in_target_group(node), "re-attached before the replacement was Ready"
-        api.patch(f"{pods}/contour-new/status", {"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True"}]}})
+        assert api.get(f"{pods}/contour-new")["status"].get("phase") == "Pending"
+        kwok.manage(api, node)  # and kwok runs it: Running, Ready
         wait_for(lambda: world.in_target_group(node) and world.in_classic_elb(node),
                  "node back in its load balancers", timeout=30)
         wait_for(lambda: "nodewarden.io/detach-for-pod" not in (world.node(node)["metadata"].get("annotations") or {}),

@@ -1,0 +1,136 @@
+"""kwok (sigs.k8s.io/kwok, "Kubernetes WithOut Kubelet") plays the kubelet of the local stack's Nodes.
+
+No kubelet runs here: Nodes are API objects. kwok, built by `make
+controlplane-bins` and run by Cluster, keeps every Node labelled
+``kwok.x-k8s.io/node=fake`` alive the way a kubelet would: it renews the
+Node's Lease in kube-node-lease (every LEASE_SECONDS / 4 seconds), posts its
+conditions (Ready and the pressure conditions, from the node Stages in
+devcluster/kwok_node_stages.yaml) and plays the pods bound to it (kwok's
+pod/fast Stages, read from the kwok module in the Go module cache: a pod
+becomes Running and Ready, a pod marked for deletion is deleted).
+
+Every Node devcluster makes carries the label: the demo's, the tests' (their
+worlds, the fencing scenarios) and those the kubelet stand-in registers for
+Machines' instances. A Node dies the way kwok allows: :func:`release` takes it
+out of kwok's selector, its Lease is no longer renewed, and the node lifecycle
+controller turns Ready to Unknown after its grace period
+(NODE_MONITOR_GRACE_SECONDS), exactly as for a kubelet gone silent. kwok
+leaves that Node's pods as they were. :func:`manage` puts the label back: kwok
+takes the Lease again and posts Ready=True.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .api import AdminApi, ApiError, wait_for
+from .layout import RECORDS, REPO, parse_record
+
+# The label kwok's --manage-nodes-with-label-selector selects.
+LABEL = "kwok.x-k8s.io/node"
+VALUE = "fake"
+SELECTOR = f"{LABEL}={VALUE}"
+# kwok's --node-lease-duration-seconds; it renews each Lease every quarter of it.
+LEASE_SECONDS = 20
+# kube-controller-manager's --node-monitor-grace-period (its default is 50 s):
+# a Node whose Lease was not renewed for this long turns Unknown. Four missed
+# renewals; the node lifecycle controller looks every 5 s (--node-monitor-period).
+NODE_MONITOR_GRACE_SECONDS = 20
+NODE_MONITOR_PERIOD_SECONDS = 5
+# Labelled true, a managed Node reports Ready=False (the node-not-ready Stage).
+NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+# Pod IPs kwok hands out, and the InternalIP of a managed Node that has none.
+POD_CIDR = "10.244.0.0/16"
+NODE_IP = "127.0.0.1"
+
+NODE_STAGES = REPO / "devcluster" / "kwok_node_stages.yaml"
+POD_STAGES = Path("kustomize") / "stage" / "pod" / "fast"
+RECORD = RECORDS["kwok"]
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+NODES = "/api/v1/nodes"
+
+
+class NoRecord(FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True)
+class Build:
+    """What build.sh recorded in .bin/kwok.version."""
+
+    release: str
+    module: str = ""  # "sigs.k8s.io/kwok@v0.8.0"
+    source: Path | None = None  # that module's directory in the Go module cache
+
+
+def read(bin_dir: Path) -> Build:
+    path = Path(bin_dir) / RECORD
+    try:
+        fields = parse_record(path.read_text())
+    except FileNotFoundError:
+        raise NoRecord(f"{path} is missing; run `make controlplane-bins`") from None
+    if not fields.get("release"):
+        raise ValueError(f"{path} names no release")
+    return Build(release=fields["release"], module=fields.get("module", ""),
+                 source=Path(fields["source"]) if fields.get("source") else None)
+
+
+def pod_stage_files(source: Path) -> list[Path]:
+    """kwok's pod/fast Stages in the module at ``source``, as its kustomization lists them."""
+    directory = source / POD_STAGES
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    files = [directory / name for name in kustomization.get("resources") or []]
+    if not files or not all(f.is_file() for f in files):
+        raise FileNotFoundError(f"no pod Stages in {directory}")
+    return files
+
+
+def stage_files(source: Path) -> list[Path]:
+    """Every Stage file kwok gets: ours for Nodes, kwok's for pods."""
+    return [NODE_STAGES, *pod_stage_files(source)]
+
+
+def labels() -> dict[str, str]:
+    """What a Node needs for kwok to keep it alive."""
+    return {LABEL: VALUE}
+
+
+def manage(api: AdminApi, name: str) -> None:
+    """Hand the Node to kwok: its Lease is renewed and it is posted Ready."""
+    api.patch(f"{NODES}/{name}", {"metadata": {"labels": labels()}})
+
+
+def release(api: AdminApi, name: str) -> None:
+    """Take the Node out of kwok's selector: its heartbeat stops, as a dead kubelet's
+    does. A Node already gone is fine."""
+    try:
+        api.patch(f"{NODES}/{name}", {"metadata": {"labels": {LABEL: None}}})
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def ready(node: dict | None) -> dict:
+    """The Node's Ready condition ({} when it has none)."""
+    conditions = ((node or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Ready"), {})
+
+
+def wait_ready(api: AdminApi, name: str, timeout: float = 30) -> dict:
+    """Until kwok has posted the Node Ready; returns the Node."""
+    def check() -> dict | None:
+        node = api.get_or_none(f"{NODES}/{name}")
+        return node if ready(node).get("status") == "True" else None
+    return wait_for(check, f"Node {name} Ready", timeout=timeout, interval=0.2)
+
+
+def wait_unknown(api: AdminApi, name: str,
+                 timeout: float = NODE_MONITOR_GRACE_SECONDS + NODE_MONITOR_PERIOD_SECONDS + 20) -> dict:
+    """Until the node lifecycle controller has turned the released Node's Ready
+    Unknown; returns that condition."""
+    def check() -> dict | None:
+        condition = ready(api.get_or_none(f"{NODES}/{name}"))
+        return condition if condition.get("status") == "Unknown" else None
+    return wait_for(check, f"Node {name} Ready=Unknown", timeout=timeout, interval=0.5)
