@@ -7,8 +7,9 @@ partition (many Nodes NotReady at once) fences none of them, then fencing
 resumes for the Nodes still dead once the rest come back.
 
 Nodes are API objects shaped like a kubelet's (40 images, capacity,
-addresses: about 13 KB each), kept Ready by one heartbeat thread renewing
-their Leases. A NoSchedule taint of their own keeps other tests' pods off.
+addresses: about 13 KB each), kept Ready by kwok; a node dies by leaving
+kwok's hands, so the node lifecycle controller turns it Unknown as it would a
+silent kubelet. A NoSchedule taint of their own keeps other tests' pods off.
 """
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ import pytest
 import requests
 
 from bench.hook_throughput import realistic
-from devcluster import failover, fleet
+from devcluster import failover, fleet, kwok
 from devcluster.api import STRATEGIC, wait_for
-from devcluster.heartbeats import Heartbeats, now_stamp
 
 from tests.e2e.conftest import unique
 
@@ -46,8 +46,8 @@ def _parallel(fn, items) -> list:
 class Pool:
     """SIZE Nodes backed by moto instances, one policy selecting all of them."""
 
-    def __init__(self, api, cloud, heartbeats):
-        self.api, self.cloud, self.beats = api, cloud, heartbeats
+    def __init__(self, api, cloud):
+        self.api, self.cloud = api, cloud
         self.scenario = unique("storm")
         self.instances = dict(zip([f"{self.scenario}-{i:03d}" for i in range(SIZE)],
                                   fleet.launch_instances(cloud, SIZE)))
@@ -59,26 +59,22 @@ class Pool:
     def _create(self, name: str) -> None:
         manifest = fleet.node_manifest(name, self.instances[name], {failover.SCENARIO_LABEL: self.scenario})
         manifest["spec"]["taints"] = [TAINT]
-        node = self.api.create("/api/v1/nodes", manifest)
-        self.beats.add(name, node["metadata"]["uid"])
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-                 "lastHeartbeatTime": now_stamp(), "lastTransitionTime": now_stamp()}
-        status = realistic({"metadata": {"name": name, "labels": {}}, "status": {"conditions": [ready]}})["status"]
-        status["conditions"] = [c for c in status["conditions"] if c["type"] == "Ready"]
+        self.api.create("/api/v1/nodes", manifest)
+        # A kubelet's images, capacity and addresses; kwok posts the conditions.
+        status = realistic({"metadata": {"name": name, "labels": {}}, "status": {"conditions": []}})["status"]
+        status.pop("conditions")
         self.api.patch(f"/api/v1/nodes/{name}/status", {"status": status}, content_type=STRATEGIC)
 
+    def wait_ready(self) -> None:
+        _parallel(lambda n: kwok.wait_ready(self.api, n, timeout=120), self.names)
+
     def fail(self, names: list[str]) -> None:
-        """Ready turns Unknown and the Leases stop, for all of them at once."""
-        def one(name):
-            self.beats.silence(name)
-            failover.set_ready(self.api, name, "Unknown")
-        _parallel(one, names)
+        """Their heartbeats stop together; returns once the node lifecycle controller has them all Unknown."""
+        _parallel(lambda n: kwok.release(self.api, n), names)
+        _parallel(lambda n: kwok.wait_unknown(self.api, n), names)
 
     def heal(self, names: list[str]) -> None:
-        def one(name):
-            self.beats.add(name, self.api.get(f"/api/v1/nodes/{name}")["metadata"]["uid"])
-            failover.set_ready(self.api, name, "True")
-        _parallel(one, names)
+        _parallel(lambda n: kwok.manage(self.api, n), names)
 
     def policy(self) -> dict:
         return self.api.get(f"{failover.POLICIES}/{self.scenario}")
@@ -100,8 +96,6 @@ class Pool:
 
     def delete(self) -> None:
         """Everything goes, and the test waits for it: 200 Node finalizers must not slow the next test."""
-        for name in self.names:
-            self.beats.silence(name)
         self.api.delete(f"{failover.POLICIES}/{self.scenario}")
         _parallel(lambda n: self.api.delete(f"/api/v1/nodes/{n}"), self.names)
         selector = {"labelSelector": f"{failover.SCENARIO_LABEL}={self.scenario}"}
@@ -111,14 +105,13 @@ class Pool:
 
 @pytest.fixture(scope="module")
 def pool(api, cloud):
-    beats = Heartbeats(api).start()
-    made = Pool(api, cloud, beats)
+    made = Pool(api, cloud)
     try:
         made.create()
+        made.wait_ready()
         yield made
     finally:
         made.delete()
-        beats.stop()
 
 
 def _oversized_policy_syncs(hooks_url: str) -> tuple[int, int]:
@@ -162,10 +155,10 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
 
     # (ii) a partition: 40 % of the nodes NotReady at once. The guard holds within 10 s; nothing is fenced.
     partition = pool.names[FIRST:FIRST + PARTITION]
-    started = time.monotonic()
     pool.fail(partition)
+    started = time.monotonic()  # every partitioned node is Unknown by now
     wait_for(lambda: pool.guard() == "True", "StormGuard=True", timeout=10, interval=0.2)
-    print(f"StormGuard=True {time.monotonic() - started:.1f}s after the partition")
+    print(f"StormGuard=True {time.monotonic() - started:.1f}s after the last node of the partition went Unknown")
     time.sleep(15)  # past the 10 s duration of every partitioned node
     assert pool.requests_for(partition) == [], "no FencingRequest during a storm"
     assert pool.stopped(partition) == []
