@@ -138,7 +138,6 @@ def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
 
 def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     """A leak only if the instance's tags, its age and the API server's Machines all say so, read now."""
-    names = machine_names
     try:
         found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001
@@ -146,8 +145,8 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     if found is None or found["state"] in instances.GONE_STATES:
         return f"instance {requirement.instance_id} is already gone"
     tags = found["tags"]
-    if tags.get(names.cluster_tag(requirement.cluster_name)) != names.CLUSTER_TAG_VALUE \
-            or tags.get(names.TAG_POOL) != requirement.pool or not tags.get(names.TAG_MACHINE_UID):
+    if tags.get(machine_names.cluster_tag(requirement.cluster_name)) != machine_names.CLUSTER_TAG_VALUE \
+            or tags.get(machine_names.TAG_POOL) != requirement.pool or not tags.get(machine_names.TAG_MACHINE_UID):
         return f"instance {requirement.instance_id} is not tagged for pool {requirement.pool} of this cluster"
     launched = timefmt.parse(found.get("launchTime"))
     if launched is None or (ctx.now() - launched).total_seconds() < requirement.min_age_seconds:
@@ -156,8 +155,8 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
         uids = kube_machines.machine_uids(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no list, no proof
         return f"Machines not listed: {kube_error(exc)}"
-    if tags[names.TAG_MACHINE_UID] in uids:
-        return f"Machine uid {tags[names.TAG_MACHINE_UID]} exists"
+    if tags[machine_names.TAG_MACHINE_UID] in uids:
+        return f"Machine uid {tags[machine_names.TAG_MACHINE_UID]} exists"
     return ""
 
 

@@ -24,6 +24,8 @@ import json
 import logging
 import sys
 
+from lightkube.resources.core_v1 import Node
+
 from hooks import actuators, conditions, events, pipeline, runtime, timefmt
 from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
@@ -57,10 +59,13 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
 # --------------------------------------------------------------------------- gather
 
 
-def _instance(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
-    ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-    status = own_status(request.parent)
-    recorded = status.get("instanceID")
+def _status(request: HookRequest) -> dict:
+    """The Machine's status as this call read it once (gather only reads it; decide works on its own copy)."""
+    return request.reading("status", lambda: own_status(request.parent))
+
+
+def _instance(request: HookRequest, ec2, observed: dict) -> None:
+    recorded = _status(request).get("instanceID")
     if recorded:
         observed["instance"] = instances.describe(ec2, recorded)
         return
@@ -74,7 +79,7 @@ _AWS_READINGS = ("instance", "duplicates", "instanceError", "subnets", "subnetsE
 
 def _lookup_key(request: HookRequest) -> str:
     """What the AWS look-ups depend on: a verified copy that agrees may reuse the body's look-ups."""
-    status = own_status(request.parent)
+    status = _status(request)
     spec_ = request.parent.get("spec") if isinstance(request.parent.get("spec"), dict) else {}
     return json.dumps([request.meta.get("uid"), status.get("instanceID"), status.get("instanceType"),
                        bool(status.get("capacity")), request.finalizing, spec_.get("subnets"),
@@ -97,7 +102,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
 
 def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
     try:
-        _instance(request, ctx, observed)
+        ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
+        _instance(request, ec2, observed)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing is decided on a failed look-up
         observed["instanceError"] = aws_error(exc)
         return
@@ -105,8 +111,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) ->
         machine_spec = spec.machine(request.parent)
     except RequestError:
         return
-    ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-    status = own_status(request.parent)
+    status = _status(request)
     if observed.get("instance") is None and not status.get("instanceID") and not request.finalizing:
         try:
             observed["subnets"] = instances.subnets(ec2, list(machine_spec.subnets), machine_spec.subnet_selector)
@@ -122,8 +127,6 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) ->
 
 def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
     """The Nodes with the Machine's label as the API server has them now (a conclusion may rest on them)."""
-    from lightkube.resources.core_v1 import Node
-
     try:
         found = ctx.kube.list(Node, labels={names.MACHINE_LABEL: request.name})
         observed["nodes"] = [fresh.as_dict(n) for n in found]
@@ -151,7 +154,7 @@ def _pod_summary(pod: dict) -> dict:
 
 def _nodes(request: HookRequest, observed: dict) -> tuple[dict | None, list[dict]]:
     """The joined Node and the mislabelled ones: fresh when the API server was asked, else the request's."""
-    instance_id = own_status(request.parent).get("instanceID") or (observed.get("instance") or {}).get("instanceID")
+    instance_id = _status(request).get("instanceID") or (observed.get("instance") or {}).get("instanceID")
     listed = observed["nodes"] if "nodes" in observed else request.related.of_kind("Node")
     return registration.candidates(request.name, instance_id or "", listed)
 

@@ -5,6 +5,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
+from hooks.kube.client import describe_error
+
 
 def on_node(kube, node_name: str) -> list[dict]:
     """Every pod bound to the node (the API filters; our payload never grows with the cluster)."""
@@ -33,8 +35,7 @@ def whats_on(kube, node_name: str, summarize, pods_key: str = "pods") -> dict:
     A failed list is recorded as ``podsError``/``volumeAttachmentsError``,
     never raised: the controller decides what not knowing means.
     """
-    from hooks.kube.client import describe_error
-    from hooks.kube.fencing import volume_attachments_on
+    from hooks.kube.fencing import volume_attachments_on  # fencing's module reads pods through this one
 
     observed: dict = {}
     try:

@@ -166,7 +166,7 @@ def _terminate(view: MachineView, progress: Progress, settings, term: dict, inst
         return
     progress.actions.append(Action(
         "ec2.terminate", instance_id, {"region": settings.aws_region},
-        record=(Change(("status", "termination", "terminateRequestedAt"), _now(view)),),
+        record=(Change(("status", "termination", "terminateRequestedAt"), timefmt.fmt(view.now)),),
         requires=(InstanceOf(instance_id, view.uid, settings.aws_region or None),),
         reports=events.normal(events.INSTANCE_TERMINATE_REQUESTED, f"terminating instance {instance_id}")))
     progress.again_in(settings.machine_poll_seconds)
@@ -186,12 +186,10 @@ def _node_gone(view: MachineView, progress: Progress, node: dict | None, setting
         return True
     progress.actions.append(Action(
         "kube.delete-node", meta["name"], {"uid": meta.get("uid")},
-        record=(Change(("status", "termination", "nodeDeletedAt"), _now(view)),),
+        record=(Change(("status", "termination", "nodeDeletedAt"), timefmt.fmt(view.now)),),
         requires=(SameObject("Node", meta["name"], meta.get("uid") or ""),),
         reports=events.normal(events.NODE_DELETED, f"Node {meta['name']} deleted")))
     progress.again_in(settings.machine_poll_seconds)
     return False
 
 
-def _now(view: MachineView) -> str:
-    return timefmt.fmt(view.now)
