@@ -21,6 +21,7 @@ takes the Lease again and posts Ready=True.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
@@ -124,6 +125,23 @@ def wait_ready(api: AdminApi, name: str, timeout: float = 30) -> dict:
         node = api.get_or_none(f"{NODES}/{name}")
         return node if ready(node).get("status") == "True" else None
     return wait_for(check, f"Node {name} Ready", timeout=timeout, interval=0.2)
+
+
+def wait_released(api: AdminApi, name: str, timeout: float = 30) -> None:
+    """Until kwok has let go of the released Node: its Lease has gone one renewal
+    interval (LEASE_SECONDS / 4) plus a second without renewal. kwok renews the
+    Lease of every Node it manages and plays its pods from the same list, so after
+    this a pod bound to the Node stays Pending."""
+    interval = LEASE_SECONDS / 4 + 1
+
+    def stale() -> bool:
+        lease = api.get_or_none(f"{LEASES}/{name}") or {}
+        renewed = (lease.get("spec") or {}).get("renewTime")
+        if not renewed:
+            return True
+        at = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
+        return (datetime.now(timezone.utc) - at).total_seconds() > interval
+    wait_for(stale, f"kwok to let go of Node {name}", timeout=timeout, interval=0.5)
 
 
 def wait_unknown(api: AdminApi, name: str,

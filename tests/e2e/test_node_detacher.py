@@ -159,9 +159,11 @@ def test_terminating_ingress_daemonset_pod_detaches_its_node_until_the_replaceme
 
         # kwok would make the replacement Ready at once: out of its hands, it stays Pending.
         kwok.release(api, node)
+        kwok.wait_released(api, node)  # else kwok may still play the replacement it sees first
         api.create(pods, _daemonset_pod("contour-new", node, ds))
         time.sleep(1.0)  # give the hooks time to (wrongly) re-attach on a pod that is not Ready
-        assert not world.in_target_group(node), "re-attached before the replacement was Ready"
+        assert not world.in_target_group(node), (
+            f"re-attached before the replacement was Ready: {api.get(f'{pods}/contour-new').get('status')}")
         assert api.get(f"{pods}/contour-new")["status"].get("phase") == "Pending"
         kwok.manage(api, node)  # and kwok runs it: Running, Ready
         wait_for(lambda: world.in_target_group(node) and world.in_classic_elb(node),
