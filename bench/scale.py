@@ -115,9 +115,13 @@ class HookMetrics:
         return calls
 
     def latency_buckets(self, controller: str) -> dict[float, float]:
+        return self.buckets("nodewarden_hook_duration_seconds", controller)
+
+    def buckets(self, histogram: str, controller: str) -> dict[float, float]:
+        """A histogram's cumulative buckets (upper bound: count) for one controller, every hook summed."""
         buckets: dict[float, float] = {}
         for s in self.samples():
-            if s.name == "nodewarden_hook_duration_seconds_bucket" and s.labels.get("controller") == controller:
+            if s.name == f"{histogram}_bucket" and s.labels.get("controller") == controller:
                 le = float(s.labels["le"])
                 buckets[le] = buckets.get(le, 0) + s.value
         return buckets
@@ -272,31 +276,53 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 "hookP99BucketSeconds": bucket_percentile(buckets_before, buckets_after, 99)}
 
 
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+
+def not_ready_nodes(api: AdminApi) -> int:
+    """How many Nodes are not Ready now, from a Table list (what ``kubectl get nodes`` prints)."""
+    rows = api.get(NODES, accept=TABLE, timeout=60)["rows"]
+    return sum(1 for r in rows if not str(r["cells"][1]).startswith("Ready"))
+
+
 def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> dict:
     from devcluster import kwok
 
     with stack({"NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS": "5"}) as cluster:
-        api = AdminApi(cluster.kubeconfig)
+        api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         names = [f"storm-{i:05d}" for i in range(nodes)]
         create_nodes(api, names)
+        max_unhealthy = 10  # percent
         policy = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
                   "metadata": {"name": "scale"},
-                  "spec": {"nodeSelector": {SCALE_LABEL: "true"}, "maxUnhealthy": "10%",
-                           "conditions": [{"type": "Ready", "status": "Unknown", "duration": duration},
-                                          {"type": "Ready", "status": "False", "duration": duration}]}}
+                  "spec": {"nodeSelector": {"matchLabels": {SCALE_LABEL: "true"}},
+                           "maxUnhealthy": f"{max_unhealthy}%",
+                           "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": duration},
+                                                   {"type": "Ready", "status": "False", "duration": duration}]}}
         api.create(POLICIES, policy)
 
         def guard() -> str | None:
             status = api.get(f"{POLICIES}/scale").get("status") or {}
             return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "StormGuard"), None)
         wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=300, interval=1)
+        sizes_before = metrics.buckets("nodewarden_hook_request_bytes", "node-fencing-policy")
         dead = names[:int(nodes * dead_fraction)]
+        allowed = nodes * max_unhealthy // 100
         t0 = time.monotonic()
         each(lambda n: kwok.release(api, n), dead)  # out of kwok's hands: no more heartbeats, as in a partition
-        wait_for(lambda: guard() == "True", "StormGuard=True", timeout=600, interval=0.5)
-        held_after = time.monotonic() - t0
-        # While it holds, fencing must not start for any of them.
-        time.sleep(20)
+        released = time.monotonic() - t0
+        # The guard must hold within 10 s of the moment more nodes than allowed are not Ready.
+        too_many_at = None
+        deadline = t0 + 600
+        while guard() != "True":
+            if too_many_at is None and not_ready_nodes(api) > allowed:
+                too_many_at = time.monotonic()
+            if time.monotonic() > deadline:
+                raise TimeoutError("StormGuard never held")
+            time.sleep(0.2)
+        held_at = time.monotonic()
+        # While it holds, fencing must not start for any of them: wait past their duration.
+        time.sleep(20 + float(duration.rstrip("s")))
         requests_while_held = len(api.get(REQUESTS)["items"])
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
@@ -306,7 +332,13 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
                  "FencingRequests for the nodes still dead", timeout=600, interval=1)
         resumed_after = time.monotonic() - t1
-        return {"nodes": nodes, "dead": len(dead), "stormGuardTrueAfterSeconds": round(held_after, 1),
+        sizes_after = metrics.buckets("nodewarden_hook_request_bytes", "node-fencing-policy")
+        return {"nodes": nodes, "dead": len(dead), "allowed": allowed, "releaseSeconds": round(released, 1),
+                "stormGuardTrueAfterSeconds": round(held_at - t0, 1),
+                "stormGuardTrueAfterTooManyNotReadySeconds":
+                    round(held_at - too_many_at, 1) if too_many_at is not None else 0.0,
+                "policyRequestBytesMaxBucket": bucket_percentile(sizes_before, sizes_after, 100),
+                "policyRequestBytesP50Bucket": bucket_percentile(sizes_before, sizes_after, 50),
                 "fencingRequestsWhileHeld": requests_while_held, "stayedDead": stay_dead,
                 "guardReleasedAfterSeconds": round(released_after, 1),
                 "fencingResumedAfterSeconds": round(resumed_after, 1)}

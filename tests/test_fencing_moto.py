@@ -673,21 +673,27 @@ class NodeHarness:
         # and the node's FencingRequest as this request shows them.
         self.policy.setdefault("status", {})["countedAt"] = _fmt(self.now)
         self.kube.add_object(self.policy)
-        for attachment in self.attachments:
-            self.kube.put_fencing_request({**attachment, "metadata": {"uid": "uid-fr", **attachment["metadata"]}})
+        if (fr := self.fencing_request()) is not None:
+            self.kube.put_fencing_request({**fr, "metadata": {"uid": "uid-fr", **fr["metadata"]}})
         body = hook_request("node-fencing", self.node, children=self.attachments, related=[self.policy])
         response = serve("node-fencing", "sync", json.loads(json.dumps(body)), self.ctx)
         updated = apply_decorator_response(self.node, response)
         self.kube.nodes["node-a"]["status"] = updated["status"]
         self.kube.nodes["node-a"]["metadata"]["annotations"] = updated["metadata"]["annotations"]
         # What Metacontroller does with attachments: create the new, delete the
-        # omitted, leave existing ones as they are (OnDelete), status included.
-        existing = {a["metadata"]["name"]: a for a in self.attachments}
-        self.attachments = [existing.get(a["metadata"]["name"], copy.deepcopy(a)) for a in response["attachments"]]
+        # omitted; a FencingRequest is left as it is (OnDelete), status included,
+        # an UnhealthyNode record is updated in place.
+        existing = {(a["kind"], a["metadata"]["name"]): a for a in self.attachments}
+        self.attachments = [copy.deepcopy(a) if a["kind"] != names.REQUEST_KIND else
+                            existing.get((a["kind"], a["metadata"]["name"]), copy.deepcopy(a))
+                            for a in response["attachments"]]
         return response
 
+    def fencing_request(self) -> dict | None:
+        return next((a for a in self.attachments if a["kind"] == names.REQUEST_KIND), None)
+
     def set_request_status(self, status: dict) -> None:
-        self.attachments[0]["status"] = status
+        self.fencing_request()["status"] = status
 
     def condition(self, ctype: str) -> dict | None:
         return next((c for c in self.node["status"]["conditions"] if c["type"] == ctype), None)
@@ -723,7 +729,10 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
 
     h.call(after=r["resyncAfterSeconds"])
     assert h.condition(names.REQUIRED)["status"] == "True"
-    assert h.attachments[0]["metadata"]["name"] == "fence-node-a"
+    assert h.fencing_request()["metadata"]["name"] == "fence-node-a"
+    record = next(a for a in h.attachments if a["kind"] == "UnhealthyNode")
+    assert {c["type"]: c["status"] for c in record["spec"]["conditions"]}[names.REQUIRED] == "True", \
+        "the record carries the conditions this very call wrote"
     assert list(kube.pods) == ["default/db-0"], "the labelled pod without a single-writer volume failed over"
     h.call(after=1)
     assert {"key": names.REQUIRED_TAINT, "effect": "NoSchedule"} in kube.taints("node-a")

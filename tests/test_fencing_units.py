@@ -12,7 +12,7 @@ from hooks.app import create_app
 from hooks.config import load_settings
 from hooks.contract import RequestError
 from hooks.controllers.node_fencing import request_name
-from hooks.fencing import durations, failover, health, names, selectors, storm
+from hooks.fencing import durations, failover, health, names, records, selectors, storm
 from hooks.fencing import policy as policies
 from hooks.fencing import request as fr
 from tests.fake_kube import FakeKube
@@ -111,18 +111,18 @@ def _node(name, ready="True", ago=10, labels=None):
     return {"metadata": {"name": name, "labels": labels or {}}, "status": _ready(ready, ago)}
 
 
-def _listing(total, unlabelled=(), ago=0):
-    return storm.Listing(NOW - dt.timedelta(seconds=ago), total, tuple(unlabelled), len(unlabelled))
+def _listing(total, unrecorded=(), ago=0):
+    return storm.Listing(NOW - dt.timedelta(seconds=ago), total, tuple(unrecorded), len(unrecorded))
 
 
 def test_storm_count_and_verdict():
     p = policies.parse(_policy(maxUnhealthy=1))
-    labelled = [_node("a", "Unknown", 70)]
-    counts = storm.count(p, labelled, _listing(3), NOW)
+    recorded = [_node("a", "Unknown", 70)]
+    counts = storm.count(p, recorded, _listing(3), NOW)
     assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
     assert counts.unhealthy_names == ("a",)
-    labelled.append(_node("b", "False", 1))
-    assert storm.count(p, labelled, _listing(3), NOW).holds
+    recorded.append(_node("b", "False", 1))
+    assert storm.count(p, recorded, _listing(3), NOW).holds
     fresh = "2026-11-21T11:59:30Z"  # 30 s before NOW
     counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
                                                       "countedAt": fresh,
@@ -134,18 +134,18 @@ def test_storm_count_and_verdict():
     assert storm.verdict(holding, "a", NOW, 90).outcome == storm.HOLD
 
 
-def test_nodes_the_list_saw_not_ready_count_until_their_label_comes():
-    """Any evidence counts: a node not Ready on the list counts before node-fencing has labelled it, once."""
+def test_nodes_the_list_saw_not_ready_count_until_their_record_comes():
+    """Any evidence counts: a node not Ready on the list counts before node-fencing has recorded it, once."""
     p = policies.parse(_policy(maxUnhealthy=2))
     listing = storm.listing_of(p, {"total": 10, "notReady": ["a", "b", "c"]}, [_node("a", "Unknown")], NOW)
-    assert listing.unlabelled == ("b", "c")
-    assert storm.count(p, [_node("a", "Unknown")], listing, NOW).holds, "a labelled, b and c on the list's word"
-    # b labelled since: judged by the policy's rules (Ready again: not unhealthy), never counted twice.
+    assert listing.unrecorded == ("b", "c")
+    assert storm.count(p, [_node("a", "Unknown")], listing, NOW).holds, "a recorded, b and c on the list's word"
+    # b recorded since: judged by the policy's rules (Ready again: not unhealthy), never counted twice.
     counts = storm.count(p, [_node("a", "Unknown"), _node("b", "True")], listing, NOW)
-    assert (counts.unhealthy, counts.unlabelled) == (2, ("c",))
+    assert (counts.unhealthy, counts.unrecorded) == (2, ("c",))
     # More than the policy allows: only their number is kept, and the guard holds on it alone.
     many = storm.listing_of(p, {"total": 10, "notReady": ["x", "y", "z"]}, [], NOW)
-    assert (many.unlabelled, many.unlabelled_count) == (None, 3)
+    assert (many.unrecorded, many.unrecorded_count) == (None, 3)
     assert storm.count(p, [], many, NOW).holds
 
 
@@ -174,7 +174,7 @@ def test_the_policy_lists_again_before_a_node_falls_due():
         "a is admitted already: nothing sooner than the interval"
 
 
-def test_the_unhealthy_label_is_for_any_policy_that_may_count_the_node():
+def test_a_node_is_recorded_for_any_policy_that_may_count_it():
     ready_disk = {"conditions": [_ready("True", 99)["conditions"][0],
                                  {"type": "DiskPressure", "status": "True", "lastTransitionTime": "2026-11-21T11:59:00Z"}]}
     network = policies.parse(_policy(nodeSelector={"matchLabels": {"pool": "db"}}, unhealthyConditions=[
@@ -209,6 +209,44 @@ def test_the_count_list_reads_a_table_of_the_selected_nodes(make_ctx):
     found = kube_nodes.readiness(kube, selectors.validate({"matchLabels": {"pool": "db"}}, "sel"))
     assert found == {"total": 4, "notReady": ["b", "c", "e"]}, "cordoned but Ready is Ready; no condition is not"
     assert [c[0] for c in kube.calls] == ["table"]
+
+
+def test_a_record_holds_only_what_a_count_reads():
+    """The conditions a count reads, without heartbeats or messages, and only the labels some policy's
+    selector names."""
+    by_pool = policies.parse(_policy(nodeSelector={"matchLabels": {"pool": "db"}}))
+    by_zone = policies.parse(_policy(nodeSelector={"matchExpressions": [
+        {"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["us-east-1c"]}]}))
+    labels = {"pool": "db", "topology.kubernetes.io/zone": "us-east-1a", "kubernetes.io/hostname": "n1"}
+    status = {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "kubelet stopped",
+         "lastHeartbeatTime": "2026-11-21T11:59:59Z", "lastTransitionTime": "2026-11-21T11:58:00Z"},
+        {"type": "MemoryPressure", "status": "False", "lastTransitionTime": "2026-11-20T10:00:00Z"}],
+        "images": [{"names": ["x"], "sizeBytes": 1}]}
+    record = records.build("n1", "uid-1", labels, status, [by_pool, by_zone])
+    assert record["metadata"] == {"name": "n1", "labels": {"pool": "db", "topology.kubernetes.io/zone": "us-east-1a"}}
+    assert record["spec"] == {"nodeUID": "uid-1", "conditions": [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-11-21T11:58:00Z"}]}
+    # Read back as the node it stands for: each policy judges it as it would the Node.
+    seen = records.as_node(record)
+    assert by_pool.selects(seen["metadata"]["labels"]) and by_zone.selects(seen["metadata"]["labels"])
+    assert health.assess(seen["status"], by_pool.rules, NOW).unhealthy
+    # A heartbeat alone changes nothing in the record (no write per heartbeat).
+    status["conditions"][0]["lastHeartbeatTime"] = "2026-11-21T12:00:00Z"
+    assert records.build("n1", "uid-1", labels, status, [by_pool, by_zone]) == record
+
+
+@pytest.mark.parametrize("damaged", [
+    {}, {"metadata": "x", "spec": []}, {"metadata": {"name": "n1", "labels": {"pool": 7}},
+                                        "spec": {"conditions": "Ready"}},
+    {"metadata": {"name": "n1"}, "spec": {"conditions": [None, {"status": "True"}, {"type": 5}]}},
+    {"metadata": {"name": "n1"}, "spec": {"conditions": [{"type": "Ready", "status": "False"}] * 1000}},
+])
+def test_a_damaged_record_is_read_as_less_evidence(damaged):
+    seen = records.as_node(damaged)
+    assert all(isinstance(v, str) for v in seen["metadata"]["labels"].values())
+    conds = seen["status"]["conditions"]
+    assert len(conds) <= records.MAX_CONDITIONS and all(isinstance(c["type"], str) for c in conds)
 
 
 def _policy_request(policy, nodes=()):
@@ -351,8 +389,8 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
     assert fence == {"relatedResources": [{"apiVersion": "nodewarden.io/v1alpha1", "resource": "nodefencingpolicies"}]}
     pol = client.post("/node-fencing-policy/customize", json={"controller": {}, "parent": _policy(
         nodeSelector={"matchLabels": {"pool": "db"}})}).get_json()
-    assert pol == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "labelSelector": {
-        "matchLabels": {"pool": "db"}, "matchExpressions": [{"key": names.UNHEALTHY_LABEL, "operator": "Exists"}]}}]}
+    assert pol == {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": "unhealthynodes",
+                                         "labelSelector": {"matchLabels": {"pool": "db"}}}]}
     req = client.post("/fencing-request/customize", json={"controller": {}, "parent": {
         "apiVersion": names.API_VERSION, "kind": "FencingRequest",
         "metadata": {"name": "f", "namespace": "nodewarden-system"}, "spec": {"nodeRef": {"name": "n1"}}}}).get_json()

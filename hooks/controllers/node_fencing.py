@@ -17,9 +17,10 @@ NodeConditions only, each call moves the node to where it should be:
 Conditions are written first and taints on the next call, so one call never
 races Metacontroller's own status write on the same Node.
 
-Whatever the governing policy says, the node carries nodewarden.io/unhealthy
-while any policy selecting it may count it as unhealthy (storm.flagged): the
-policies' counts relate only the Nodes with that label.
+Whatever the governing policy says, the node has an UnhealthyNode record (a
+second attachment, hooks/fencing/records.py) while any policy selecting it may
+count it as unhealthy (storm.flagged): the policies' counts relate those
+records, never the Nodes.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import sys
 from hooks import actuators, conditions, events, fields, objects, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
-from hooks.fencing import failover, health, names, storm
+from hooks.fencing import failover, health, names, records, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
@@ -90,8 +91,10 @@ class Situation:
     # The power-off is proven for this node and this unhealthy spell, and the
     # instance is meant to stay off: single-writer pods may go.
     fenced: bool = False
-    # The node should carry nodewarden.io/unhealthy: some policy may count it as unhealthy.
+    # The node should have its UnhealthyNode record: some policy may count it as unhealthy.
     flagged: bool = False
+    # The valid policies not being deleted: whose selectors the record's labels serve.
+    counting: tuple[Policy, ...] = ()
 
     @property
     def unhealthy(self) -> bool:
@@ -160,12 +163,14 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     valid, _invalid = policies.parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
     policy = policies.governing(valid, request.labels)
     fencing_request = _our_request(request)
-    flagged = storm.flagged([p for p in valid if not p.deleting], request.labels, node_status, now)
+    counting = tuple(p for p in valid if not p.deleting)
+    flagged = storm.flagged(list(counting), request.labels, node_status, now)
     if policy is None:
-        return Situation(None, Health(False, ready=health.is_ready(node_status)), fencing_request, flagged=flagged)
+        return Situation(None, Health(False, ready=health.is_ready(node_status)), fencing_request, flagged=flagged,
+                         counting=counting)
     state = health.assess(node_status, policy.rules, now)
     if not state.unhealthy:
-        return Situation(policy, state, fencing_request, flagged=flagged)
+        return Situation(policy, state, fencing_request, flagged=flagged, counting=counting)
 
     fr_status = (fencing_request or {}).get("status") or {}
     complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
@@ -177,11 +182,11 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     if fencing_request is not None or conditions.is_true(node_status, names.REQUIRED):
         return Situation(policy, state, fencing_request, required=True, complete=complete,
                          failed_message=failed, failover_hold=hold_reason,
-                         fenced=_fenced(fencing_request, request, state), flagged=True)
+                         fenced=_fenced(fencing_request, request, state), flagged=True, counting=counting)
     if hold_reason:
         return Situation(policy, state, fencing_request, hold_reason=hold_reason, hold_message=hold_message,
-                         failover_hold=hold_reason, flagged=True)
-    return Situation(policy, state, fencing_request, required=True, flagged=True)
+                         failover_hold=hold_reason, flagged=True, counting=counting)
+    return Situation(policy, state, fencing_request, required=True, flagged=True, counting=counting)
 
 
 def needs_pods(sit: Situation) -> bool:
@@ -195,16 +200,22 @@ def needs_pods(sit: Situation) -> bool:
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     sit = assess(request, now, settings)
     plan = _fence(request, sit, settings, now, observed) if sit.unhealthy else _release(request, sit, settings, now)
-    return _labelled(request, sit, plan)
+    return _recorded(request, sit, plan)
 
 
-def _labelled(request: HookRequest, sit: Situation, plan: Plan) -> Plan:
-    """The plan with nodewarden.io/unhealthy set or removed, when that changes: what the policies' counts relate."""
-    has = request.labels.get(names.UNHEALTHY_LABEL) == names.UNHEALTHY_VALUE
-    if sit.flagged == has and (has or names.UNHEALTHY_LABEL not in request.labels):
+def _recorded(request: HookRequest, sit: Situation, plan: Plan) -> Plan:
+    """The plan with the node's UnhealthyNode record among its attachments while it is flagged.
+
+    The record holds the conditions this response leaves on the node, so a
+    count reads our own FencingRequired and FencingComplete without waiting
+    for another sync.
+    """
+    if not sit.flagged:
         return plan
-    change = {names.UNHEALTHY_LABEL: names.UNHEALTHY_VALUE if sit.flagged else None}
-    return dataclasses.replace(plan, response={**plan.response, "labels": {**plan.response["labels"], **change}})
+    status = plan.response.get("status") or fields.mapping(request.parent, "status")
+    record = records.build(request.name, request.meta.get("uid"), request.labels, status, list(sit.counting))
+    return dataclasses.replace(plan, response={**plan.response,
+                                               "attachments": [*plan.response["attachments"], record]})
 
 
 def _status_changes(node_status: dict, desired: dict[str, tuple[str, str, str]], now: dt.datetime) -> dict | None:

@@ -1,14 +1,15 @@
 """node-fencing-policy: count a NodeFencingPolicy's nodes, hold the storm guard.
 
 CompositeController on NodeFencingPolicy, with no children. Its customize hook
-relates only the Nodes the policy selects that node-fencing labelled
-``nodewarden.io/unhealthy``, so no request grows with the healthy nodes;
-Metacontroller calls it again when one of them changes, is labelled or loses
-the label. The total, and the nodes not Ready before their label came, come
-from a compact list of the selected Nodes read at most once per count interval
-(and before a node falls due). The counts and the StormGuard condition land in
-the policy's status, where the node-fencing hook reads them (see
-hooks/fencing/storm.py).
+relates the UnhealthyNode records (hooks/fencing/records.py) its selector
+picks: node-fencing keeps one, well under 1 KB, for each node some policy may
+count as unhealthy, so no request grows with the healthy nodes, nor by a
+whole Node per unhealthy one. Metacontroller calls it again when a record
+comes, changes or goes. The total, and the nodes not Ready before their
+record came, come from a compact list of the selected Nodes read at most once
+per count interval (and before a node falls due). The counts and the
+StormGuard condition land in the policy's status, where the node-fencing hook
+reads them (see hooks/fencing/storm.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import sys
 from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.fencing import names, storm
+from hooks.fencing import names, records, storm
 from hooks.fencing import policy as policies
 from hooks.kube import nodes as kube_nodes
 from hooks.kube.client import describe_error as kube_error
@@ -31,19 +32,19 @@ log = logging.getLogger(__name__)
 
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
-    """The labelled Nodes the policy selects (none while its selector is invalid)."""
+    """The UnhealthyNode records the policy's selector picks (none while its selector is invalid)."""
     try:
         policy = policies.parse(parent)
     except RequestError:
         return {"relatedResources": []}
     selector = {k: v for k, v in policy.node_selector.items() if v}
-    selector["matchExpressions"] = [*selector.get("matchExpressions", []),
-                                    {"key": names.UNHEALTHY_LABEL, "operator": "Exists"}]
-    return {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "labelSelector": selector}]}
+    return {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": records.RESOURCE,
+                                  "labelSelector": selector}]}
 
 
-def _labelled_nodes(request: HookRequest) -> list[dict]:
-    return request.related.of_kind("Node")
+def _recorded_nodes(request: HookRequest) -> list[dict]:
+    """The records, each seen as the node it stands for."""
+    return [records.as_node(r) for r in request.related.of_kind(records.KIND, names.API_GROUP)]
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
@@ -60,10 +61,10 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status = {"observedGeneration": generation, "conditions": status["conditions"]}
         return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
 
-    labelled = _labelled_nodes(request)
+    recorded = _recorded_nodes(request)
     if "countList" in observed:
         # Stamped to the second as countedAt keeps it, so this call and the next admit alike.
-        listing = storm.listing_of(policy, observed["countList"], labelled, timefmt.parse(stamp))
+        listing = storm.listing_of(policy, observed["countList"], recorded, timefmt.parse(stamp))
     else:
         listing = storm.listing_in(policy, now)
     error = observed.get("countError")
@@ -73,7 +74,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         # Never counted for this spec: nothing is fenced until a count list succeeds.
         guard = ("True", "NotCounted", f"the policy's nodes could not be counted: {error or 'not listed yet'}")
     else:
-        counted, guard = _counted(policy, storm.count(policy, labelled, listing, now))
+        counted, guard = _counted(policy, storm.count(policy, recorded, listing, now))
         status.update(counted)
     if error:
         status["countError"] = str(error)[:1000]
@@ -91,7 +92,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if error:
         resync = backoff(settings, 1)
     else:
-        resync = storm.next_list(policy, labelled, listing, now, count_interval(settings))
+        resync = storm.next_list(policy, recorded, listing, now, count_interval(settings))
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said)
 
 
@@ -104,10 +105,10 @@ def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple
         "fencingNodes": counts.fencing,
         "fencedNodes": counts.fenced,
         "maxUnhealthyNodes": counts.allowed,
-        "unlabelledNotReadyNodes": counts.unlabelled_count,
+        "unrecordedNotReadyNodes": counts.unrecorded_count,
     }
-    if counts.unlabelled is not None:
-        status["unlabelledNotReadyNodeNames"] = list(counts.unlabelled)
+    if counts.unrecorded is not None:
+        status["unrecordedNotReadyNodeNames"] = list(counts.unrecorded)
     if counts.holds:
         return status, ("True", "TooManyUnhealthy",
                         f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
@@ -136,7 +137,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     except RequestError:
         return {}
     listing = storm.listing_in(policy, now)
-    if storm.next_list(policy, _labelled_nodes(request), listing, now, count_interval(ctx.settings)) > 0:
+    if storm.next_list(policy, _recorded_nodes(request), listing, now, count_interval(ctx.settings)) > 0:
         return {}
     try:
         return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}

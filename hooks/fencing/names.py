@@ -25,12 +25,6 @@ OUT_OF_SERVICE_EFFECT = "NoExecute"
 FAILOVER_LABEL = "nodewarden.io/failover"
 FAILOVER_IMMEDIATE = "immediate"
 
-# On a Node some policy selects that is not Ready, or that an unhealthy condition of one of those
-# policies holds for: node-fencing sets it, and each policy's count
-# relates only the Nodes that carry it (see hooks/fencing/storm.py).
-UNHEALTHY_LABEL = "nodewarden.io/unhealthy"
-UNHEALTHY_VALUE = "true"
-
 # On the Node: the last error of an action the node-fencing hook could not carry out.
 ERROR_ANNOTATION = "nodewarden.io/fencing-error"
 # On FencingRequests the node-fencing hook creates.

@@ -12,21 +12,22 @@ The count never carries the healthy nodes. It rests on two readings:
   node), at most once per count interval, plus once before an unhealthy node
   falls due (below). It gives the total, and every node that was not Ready
   at that moment. Its time is ``countedAt``.
-- **The labelled nodes**: node-fencing labels a node ``nodewarden.io/unhealthy``
-  while it is not Ready or an unhealthy condition of a policy selecting it
-  holds, and the policy controller relates only those nodes (in full), so
-  they are judged by the policy's own rules on every change.
+- **The recorded nodes**: node-fencing keeps an UnhealthyNode record of a
+  node (hooks/fencing/records.py: its conditions and the labels policies
+  select on) while it is not Ready or an unhealthy condition of a policy
+  selecting it holds, and the policy controller relates only those records,
+  so the nodes are judged by the policy's own rules on every change.
 
-A node counts as unhealthy when the policy's rules say so about the labelled
-node, or when the last count list saw it not Ready before it was labelled
+A node counts as unhealthy when the policy's rules say so about its record,
+or when the last count list saw it not Ready before it had one
 (node-fencing had not synced it yet): any evidence counts, so the guard may
 hold early, never late.
 
 Fencing may start only for a node the count admits (``unhealthyNodeNames``):
-labelled, unhealthy by the policy's rules, and seen by a count list taken
+recorded, unhealthy by the policy's rules, and seen by a count list taken
 after it turned unhealthy and at most ``ADMIT_WITHIN_SECONDS`` before it fell
 due. So a node is fenced on a count that saw the cluster as it was just
-before the node's duration ran out, however slowly the labels followed. The
+before the node's duration ran out, however slowly the records followed. The
 policy controller lists again ``LIST_LEAD_SECONDS`` before a node falls due
 for that.
 
@@ -63,21 +64,21 @@ MIN_LIST_GAP_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Listing:
-    """The last count list: when it was taken, the nodes it found, and the ones not Ready and not labelled."""
+    """The last count list: when it was taken, the nodes it found, and the ones not Ready and not recorded."""
 
     at: dt.datetime
     total: int
-    unlabelled: tuple[str, ...] | None  # their names; None when there were more than the policy allows
-    unlabelled_count: int
+    unrecorded: tuple[str, ...] | None  # their names; None when there were more than the policy allows
+    unrecorded_count: int
 
 
-def listing_of(policy: Policy, found: dict, labelled: list[dict], at: dt.datetime) -> Listing:
-    """A Listing from a count list (hooks/kube/nodes.py) taken at ``at``, beside the nodes labelled then."""
+def listing_of(policy: Policy, found: dict, recorded: list[dict], at: dt.datetime) -> Listing:
+    """A Listing from a count list (hooks/kube/nodes.py) taken at ``at``, beside the nodes recorded then."""
     total = found["total"]
-    seen = {n["metadata"]["name"] for n in labelled}
-    unlabelled = tuple(sorted(set(found["notReady"]) - seen))
-    keep = len(unlabelled) <= policy.allowed_unhealthy(total)  # beyond that the guard holds anyway
-    return Listing(at, total, unlabelled if keep else None, len(unlabelled))
+    seen = {n["metadata"]["name"] for n in recorded}
+    unrecorded = tuple(sorted(set(found["notReady"]) - seen))
+    keep = len(unrecorded) <= policy.allowed_unhealthy(total)  # beyond that the guard holds anyway
+    return Listing(at, total, unrecorded if keep else None, len(unrecorded))
 
 
 def listing_in(policy: Policy, now: dt.datetime) -> Listing | None:
@@ -85,8 +86,8 @@ def listing_in(policy: Policy, now: dt.datetime) -> Listing | None:
     status = policy.status or {}
     at = timefmt.parse(status.get("countedAt"))
     total = status.get("observedNodes")
-    count = status.get("unlabelledNotReadyNodes", 0)
-    listed = status.get("unlabelledNotReadyNodeNames")
+    count = status.get("unrecordedNotReadyNodes", 0)
+    listed = status.get("unrecordedNotReadyNodeNames")
     if at is None or status.get("observedGeneration") != policy.generation or \
             (at - now).total_seconds() > MAX_SKEW_SECONDS:
         return None
@@ -109,18 +110,18 @@ class Counts:
     fencing: int
     fenced: int
     allowed: int
-    unhealthy_names: tuple[str, ...]  # the admitted ones: unhealthy, labelled, seen by a recent enough list
-    unlabelled: tuple[str, ...] | None
-    unlabelled_count: int
+    unhealthy_names: tuple[str, ...]  # the admitted ones: unhealthy, recorded, seen by a recent enough list
+    unrecorded: tuple[str, ...] | None
+    unrecorded_count: int
 
     @property
     def holds(self) -> bool:
         return self.unhealthy > self.allowed
 
 
-def _judged(policy: Policy, labelled: list[dict], now: dt.datetime) -> tuple[list[dict], dict[str, Health]]:
-    """The labelled nodes the policy selects, and the unhealthy ones among them by its rules."""
-    selected = [n for n in labelled if policy.selects(n["metadata"].get("labels") or {})]
+def _judged(policy: Policy, recorded: list[dict], now: dt.datetime) -> tuple[list[dict], dict[str, Health]]:
+    """The recorded nodes the policy selects, and the unhealthy ones among them by its rules."""
+    selected = [n for n in recorded if policy.selects(n["metadata"].get("labels") or {})]
     unhealthy = {}
     for node in selected:
         state = health.assess(node.get("status") or {}, policy.rules, now)
@@ -134,16 +135,16 @@ def admits(listed_at: dt.datetime, state: Health) -> bool:
     return listed_at >= max(state.since, state.due_at - dt.timedelta(seconds=ADMIT_WITHIN_SECONDS))
 
 
-def count(policy: Policy, labelled: list[dict], listing: Listing, now: dt.datetime) -> Counts:
-    """Count the policy's nodes (labelled: the labelled Nodes, in full) by health."""
-    selected, unhealthy = _judged(policy, labelled, now)
+def count(policy: Policy, recorded: list[dict], listing: Listing, now: dt.datetime) -> Counts:
+    """Count the policy's nodes by health (recorded: the UnhealthyNode records, seen as nodes)."""
+    selected, unhealthy = _judged(policy, recorded, now)
     seen = {n["metadata"]["name"] for n in selected}
-    if listing.unlabelled is not None:
-        # Labelled since the list: judged by the rules above instead.
-        unlabelled = tuple(n for n in listing.unlabelled if n not in seen)
-        lagging = len(unlabelled)
+    if listing.unrecorded is not None:
+        # Recorded since the list: judged by the rules above instead.
+        unrecorded = tuple(n for n in listing.unrecorded if n not in seen)
+        lagging = len(unrecorded)
     else:
-        unlabelled, lagging = None, listing.unlabelled_count  # may count some twice: only ever too many
+        unrecorded, lagging = None, listing.unrecorded_count  # may count some twice: only ever too many
     fencing = fenced = 0
     for node in selected:
         status = node.get("status") or {}
@@ -157,12 +158,12 @@ def count(policy: Policy, labelled: list[dict], listing: Listing, now: dt.dateti
         fenced=fenced,
         allowed=policy.allowed_unhealthy(listing.total),
         unhealthy_names=tuple(sorted(n for n, state in unhealthy.items() if admits(listing.at, state))),
-        unlabelled=unlabelled,
-        unlabelled_count=lagging,
+        unrecorded=unrecorded,
+        unrecorded_count=lagging,
     )
 
 
-def next_list(policy: Policy, labelled: list[dict], listing: Listing | None, now: dt.datetime,
+def next_list(policy: Policy, recorded: list[dict], listing: Listing | None, now: dt.datetime,
               interval: float) -> float:
     """Seconds until the policy should list its nodes again; 0 means now.
 
@@ -175,7 +176,7 @@ def next_list(policy: Policy, labelled: list[dict], listing: Listing | None, now
         return 0.0
     due = listing.at + dt.timedelta(seconds=interval)
     gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
-    _, unhealthy = _judged(policy, labelled, now)
+    _, unhealthy = _judged(policy, recorded, now)
     for state in unhealthy.values():
         if not admits(listing.at, state):
             wanted = max(state.since, state.due_at - dt.timedelta(seconds=LIST_LEAD_SECONDS), gap)
@@ -213,13 +214,13 @@ def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) ->
 
 
 def flagged(policies: list[Policy], node_labels: dict, node_status: dict, now: dt.datetime) -> bool:
-    """Whether the node should carry ``nodewarden.io/unhealthy``: some policy selects it, and it is not
+    """Whether the node should have its UnhealthyNode record: some policy selects it, and it is not
     Ready or an unhealthy condition of one of those policies holds (however recently).
 
-    Per-policy rules differ, so the label says "some policy may count this
-    node"; each policy then judges the labelled node by its own rules. Not
-    Ready alone labels it too, so that a node the count list saw not Ready is
-    labelled and judged exactly, instead of counted on the list's word until
+    Per-policy rules differ, so the record says "some policy may count this
+    node"; each policy then judges the record by its own rules. Not Ready
+    alone makes one too, so that a node the count list saw not Ready is
+    recorded and judged exactly, instead of counted on the list's word until
     the next list.
     """
     selecting = [p for p in policies if p.selects(node_labels)]

@@ -1,10 +1,11 @@
 """The storm guard over 200 Nodes of one policy, on the real local control plane.
 
-The policy's count relates only the Nodes node-fencing labelled
-nodewarden.io/unhealthy, and reads the total from a compact list, so its
-sync requests stay small however many healthy Nodes it selects; and a
-partition (many Nodes NotReady at once) fences none of them, then fencing
-resumes for the Nodes still dead once the rest come back.
+The policy's count relates only the UnhealthyNode records node-fencing keeps
+of unhealthy Nodes (well under 1 KB each), and reads the total from a
+compact list, so its sync requests stay small however many healthy Nodes it
+selects, and small still with 90 of them unhealthy; and a partition (many
+Nodes NotReady at once) fences none of them, then fencing resumes for the
+Nodes still dead once the rest come back.
 
 Nodes are API objects shaped like a kubelet's (40 images, capacity,
 addresses: about 13 KB each), kept Ready by kwok; a node dies by leaving
@@ -149,9 +150,9 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
     oversized, syncs = _oversized_policy_syncs(cluster.hooks_url)
     assert syncs > syncs_before, "the policy was synced while its nodes failed"
     assert oversized == oversized_before, f"a node-fencing-policy sync request over {LIMIT_BYTES} bytes"
-    labelled = api.get("/api/v1/nodes", params={"labelSelector": f"nodewarden.io/unhealthy,"
-                                                                  f"{failover.SCENARIO_LABEL}={pool.scenario}"})
-    assert sorted(n["metadata"]["name"] for n in labelled["items"]) == first, "only the unhealthy carry the label"
+    recorded = api.get("/apis/nodewarden.io/v1alpha1/unhealthynodes",
+                       params={"labelSelector": f"{failover.SCENARIO_LABEL}={pool.scenario}"})
+    assert sorted(r["metadata"]["name"] for r in recorded["items"]) == first, "only the unhealthy are recorded"
 
     # (ii) a partition: 40 % of the nodes NotReady at once. The guard holds within 10 s; nothing is fenced.
     partition = pool.names[FIRST:FIRST + PARTITION]
@@ -162,6 +163,9 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
     time.sleep(15)  # past the 10 s duration of every partitioned node
     assert pool.requests_for(partition) == [], "no FencingRequest during a storm"
     assert pool.stopped(partition) == []
+    # 90 records in the requests now: 90 whole Nodes would be over 1 MB.
+    assert _oversized_policy_syncs(cluster.hooks_url)[0] == oversized_before, \
+        f"a node-fencing-policy sync request over {LIMIT_BYTES} bytes during the partition"
 
     # (iii) the partition heals but for 5: the guard releases, and fencing resumes for those 5 alone.
     survivors, healed = partition[:SURVIVORS], partition[SURVIVORS:]
