@@ -20,6 +20,12 @@ the scheduler.
 
     .venv/bin/python bench/fencing_failover.py [--trials 5] [--baseline-trials 5]
                                                [--baseline-seconds 600] [--json out.json]
+                                               [--crowd 5000]
+
+With --crowd N, N more Nodes shaped like real ones (bench/scale.py's 13 KB
+Node), kept Ready by kwok and tainted NoSchedule so no trial's pod lands on
+them, share each fenced trial's policy with its node: one node dies among N,
+and its policy counts all of them.
 
 Needs the binaries from `make controlplane-bins`.
 """
@@ -46,6 +52,22 @@ from devcluster.cluster import configure_logging  # noqa: E402
 
 HEALTHY = 3
 MOVED = "statefulset_bound_elsewhere"
+CROWD_LABEL = "bench.nodewarden.io/crowd"
+CROWD_TAINT = {"key": CROWD_LABEL, "value": "true", "effect": "NoSchedule"}
+
+
+def _crowd(api: AdminApi, count: int) -> None:
+    """``count`` realistic Nodes for kwok to keep Ready, no pod scheduled on them; returns once all are Ready."""
+    import scale  # the same Nodes as the scale runs
+
+    def one(name: str) -> None:
+        body = scale.node_body(name)
+        body["metadata"]["labels"][CROWD_LABEL] = "true"
+        body["spec"]["taints"] = [*body["spec"].get("taints", []), CROWD_TAINT]
+        api.create(scale.NODES, body)
+    scale.each(one, [f"crowd-{i:05d}" for i in range(count)])
+    wait_for(lambda: scale.not_ready_nodes(api) == 0, f"{count} crowd Nodes Ready", timeout=max(300, count / 5),
+             interval=5)
 
 
 def _namespace(api: AdminApi) -> str:
@@ -75,7 +97,8 @@ class BaselineWatch(threading.Thread):
             time.sleep(1.0)
 
 
-def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: str, jitter: float) -> dict:
+def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: str, jitter: float,
+        crowd: int = 0) -> dict:
     layout = Layout(workdir=REPO / ".local" / "bench" / f"fencing-{os.getpid()}")
     with Cluster(layout, port_mode="dynamic") as cluster:
         api = AdminApi(cluster.kubeconfig)
@@ -86,6 +109,9 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
             failover.create_node(api, name, instance_id)
             healthy.append(name)
         namespace = _namespace(api)
+        if crowd:
+            _crowd(api, crowd)
+            print(f"{crowd} crowd Nodes Ready", flush=True)
 
         baseline = [failover.Trial(api, aws, namespace, healthy, fenced=False, zone=f"bench-zone-{i}")
                     for i in range(baseline_trials)]
@@ -99,7 +125,8 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
 
         fenced = []
         for number in range(1, trials + 1):
-            trial = failover.Trial(api, aws, namespace, healthy, fenced=True, duration=duration)
+            trial = failover.Trial(api, aws, namespace, healthy, fenced=True, duration=duration,
+                                   shared_labels={CROWD_LABEL: "true"} if crowd else None)
             # Uniform over pod GC's 20 s period, so its phase is sampled, not fixed.
             failover.run_trials(api, healthy, [trial], timeout=180, delay=random.uniform(0, jitter))
             fenced.append(trial)
@@ -115,6 +142,7 @@ def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: st
         results = {
             "kubernetes": api.get("/version")["gitVersion"],
             "policy_duration": duration,
+            "crowd_nodes": crowd,
             "fenced": _summary([t.timings for t in fenced], ["instance_stopped", "out_of_service_taint",
                                                              "deployment_bound_elsewhere", "volume_attachment_gone",
                                                              "statefulset_pod_gone", MOVED]),
@@ -135,7 +163,8 @@ def _summary(samples: list[dict], keys: list[str]) -> dict:
     for key in keys:
         values = [s[key] for s in samples if key in s]
         if values:
-            out[key] = {"p50": percentile(values, 50), "p90": percentile(values, 90), "min": min(values),
+            out[key] = {"p50": percentile(values, 50), "p90": percentile(values, 90), "p99": percentile(values, 99),
+                        "min": min(values),
                         "max": max(values), "mean": round(statistics.mean(values), 2), "n": len(values)}
     return out
 
@@ -149,10 +178,12 @@ def main() -> int:
     parser.add_argument("--jitter", type=float, default=20.0,
                         help="random delay (0..JITTER s) before each fenced failure")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--crowd", type=int, default=0, help="more Ready Nodes each fenced trial's policy selects")
     args = parser.parse_args()
     configure_logging()
     try:
-        results = run(args.trials, args.baseline_trials, args.baseline_seconds, args.duration, args.jitter)
+        results = run(args.trials, args.baseline_trials, args.baseline_seconds, args.duration, args.jitter,
+                      args.crowd)
     finally:
         shutil.rmtree(REPO / ".local" / "bench" / f"fencing-{os.getpid()}", ignore_errors=True)
     moved = results["fenced"].get(MOVED)
@@ -160,7 +191,8 @@ def main() -> int:
     if moved:
         print(f"\nReady→Unknown to the StatefulSet's replacement bound elsewhere, {moved['n']} trials with "
               f"nodewarden (policy duration {results['policy_duration']}): p50 {moved['p50']:.1f}s, "
-              f"p90 {moved['p90']:.1f}s, max {moved['max']:.1f}s")
+              f"p90 {moved['p90']:.1f}s, p99 {moved['p99']:.1f}s, max {moved['max']:.1f}s"
+              + (f"; one node of {results['crowd_nodes'] + 1:,}" if results["crowd_nodes"] else ""))
     print(f"baseline without nodewarden: {base['moved']} of {base['trials']} StatefulSet pods moved within "
           f"{base['window_seconds']:.0f}s; Kubernetes {results['kubernetes']}")
     write_json(args.json, results)

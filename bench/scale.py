@@ -327,8 +327,16 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
         each(lambda n: kwok.manage(api, n), dead[stay_dead:])
-        wait_for(lambda: guard() == "False", "StormGuard=False", timeout=600, interval=0.5)
+        # Released once few enough are not Ready again: timed from that moment too.
+        few_enough_at = None
+        while guard() != "False":
+            if few_enough_at is None and not_ready_nodes(api) <= allowed:
+                few_enough_at = time.monotonic()
+            if time.monotonic() > t1 + 600:
+                raise TimeoutError("StormGuard never released")
+            time.sleep(0.2)
         released_after = time.monotonic() - t1
+        release_lag = time.monotonic() - few_enough_at if few_enough_at is not None else 0.0
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
                  "FencingRequests for the nodes still dead", timeout=600, interval=1)
         resumed_after = time.monotonic() - t1
@@ -341,6 +349,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
                 "policyRequestBytesP50Bucket": bucket_percentile(sizes_before, sizes_after, 50),
                 "fencingRequestsWhileHeld": requests_while_held, "stayedDead": stay_dead,
                 "guardReleasedAfterSeconds": round(released_after, 1),
+                "guardReleasedAfterFewEnoughNotReadySeconds": round(release_lag, 1),
                 "fencingResumedAfterSeconds": round(resumed_after, 1)}
 
 

@@ -72,10 +72,12 @@ def attachment_name(volume_handle: str, node: str) -> str:
     return "csi-" + hashlib.sha256(f"{volume_handle}{CSI_DRIVER}{node}".encode()).hexdigest()
 
 
-def policy_manifest(name: str, scenario: str, duration: str = "30s", max_unhealthy=1) -> dict:
+def policy_manifest(name: str, scenario: str, duration: str = "30s", max_unhealthy=1,
+                    selector: dict | None = None) -> dict:
+    """A policy over the scenario's nodes (or over the nodes with the labels ``selector`` names)."""
     return {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
             "metadata": {"name": name},
-            "spec": {"nodeSelector": {"matchLabels": {SCENARIO_LABEL: scenario}},
+            "spec": {"nodeSelector": {"matchLabels": selector or {SCENARIO_LABEL: scenario}},
                      "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": duration},
                                              {"type": "Ready", "status": "False", "duration": duration}],
                      "maxUnhealthy": max_unhealthy, "action": "Off", "recoveryStrategy": "OutOfServiceTaint"}}
@@ -205,6 +207,8 @@ class Trial:
     # A zone of its own keeps the node lifecycle controller's zone disruption
     # logic (it stops evicting in a zone mostly NotReady) out of a baseline.
     zone: str | None = None
+    # Labels the node shares with other nodes: its policy then selects all of them.
+    shared_labels: dict | None = None
     name: str = field(default_factory=lambda: f"fo-{uuid.uuid4().hex[:6]}")
     instance_id: str = ""
     workloads: Workloads | None = None
@@ -219,8 +223,9 @@ class Trial:
         """The node (cordoned until its workloads are placed) and, when fenced, its policy."""
         (self.instance_id,) = fleet.launch_instances(self.aws, 1)
         if self.fenced:
-            self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration))
-        labels = {SCENARIO_LABEL: self.name}
+            self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration,
+                                                      selector=self.shared_labels))
+        labels = {SCENARIO_LABEL: self.name, **(self.shared_labels or {})}
         if self.zone:
             labels["topology.kubernetes.io/zone"] = self.zone
         create_node(self.api, self.node, self.instance_id, labels=labels, unschedulable=True)

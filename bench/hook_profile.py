@@ -1,0 +1,82 @@
+"""Where a resync's hook CPU goes: cProfile of the two Node decorators' healthy-node syncs.
+
+    .venv/bin/python bench/hook_profile.py [--calls 2000] [--top 15]
+
+A full resync sends every Node to node-detacher and to node-fencing, and for
+a healthy, schedulable Node both answer "nothing to do". This runs those two
+requests (the 13 KB Node of bench/hook_throughput.py; node-detacher with a
+warm discovery cache, node-fencing with one policy whose count is fresh) --calls
+times each through the Flask app in this process, exactly as a gunicorn
+worker handles them (body decode, request parsing, decide, response, metrics),
+under cProfile. Prints the CPU per call and the functions that take the most
+time, for docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pathlib
+import pstats
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
+
+from hook_throughput import realistic, scenarios  # noqa: E402
+
+FENCING = ROOT / "tests" / "fixtures" / "node-fencing" / "healthy-no-churn.json"
+
+
+def fencing_body() -> bytes:
+    """node-fencing's request for a healthy Node, with its policy counted just now."""
+    request = json.loads(FENCING.read_text())["request"]
+    request["parent"] = realistic(request["parent"])
+    return json.dumps(request).encode()
+
+
+def profile(client, path: str, body: bytes, calls: int, top: int) -> tuple[float, str]:
+    for _ in range(50):  # warm-up: imports, caches, first metric series
+        client.post(path, data=body, content_type="application/json")
+    profiler = cProfile.Profile()
+    cpu0 = time.process_time()
+    profiler.enable()
+    for _ in range(calls):
+        response = client.post(path, data=body, content_type="application/json")
+        if response.status_code != 200:
+            raise RuntimeError(f"{path}: {response.status_code} {response.get_data(as_text=True)[:300]}")
+    profiler.disable()
+    per_call_ms = 1000 * (time.process_time() - cpu0) / calls
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return per_call_ms, out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+    os.environ.update({"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": "/nonexistent",
+                       "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "NODEWARDEN_LOG_LEVEL": "ERROR"})
+    from hooks import runtime
+    from hooks.app import create_app
+    from hooks.config import load_settings
+
+    client = create_app(runtime.Context(load_settings(dict(os.environ)))).test_client()
+    runs = {
+        "node-detacher, schedulable (no action)": ("/node-detacher/sync", scenarios()["schedulable (no action)"]),
+        "node-fencing, healthy": ("/node-fencing/sync", fencing_body()),
+    }
+    for name, (path, body) in runs.items():
+        per_call, table = profile(client, path, body, args.calls, args.top)
+        print(f"## {name}: {len(body):,} bytes, {per_call:.2f} ms CPU per call (under cProfile), {args.calls} calls\n")
+        print(table)
+
+
+if __name__ == "__main__":
+    main()
