@@ -292,6 +292,8 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         names = [f"storm-{i:05d}" for i in range(nodes)]
         create_nodes(api, names)
+        # A healthy cluster first: kwok has posted every Node Ready.
+        wait_for(lambda: not_ready_nodes(api) == 0, "every Node Ready", timeout=max(300, nodes / 5), interval=5)
         max_unhealthy = 10  # percent
         policy = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
                   "metadata": {"name": "scale"},
@@ -304,7 +306,8 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         def guard() -> str | None:
             status = api.get(f"{POLICIES}/scale").get("status") or {}
             return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "StormGuard"), None)
-        wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=300, interval=1)
+        wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=max(300, nodes / 10),
+                 interval=1)
         sizes_before = metrics.buckets("nodewarden_hook_request_bytes", "node-fencing-policy")
         dead = names[:int(nodes * dead_fraction)]
         allowed = nodes * max_unhealthy // 100
