@@ -51,11 +51,12 @@ class AdminApi:
         return session
 
     def request(self, method: str, path: str, *, body=None, content_type="application/json",
-                params=None, ok=(200, 201), timeout=10) -> dict:
+                params=None, ok=(200, 201), timeout=10, accept: str | None = None) -> dict:
         data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type, **({"Accept": accept} if accept else {})}
         # verify= per request: REQUESTS_CA_BUNDLE would override a session's.
         response = self.session.request(method, self.server + path, data=data, params=params,
-                                        headers={"Content-Type": content_type}, timeout=timeout,
+                                        headers=headers, timeout=timeout,
                                         verify=self._verify, cert=self._cert)
         if response.status_code not in ok:
             raise ApiError(response)
@@ -63,6 +64,11 @@ class AdminApi:
 
     def get(self, path: str, **kw) -> dict:
         return self.request("GET", path, **kw)
+
+    def metadata(self, path: str, **kw) -> list[dict]:
+        """The metadata alone of every object in the collection at ``path`` (no spec, no status)."""
+        listed = self.get(path, accept="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", **kw)
+        return [item["metadata"] for item in listed.get("items") or []]
 
     def get_or_none(self, path: str) -> dict | None:
         try:
