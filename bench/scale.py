@@ -17,9 +17,10 @@ Ready.
   CPU over that time, and each gunicorn worker's peak RSS.
 - ``detach-wave``: Nodes backed by moto instances, each in every one of
   ``--target-groups`` target groups; all are cordoned at once. Timed until
-  the last instance has left the last target group; the AWS calls the hooks
-  made meanwhile, by operation (from the hook server's metrics); node-detacher's
-  hook latency over the wave (from its histogram).
+  the last DeregisterTargets (the hook server's action log), once every Node
+  records every group and moto confirms no instance is left in any; the AWS
+  calls the hooks made meanwhile, by operation (from the hook server's
+  metrics); node-detacher's hook latency over the wave (from its histogram).
 - ``storm``: one NodeFencingPolicy over every Node; ``--dead-fraction`` of
   them stop heartbeating at once (taken out of kwok's hands, as a partition
   would). Timed until the policy's StormGuard is True, and FencingRequests are
@@ -34,6 +35,8 @@ import argparse
 import concurrent.futures as cf
 import copy
 import datetime as dt
+import json
+import logging
 import os
 import pathlib
 import sys
@@ -49,6 +52,8 @@ from devcluster import Cluster, Layout, fleet, procs  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
 from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 from hook_throughput import realistic  # noqa: E402
+from hooks.detacher import names as detacher_names  # noqa: E402
+from hooks.detacher import targets as detacher_targets  # noqa: E402
 from measure import write_json  # noqa: E402
 
 NODES = "/api/v1/nodes"
@@ -58,6 +63,13 @@ SCALE_LABEL = "nodewarden.io/bench"
 PARALLEL = 16
 # The hook server's defaults, but for a quicker drain poll: one discovery pass serves every node for 30 s.
 HOOK_ENV = {"NODEWARDEN_DRAIN_POLL_SECONDS": "1"}
+# The wave's setup only: moto takes 0.2 s to describe a group of 500 targets, so one discovery pass over
+# 20 groups takes 4-5 s, both gunicorn workers' passes together about 9 s (Metacontroller's hook timeout
+# is 10 s); rebuilt every 30 s under load they kept Nodes from ever all getting an Attachment. Cordoned
+# Nodes that have one need no discovery, so the wave itself is the same either way.
+WAVE_ENV = {"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "3600"}
+ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
+log = logging.getLogger("scale")
 
 
 # ------------------------------------------------------------------ the stack
@@ -114,29 +126,91 @@ class HookMetrics:
                 calls[s.labels["operation"]] = calls.get(s.labels["operation"], 0) + s.value
         return calls
 
-    def latency_buckets(self, controller: str) -> dict[float, float]:
-        return self.buckets("nodewarden_hook_duration_seconds", controller)
+    def latency(self, controller: str) -> dict:
+        """The controller's hook latency histogram: cumulative bucket counts by bound, sum and count."""
+        return self.histogram("nodewarden_hook_duration_seconds", controller)
 
-    def buckets(self, histogram: str, controller: str) -> dict[float, float]:
-        """A histogram's cumulative buckets (upper bound: count) for one controller, every hook summed."""
+    def histogram(self, name: str, controller: str) -> dict:
+        """One of the hook server's histograms for a controller, every hook summed: cumulative bucket
+        counts by bound, sum and count."""
         buckets: dict[float, float] = {}
+        totals = {"sum": 0.0, "count": 0.0}
         for s in self.samples():
-            if s.name == f"{histogram}_bucket" and s.labels.get("controller") == controller:
+            if s.labels.get("controller") != controller:
+                continue
+            if s.name == f"{name}_bucket":
                 le = float(s.labels["le"])
                 buckets[le] = buckets.get(le, 0) + s.value
-        return buckets
+            elif s.name in (f"{name}_sum", f"{name}_count"):
+                totals[s.name.rsplit("_", 1)[1]] += s.value
+        return {"buckets": buckets, **totals}
 
 
-def bucket_percentile(before: dict[float, float], after: dict[float, float], p: float) -> float:
-    """The upper bound of the histogram bucket holding the p-th percentile of what happened in between."""
-    delta = {le: after.get(le, 0) - before.get(le, 0) for le in after}
-    total = delta.get(float("inf"), 0)
+def bucket_percentile(before: dict[float, float], after: dict[float, float], p: float) -> tuple[float, float, float]:
+    """The p-th percentile of what happened in between: (estimate, bucket's lower bound, upper bound).
+
+    The estimate is interpolated linearly within the bucket, as Prometheus's histogram_quantile does.
+    """
+    delta = sorted((le, after.get(le, 0) - before.get(le, 0)) for le in after)
+    total = delta[-1][1] if delta else 0
     if not total:
-        return 0.0
-    for le in sorted(delta):
-        if delta[le] >= p / 100 * total:
-            return le
-    return float("inf")
+        return 0.0, 0.0, 0.0
+    rank = p / 100 * total
+    lower, below = 0.0, 0.0
+    for le, count in delta:
+        if count >= rank:
+            if le == float("inf"):
+                return lower, lower, le
+            estimate = lower + (le - lower) * (rank - below) / (count - below) if count > below else le
+            return estimate, lower, le
+        lower, below = le, count
+    return float("inf"), lower, float("inf")
+
+
+def latency_summary(before: dict, after: dict) -> dict:
+    calls = after["count"] - before["count"]
+    summary = {"calls": calls, "mean": round((after["sum"] - before["sum"]) / calls, 4) if calls else None}
+    for p in (50, 99):
+        estimate, lower, upper = bucket_percentile(before["buckets"], after["buckets"], p)
+        summary[f"p{p}"] = round(estimate, 4)
+        summary[f"p{p}Bucket"] = [lower, upper]
+    return summary
+
+
+def wait_progress(count, total: int, what: str, *, stall: float = 180, interval: float = 1.0,
+                  every: float = 15) -> float:
+    """Poll ``count()`` until it reaches ``total``; log progress, and fail once it has not moved for
+    ``stall`` seconds. Returns time.monotonic() at which it was reached."""
+    started = last_move = last_log = time.monotonic()
+    best = -1
+    while True:
+        now_count = count()
+        now = time.monotonic()
+        if now_count >= total:
+            log.info("%s: %d/%d after %.0fs", what, now_count, total, now - started)
+            return now
+        if now_count > best:
+            best, last_move = now_count, now
+        elif now - last_move > stall:
+            raise AssertionError(f"{what}: stuck at {now_count}/{total} for {stall:.0f}s")
+        if now - last_log >= every:
+            log.info("%s: %d/%d after %.0fs", what, now_count, total, now - started)
+            last_log = now
+        time.sleep(interval)
+
+
+def last_logged_deregistration(cluster: Cluster) -> float | None:
+    """time.time() of the last DeregisterTargets that succeeded, from the hook server's action log."""
+    hooks = next(c for c in cluster.supervisor.children if c.name == "hooks")
+    last = None
+    for line in hooks.log_path.read_text(errors="replace").splitlines():
+        if '"elbv2.deregister"' not in line or not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        if entry.get("kind") == "elbv2.deregister" and entry.get("ok"):
+            at = dt.datetime.strptime(entry["time"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            last = at if last is None else max(last, at)
+    return last
 
 
 # ------------------------------------------------------------------ CPU and memory, from /proc
@@ -236,7 +310,7 @@ def resync(nodes: int) -> dict:
 
 
 def detach_wave(nodes: int, target_groups: int) -> dict:
-    with stack() as cluster:
+    with stack(WAVE_ENV) as cluster:
         api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         aws = fleet.Aws(cluster.aws_env())
         instance_ids: list[str] = []
@@ -248,32 +322,46 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 aws.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": fleet.NODE_PORT}
                                                                         for i in instance_ids[start:start + 200]])
         names = [f"wave-{i:04d}" for i in range(nodes)]
-        create_nodes(api, names, dict(zip(names, instance_ids)))
-        attachments = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
-        wait_for(lambda: len(api.get(attachments)["items"]) >= nodes, "every node's Attachment",
-                 timeout=max(300, nodes), interval=2)
-        calls_before, buckets_before = metrics.aws_calls(), metrics.latency_buckets("node-detacher")
-        t0 = time.monotonic()
+        instances = dict(zip(names, instance_ids))
+        # Each gunicorn worker builds its discovery index on its first node: 8 parallel reads of groups
+        # of 500 targets. Both at once, amid 500 new Nodes, make moto answer past the hooks' 5 s read
+        # timeout, and a failed build is tried again on every call. So a few Nodes first, until both
+        # workers have read every group.
+        warm = 0
+        while metrics.aws_calls().get("DescribeTargetHealth", 0) < 2 * target_groups and warm < min(nodes, 20):
+            create_nodes(api, names[warm:warm + 2], instances)
+            warm += 2
+            wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), warm, "Attachments (warming up)", interval=1)
+        create_nodes(api, names[warm:], instances)
+        wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), nodes, "Attachments", interval=2)
+        calls_before, latency_before = metrics.aws_calls(), metrics.latency("node-detacher")
+        began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})
         cordoned = time.monotonic() - t0
-        remaining = set(instance_ids)
 
-        def all_out() -> bool:
-            held = set()
-            for arn in groups:
-                held |= {i for i, _ in fleet.targets(aws, arn)}
-            remaining.intersection_update(held)
-            return not remaining
-        wait_for(all_out, "every instance out of every target group", timeout=max(600, nodes * 2), interval=1)
-        elapsed = time.monotonic() - t0
-        calls_after, buckets_after = metrics.aws_calls(), metrics.latency_buckets("node-detacher")
+        def recorded_pairs() -> int:
+            # Metadata alone: polling 500 full Nodes (13 KB each) every second would load the API server.
+            found = api.metadata(NODES, params={"labelSelector": f"{SCALE_LABEL}=true"})
+            return sum(len({m[1] for m in detacher_targets.decode(
+                (meta.get("annotations") or {}).get(detacher_names.DEREGISTERED)) or ()} & set(groups))
+                for meta in found)
+        all_recorded = wait_progress(recorded_pairs, nodes * target_groups, "(node, target group) pairs recorded")
+        # Only now ask moto (20 groups of 500 targets take it 4 s): nothing may be left in any group.
+        held = set()
+        for arn in groups:
+            held |= {i for i, _ in fleet.targets(aws, arn)}
+        left = held & set(instance_ids)
+        if left:
+            raise AssertionError(f"recorded as deregistered but still in a target group: {sorted(left)[:10]}")
+        calls_after, latency_after = metrics.aws_calls(), metrics.latency("node-detacher")
+        last = last_logged_deregistration(cluster)
         calls = {op: calls_after[op] - calls_before.get(op, 0) for op in calls_after
                  if calls_after[op] - calls_before.get(op, 0)}
         return {"nodes": nodes, "targetGroups": target_groups, "cordonSeconds": round(cordoned, 1),
-                "lastDeregistrationSeconds": round(elapsed, 1), "awsCalls": calls,
+                "lastDeregistrationSeconds": round(last - began, 1) if last else None,
+                "allRecordedSeconds": round(all_recorded - t0, 1), "awsCalls": calls,
                 "deregisterCallsPerNodeAndGroup": calls.get("DeregisterTargets", 0) / (nodes * target_groups),
-                "hookP50BucketSeconds": bucket_percentile(buckets_before, buckets_after, 50),
-                "hookP99BucketSeconds": bucket_percentile(buckets_before, buckets_after, 99)}
+                "hookLatencySeconds": latency_summary(latency_before, latency_after)}
 
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -308,7 +396,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
             return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "StormGuard"), None)
         wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=max(300, nodes / 10),
                  interval=1)
-        sizes_before = metrics.buckets("nodewarden_hook_request_bytes", "node-fencing-policy")
+        sizes_before = metrics.histogram("nodewarden_hook_request_bytes", "node-fencing-policy")["buckets"]
         dead = names[:int(nodes * dead_fraction)]
         allowed = nodes * max_unhealthy // 100
         t0 = time.monotonic()
@@ -343,13 +431,14 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
                  "FencingRequests for the nodes still dead", timeout=600, interval=1)
         resumed_after = time.monotonic() - t1
-        sizes_after = metrics.buckets("nodewarden_hook_request_bytes", "node-fencing-policy")
+        sizes_after = metrics.histogram("nodewarden_hook_request_bytes", "node-fencing-policy")["buckets"]
         return {"nodes": nodes, "dead": len(dead), "allowed": allowed, "releaseSeconds": round(released, 1),
                 "stormGuardTrueAfterSeconds": round(held_at - t0, 1),
                 "stormGuardTrueAfterTooManyNotReadySeconds":
                     round(held_at - too_many_at, 1) if too_many_at is not None else 0.0,
-                "policyRequestBytesMaxBucket": bucket_percentile(sizes_before, sizes_after, 100),
-                "policyRequestBytesP50Bucket": bucket_percentile(sizes_before, sizes_after, 50),
+                # The bucket bounds: (lower, upper] of the largest request and of the median one.
+                "policyRequestBytesMaxBucket": bucket_percentile(sizes_before, sizes_after, 100)[1:],
+                "policyRequestBytesP50Bucket": bucket_percentile(sizes_before, sizes_after, 50)[1:],
                 "fencingRequestsWhileHeld": requests_while_held, "stayedDead": stay_dead,
                 "guardReleasedAfterSeconds": round(released_after, 1),
                 "guardReleasedAfterFewEnoughNotReadySeconds": round(release_lag, 1),

@@ -65,6 +65,11 @@ class AdminApi:
     def get(self, path: str, **kw) -> dict:
         return self.request("GET", path, **kw)
 
+    def metadata(self, path: str, **kw) -> list[dict]:
+        """The metadata alone of every object in the collection at ``path`` (no spec, no status)."""
+        listed = self.get(path, accept="application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", **kw)
+        return [item["metadata"] for item in listed.get("items") or []]
+
     def get_or_none(self, path: str) -> dict | None:
         try:
             return self.get(path)

@@ -17,7 +17,7 @@ from hooks.aws import elb, gc, instances, power
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, pods, taints
+from hooks.kube import fresh, nodes, pods, taints
 from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
@@ -36,6 +36,9 @@ def _namespaced(target: str) -> tuple[str, str]:
 def _annotate_node(ctx: runtime.Context, a: Action) -> None:
     from lightkube.resources.core_v1 import Node
 
+    if a.params.get("uid"):  # only the Node of that uid; null (remove) is for the merge patch below
+        nodes.annotate(ctx.kube, a.target, a.params["annotations"], a.params["uid"])
+        return
     ctx.kube.merge_patch(Node, a.target, {"metadata": {"annotations": a.params["annotations"]}})
 
 

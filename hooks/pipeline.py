@@ -17,7 +17,8 @@ registered controller) and its ``sync``/``finalize`` hand the request to
    right before it runs; an action whose precondition fails does not run.
 5. Each succeeded action's ``record`` is applied to the response; when an
    action failed, ``settle`` adds what that means (an error, a backoff) and
-   may change the Events.
+   may change the Events. The annotations the plan names in ``persist`` are
+   then written to the parent Node by this call (``persisted``).
 6. The Events are handed to the recorder, off the request path: the plan's
    own, each succeeded action's ``reports``, and one Warning per failure.
 
@@ -35,7 +36,7 @@ from hooks import actuators, events, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest
 from hooks.kube import fresh
-from hooks.plan import Outcome, Plan
+from hooks.plan import Action, Outcome, Plan
 
 
 @runtime_checkable
@@ -87,9 +88,12 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
             # What is left of the plan is the controller's to say: only reversible steps.
             plan = controller.unverified(request, plan, ctx, str(exc))
     outcomes = actuators.act(controller.NAME, plan.actions, ctx, plan.gate, started)
-    settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis)
+    settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,
+                   persist=plan.persist)
     if any(not o.ok for o in outcomes):
         settled = controller.settle(request, settled, outcomes, ctx.settings, now)
+    if settled.persist and request.verified:
+        settled = persisted(controller, request, settled, ctx)
     report(controller, request, settled, outcomes, ctx)
     return settled.response
 
@@ -103,6 +107,29 @@ def recorded(response: dict, outcomes: list[Outcome]) -> dict:
     for change, result in changes:
         change.apply(response, result)
     return response
+
+
+def persisted(controller: Controller, request: HookRequest, plan: Plan, ctx: runtime.Context) -> Plan:
+    """The plan with its ``persist`` annotations written to the parent Node now, and out of the response.
+
+    Metacontroller writes a decorator's response with an update of the Node
+    as its cache has it: when anyone else wrote the Node since (its kubelet,
+    another controller), that update conflicts, the sync is redone and a
+    record in it of what this call did is lost, so it is done again. A patch
+    checked against the Node read just before cannot be lost that way. When
+    it fails, the annotations stay in the response for Metacontroller.
+    """
+    annotations = dict(plan.response.get("annotations") or {})
+    wanted = {k: annotations[k] for k in plan.persist
+              if annotations.get(k) is not None and annotations[k] != request.annotations.get(k)}
+    uid = request.meta.get("uid")
+    if not wanted or not uid:
+        return plan
+    write = Action("kube.annotate-node", request.name, {"annotations": wanted, "uid": uid})
+    if not actuators.act(controller.NAME, [write], ctx)[0].ok:
+        return plan
+    kept = {k: v for k, v in annotations.items() if k not in wanted}
+    return dataclasses.replace(plan, response=dict(plan.response, annotations=kept))
 
 
 def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: list[Outcome],

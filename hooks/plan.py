@@ -164,10 +164,16 @@ class Plan:
     basis: Any = None
     # Sequencing for the actions (see hooks.actuators.Gate); None runs them all in order.
     gate: Any = None
+    # Annotations of the response that the hook writes to the parent Node itself once the
+    # actions ran, rather than leaving them to Metacontroller (hooks.pipeline.persisted).
+    persist: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"response": self.response, "actions": [a.to_dict() for a in self.actions],
-                "events": [e.to_dict() for e in self.events]}
+        out = {"response": self.response, "actions": [a.to_dict() for a in self.actions],
+               "events": [e.to_dict() for e in self.events]}
+        if self.persist:
+            out["persist"] = list(self.persist)
+        return out
 
 
 def backoff(settings, attempt: int) -> float:

@@ -116,3 +116,24 @@ def test_one_reading_of_a_group_serves_every_node_draining_from_it():
         assert board.states(elbv2, "us-east-1", arn, "i-00000000000000000", [30080], max_age=60,
                             not_before=time.time() + 1) == {30080: "unused"}
         stub.assert_no_pending_responses()
+
+
+def test_a_drain_check_never_waits_for_a_reading_under_way_and_reads_only_when_allowed():
+    """One group is read at a time per process; a caller that finds a read under way, or may not read,
+    is answered from the reading at hand, however old, or UNREAD: it waits longer, never stops early."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    board = elb_api.HealthBoard()
+    ask = lambda may_read=True: board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080],  # noqa: E731
+                                             max_age=0, not_before=0, may_read=may_read)
+    with Stubber(elbv2) as stub:  # no response queued: any call would fail
+        assert ask(may_read=False) == {30080: elb_api.UNREAD}
+        with board._reader:  # another thread is reading
+            assert ask() == {30080: elb_api.UNREAD}
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": {"Id": "i-00000000000000001", "Port": 30080}, "TargetHealth": {"State": "draining"}}]},
+            {"TargetGroupArn": arn})
+        assert ask() == {30080: "draining"}
+        with board._reader:
+            assert ask() == {30080: "draining"}, "the reading at hand, older than max_age"
+        stub.assert_no_pending_responses()

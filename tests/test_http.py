@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -51,6 +52,11 @@ def test_health_readiness_and_metrics(client):
     client.post("/node-detacher/sync", json=BODY)
     text = client.get("/metrics").get_data(as_text=True)
     assert 'nodewarden_hook_duration_seconds_count{code="200",controller="node-detacher",hook="sync"}' in text
+    bounds = sorted({float(m) for m in re.findall(
+        r'nodewarden_hook_duration_seconds_bucket\{[^}]*le="([0-9.e+-]+)"', text)})
+    # A percentile read off the buckets (bench/scale.py) is only as close as neighbouring bounds.
+    assert bounds[0] <= 0.001 and bounds[-1] >= 10
+    assert max(b / a for a, b in zip(bounds, bounds[1:])) <= 1.7
 
 
 @pytest.mark.parametrize("path", ["/nope/sync", "/node-detacher/customize", "/node-detacher/delete"])

@@ -1,6 +1,7 @@
 """node-detacher against moto in server mode: real boto3 calls, real ELB state."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -82,15 +83,26 @@ class Harness:
 
     def __init__(self, ctx, node):
         self.ctx, self.node, self.attachments, self.responses = ctx, node, [], []
+        self.behind = False  # the request's Node is older than the API server's
 
-    def sync(self, hook="sync"):
+    def sync(self, hook="sync", lost_write=False):
+        """One call; ``lost_write``: Metacontroller's write of the response conflicts, so it is dropped
+        and the next call carries the Node as before (the API server keeps what the hook wrote itself)."""
         body = hook_request("node-detacher", self.node, children=self.attachments,
                             child_kinds=["Attachment.nodewarden.io/v1alpha1"], finalizing=hook == "finalize")
-        self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
+        if not self.behind:
+            self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
         response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
+        self.responses.append(response)
+        self.behind = lost_write
+        if lost_write:
+            return response
+        # What the hook wrote to the Node itself, then the response, as Metacontroller applies it.
+        written = self.ctx.kube.nodes[self.node["metadata"]["name"]]["metadata"].get("annotations") or {}
+        self.node = copy.deepcopy(self.node)
+        self.node["metadata"]["annotations"] = {**(self.node["metadata"].get("annotations") or {}), **written}
         self.node = apply_decorator_response(self.node, response)
         self.attachments = response["attachments"]
-        self.responses.append(response)
         return response
 
 
@@ -186,6 +198,35 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         assert names.ERROR not in h.node["metadata"]["annotations"]
     finally:
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
+
+
+def test_a_lost_write_of_the_response_repeats_no_deregistration(world, harness):
+    """Metacontroller's write of the Node conflicts and the sync is redone from the Node it had: the
+    record of the deregistration was written by the call itself, so no target group is called twice."""
+    h, kube = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    h.sync()  # label
+    client = h.ctx.aws.client("elbv2", "us-east-1")
+    calls = []
+
+    def count(params, **_):
+        calls.append(params["TargetGroupArn"])
+
+    client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", count)
+    try:
+        first = h.sync(lost_write=True)
+        assert names.DEREGISTERED not in first.get("annotations", {})  # not left to Metacontroller's write
+        on_node = json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.DEREGISTERED])
+        assert {m[1] for m in on_node if m[0] == "tg"} == {world["ours"], world["lbc"], world["static"]}
+        assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])
+
+        h.sync()  # redone from the Node as it was before the deregistration
+        assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])  # none again
+        h.sync()  # drain check
+        assert names.DETACHED_AT in h.node["metadata"]["annotations"]
+    finally:
+        client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", count)
 
 
 def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(world, make_ctx):

@@ -158,6 +158,46 @@ def test_a_verified_request_is_decided_again_on_the_fresh_copy(ctx, test_actuato
     assert seen == [(False, "from-body"), (True, "fresh")] and test_actuators == ["x"]
 
 
+def _persisting_controller(ctx, key="nodewarden.io/k"):
+    """Verified on the API server's Node n1; one succeeding action whose record ``persist`` names."""
+    plan = Plan({"annotations": {"other": "x"}},
+                [Action("test.ok", "a", record=(Change(("annotations", key), union=("a",)),))], persist=(key,))
+
+    def verify(request, ctx):
+        from hooks.kube import fresh
+
+        return parse_request({"object": ctx.kube.get(fresh.resource("Node"), "n1").to_dict()}, DECORATOR)
+
+    return _fake_controller(plan, needs_verification=lambda r, p: not r.verified, verify=verify)
+
+
+def test_a_persisted_record_is_written_to_the_node_by_the_call_and_left_out_of_the_response(ctx, test_actuators):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+    response = pipeline.run(_persisting_controller(ctx), _node_request(), ctx)
+    assert ctx.kube.nodes["n1"]["metadata"]["annotations"] == {"nodewarden.io/k": '["a"]'}
+    assert response["annotations"] == {"other": "x"}  # Metacontroller's write no longer carries it
+
+
+def test_a_persisted_record_stays_in_the_response_when_the_node_cannot_be_written(ctx, test_actuators):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("API server gone")
+
+    ctx.kube.json_patch = refused
+    response = pipeline.run(_persisting_controller(ctx), _node_request(), ctx)
+    assert response["annotations"] == {"other": "x", "nodewarden.io/k": '["a"]'}
+
+
+def test_an_unverified_request_persists_nothing(ctx, test_actuators):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+    module = _persisting_controller(ctx)
+    module.needs_verification = pipeline.never
+    response = pipeline.run(module, _node_request(), ctx)
+    assert "annotations" not in ctx.kube.nodes["n1"]["metadata"]
+    assert response["annotations"]["nodewarden.io/k"] == '["a"]'
+
+
 # ------------------------------------------------------------------- the recorder
 
 

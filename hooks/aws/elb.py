@@ -94,6 +94,10 @@ def group_states(elbv2, target_group_arn: str) -> dict[tuple[str, int], str]:
     return states
 
 
+# A target of a group with no reading at hand taken since the caller's detach began: it waits as for a draining one.
+UNREAD = "unread"
+
+
 class HealthBoard:
     """Target states per target group, read once for every node draining from it.
 
@@ -101,38 +105,49 @@ class HealthBoard:
     own targets in every group it was in: calls grow with nodes times groups.
     Here one DescribeTargetHealth of a group answers every node that asks
     within ``max_age`` seconds, so the calls grow with the groups alone. A
-    reading older than what the caller already knows (``not_before``, when
+    reading begun before what the caller already knows (``not_before``, when
     its detach began) is never used: it could predate the deregistration.
     A target a reading does not list is not registered ('unused').
+
+    One group is read at a time per process, and a caller that finds a read
+    under way does not wait for it: it is answered from the latest reading
+    it may use, older than ``max_age`` or none (UNREAD). Either only makes it
+    wait longer, never stop early (a target out of a group stays out while
+    its node is detached). So a read under way holds one hook thread, not
+    every caller's, and the rate of reads is bounded by how fast the API
+    answers them.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
+        self._reader = threading.Lock()
         self._readings: dict[tuple[str, str], tuple[float, dict]] = {}
-        self._reading_locks: dict[tuple[str, str], threading.Lock] = {}
 
     def states(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int], *,
-               max_age: float, not_before: float) -> dict[int, str]:
+               max_age: float, not_before: float, may_read: bool = True) -> dict[int, str]:
         key = (region, target_group_arn)
-        reading = self._fresh(key, max_age, not_before)
-        if reading is None:
-            with self._reading_locks.setdefault(key, threading.Lock()):
-                reading = self._fresh(key, max_age, not_before)  # another thread may have just read it
-                if reading is None:
+        reading, age = self._usable(key, not_before)
+        if (reading is None or age > max_age) and may_read and self._reader.acquire(blocking=False):
+            try:
+                reading, age = self._usable(key, not_before)  # another thread may have just read it
+                if reading is None or age > max_age:
+                    began = time.time()
                     reading = group_states(elbv2, target_group_arn)
                     with self._lock:
-                        self._readings[key] = (time.time(), reading)
+                        self._readings[key] = (began, reading)
+            finally:
+                self._reader.release()
+        if reading is None:
+            return {port: UNREAD for port in ports}
         return {port: reading.get((instance_id, port), "unused") for port in ports}
 
-    def _fresh(self, key, max_age: float, not_before: float) -> dict | None:
+    def _usable(self, key, not_before: float) -> tuple[dict | None, float]:
+        """The latest reading begun at or after ``not_before``, and its age."""
         with self._lock:
             found = self._readings.get(key)
-        if found is None:
-            return None
-        read_at, reading = found
-        if read_at < not_before or time.time() - read_at > max_age:
-            return None
-        return reading
+        if found is None or found[0] < not_before:
+            return None, 0.0
+        return found[1], time.time() - found[0]
 
     def clear(self) -> None:
         with self._lock:

@@ -235,7 +235,8 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
     done = set(sit.deregistered or ())
     pending = [m for m in memberships if m not in done]
-    # Each recorded as deregistered only once its call succeeded.
+    # Each recorded as deregistered only once its call succeeded; the record is
+    # written by this call, so a conflict on Metacontroller's write cannot lose it.
     actions = _membership_actions("deregister", pending, sit, record=True)
     annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     _clear_error(annotations, request)
@@ -249,6 +250,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
         ),
         actions,
         said,
+        persist=(names.DEREGISTERED,),
     )
 
 
@@ -430,13 +432,16 @@ def _target_states(ctx: runtime.Context, sit: phases.Situation, request: HookReq
     client = None
     began = timefmt.parse(request.annotations.get(names.SINCE))
     not_before = began.timestamp() if began else time.time()
+    # Reading for longer than a poll interval would hold the hook thread for nothing: the rest is
+    # answered from the readings at hand and looked at again on the next poll.
+    reading_until = time.monotonic() + settings.drain_poll_seconds
     for (lb_type, arn), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
         if lb_type != "tg":
             continue  # classic ELBs stop sending at deregistration
         client = client or ctx.aws.client("elbv2", sit.region)
         for port, state in elb_api.HEALTH.states(client, sit.region or "", arn, sit.instance_id, ports,
-                                                 max_age=settings.drain_poll_seconds,
-                                                 not_before=not_before).items():
+                                                 max_age=settings.drain_poll_seconds, not_before=not_before,
+                                                 may_read=time.monotonic() < reading_until).items():
             states[f"{arn}|{port}"] = state
     return states
 
@@ -454,7 +459,8 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     failed = [o for o in outcomes if not o.ok]
     response = plan.response
     if _deletion_deadline_passed(request, settings, now):
-        return Plan(dict(response, finalized=True))  # a deleting node is never held past its deadline
+        # A deleting node is never held past its deadline.
+        return Plan(dict(response, finalized=True), persist=plan.persist)
     annotations = dict(response.get("annotations") or {})
     if any(o.action.kind.endswith(".register") for o in failed):
         # Re-attach incomplete: keep detach state, remember what still needs registering.
@@ -469,7 +475,8 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     attempt = bounds.counter(request.annotations, names.ATTEMPTS) + 1
     annotations[names.ERROR] = actuators.failure_text(outcomes)
     annotations[names.ATTEMPTS] = str(attempt)
-    return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)))
+    return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)),
+                persist=plan.persist)
 
 
 # --------------------------------------------------------------------------- hooks

@@ -11,13 +11,8 @@ from lightkube.resources.core_v1 import Node
 
 from hooks.kube import fresh
 from hooks.kube.deletes import delete_exact
-from hooks.kube.taints import edit
+from hooks.kube.taints import edit, pointer
 from hooks.machines import names
-
-
-def _escape(key: str) -> str:
-    """A map key as a JSON-pointer segment."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, taints: list[dict]) -> bool:
@@ -38,14 +33,14 @@ def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, ta
             if meta.labels is None:
                 ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
             for key, value in sorted(labels.items()):
-                ops.append({"op": "add", "path": f"/metadata/labels/{_escape(key)}", "value": value})
+                ops.append({"op": "add", "path": f"/metadata/labels/{pointer(key)}", "value": value})
             if meta.annotations is None:
                 ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
             record = {"labels": sorted(labels), "annotations": sorted(annotations),
                       "taints": sorted({t["key"] for t in taints})}
             for key, value in sorted({**annotations, names.MANAGED_KEYS: json.dumps(record, separators=(",", ":"))}
                                      .items()):
-                ops.append({"op": "add", "path": f"/metadata/annotations/{_escape(key)}", "value": value})
+                ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(key)}", "value": value})
             present = {(t.get("key"), t.get("effect")) for t in kept}
             kept = kept + [t for t in taints if (t["key"], t["effect"]) not in present]
         if kept != current_taints:

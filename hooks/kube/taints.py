@@ -17,6 +17,11 @@ def _node_taints(node) -> list[dict]:
     return [t.to_dict() for t in (spec.taints or [])] if spec else []
 
 
+def pointer(key: str) -> str:
+    """A map key as a JSON-pointer segment."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 class NodeReplaced(RuntimeError):
     """The Node under that name is not the one the caller verified."""
 
