@@ -22,10 +22,14 @@ Ready.
   calls the hooks made meanwhile, by operation (from the hook server's
   metrics); node-detacher's hook latency over the wave (from its histogram).
 - ``storm``: one NodeFencingPolicy over every Node; ``--dead-fraction`` of
-  them stop heartbeating at once (taken out of kwok's hands, as a partition
-  would). Timed until the policy's StormGuard is True, and FencingRequests are
-  counted while it holds (the goal is none); then all but ``--stay-dead``
-  come back, and the time until the survivors' FencingRequests exist is taken.
+  them turn NotReady at once (kwok's not-ready Stage: Ready=False, as kubelets
+  cut off from their runtime or network report; at thousands of Nodes kwok
+  can miss a Node leaving its selector, so the storm does not rely on that).
+  Timed until the policy's StormGuard is True, from the start and from the
+  moment more Nodes than the policy allows are not Ready, and FencingRequests
+  for them are counted while it holds (the goal is none); then all but
+  ``--stay-dead`` come back, and the time until the guard releases and the
+  survivors' FencingRequests exist is taken.
 
 Prints Markdown rows for docs/performance.md.
 """
@@ -380,8 +384,10 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         names = [f"storm-{i:05d}" for i in range(nodes)]
         create_nodes(api, names)
-        # A healthy cluster first: kwok has posted every Node Ready.
-        wait_for(lambda: not_ready_nodes(api) == 0, "every Node Ready", timeout=max(300, nodes / 5), interval=5)
+        # A healthy cluster first: kwok has posted the Nodes Ready. At thousands of Nodes on two cores a
+        # few Leases are renewed late and their Nodes flap; those are far fewer than the policy allows.
+        wait_for(lambda: not_ready_nodes(api) <= nodes // 100, "the Nodes Ready", timeout=max(300, nodes / 5),
+                 interval=5)
         max_unhealthy = 10  # percent
         policy = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "NodeFencingPolicy",
                   "metadata": {"name": "scale"},
@@ -400,7 +406,8 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         dead = names[:int(nodes * dead_fraction)]
         allowed = nodes * max_unhealthy // 100
         t0 = time.monotonic()
-        each(lambda n: kwok.release(api, n), dead)  # out of kwok's hands: no more heartbeats, as in a partition
+        # kwok posts them Ready=False, as many kubelets reporting NotReady at once would.
+        each(lambda n: kwok.report_not_ready(api, n), dead)
         released = time.monotonic() - t0
         # The guard must hold within 10 s of the moment more nodes than allowed are not Ready.
         too_many_at = None
@@ -414,10 +421,11 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         held_at = time.monotonic()
         # While it holds, fencing must not start for any of them: wait past their duration.
         time.sleep(20 + float(duration.rstrip("s")))
-        requests_while_held = len(api.get(REQUESTS)["items"])
+        fenced_nodes = {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]}
+        requests_while_held = len(fenced_nodes & set(dead))
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
-        each(lambda n: kwok.manage(api, n), dead[stay_dead:])
+        each(lambda n: kwok.report_not_ready(api, n, False), dead[stay_dead:])
         # Released once few enough are not Ready again: timed from that moment too.
         few_enough_at = None
         while guard() != "False":
@@ -439,7 +447,9 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
                 # The bucket bounds: (lower, upper] of the largest request and of the median one.
                 "policyRequestBytesMaxBucket": bucket_percentile(sizes_before, sizes_after, 100)[1:],
                 "policyRequestBytesP50Bucket": bucket_percentile(sizes_before, sizes_after, 50)[1:],
-                "fencingRequestsWhileHeld": requests_while_held, "stayedDead": stay_dead,
+                "fencingRequestsWhileHeld": requests_while_held,
+                # Nodes outside the partition that flapped long enough to be fenced before it.
+                "fencingRequestsOutsideThePartition": len(fenced_nodes - set(dead)), "stayedDead": stay_dead,
                 "guardReleasedAfterSeconds": round(released_after, 1),
                 "guardReleasedAfterFewEnoughNotReadySeconds": round(release_lag, 1),
                 "fencingResumedAfterSeconds": round(resumed_after, 1)}

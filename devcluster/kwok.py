@@ -113,6 +113,16 @@ def release(api: AdminApi, name: str) -> None:
             raise
 
 
+def report_not_ready(api: AdminApi, name: str, not_ready: bool = True) -> None:
+    """Make the managed Node report Ready=False (a kubelet alive but NotReady), or Ready again.
+
+    A label change on a Node kwok keeps is an update kwok always sees; taking a
+    Node out of kwok's selector (:func:`release`) is one kwok can miss when its
+    watch is restarted under load, and then it keeps the Node alive.
+    """
+    api.patch(f"{NODES}/{name}", {"metadata": {"labels": {NOT_READY_LABEL: "true" if not_ready else None}}})
+
+
 def ready(node: dict | None) -> dict:
     """The Node's Ready condition ({} when it has none)."""
     conditions = ((node or {}).get("status") or {}).get("conditions") or []
