@@ -423,6 +423,10 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         time.sleep(20 + float(duration.rstrip("s")))
         fenced_nodes = {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]}
         requests_while_held = len(fenced_nodes & set(dead))
+        # The hold is the figure that matters most: said before the (slower) recovery is waited for.
+        print(f"hold: StormGuard=True {held_at - t0:.1f}s after the storm began, "
+              f"{held_at - too_many_at if too_many_at else 0.0:.1f}s after more than {allowed} were not Ready; "
+              f"{requests_while_held} FencingRequests for the {len(dead)} NotReady Nodes while it held", flush=True)
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
         each(lambda n: kwok.report_not_ready(api, n, False), dead[stay_dead:])
