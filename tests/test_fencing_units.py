@@ -147,6 +147,10 @@ def test_nodes_the_list_saw_not_ready_count_until_their_record_comes():
     many = storm.listing_of(p, {"total": 10, "notReady": ["x", "y", "z"]}, [], NOW)
     assert (many.unrecorded, many.unrecorded_count) == (None, 3)
     assert storm.count(p, [], many, NOW).holds
+    # Once records come, some of those may count twice: the next list comes as soon as lists may.
+    assert storm.count(p, [_node("x", "Unknown")], many, NOW).unhealthy == 4
+    assert storm.next_list(p, [], many, NOW, 30) == 30
+    assert storm.next_list(p, [_node("x", "Unknown")], many, NOW, 30) == storm.MIN_LIST_GAP_SECONDS
 
 
 def test_a_node_is_admitted_only_on_a_list_taken_shortly_before_it_falls_due():

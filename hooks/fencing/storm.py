@@ -170,13 +170,17 @@ def next_list(policy: Policy, recorded: list[dict], listing: Listing | None, now
     Every ``interval`` (so ``countedAt`` never ages out while the controller
     runs), and ``LIST_LEAD_SECONDS`` before an unhealthy node the last list
     does not admit falls due, but not sooner than ``MIN_LIST_GAP_SECONDS``
-    after the last list.
+    after the last list. Also that soon when the last list kept only the
+    number of the nodes it saw not Ready without a record, and records have
+    come since: until a new list, those nodes count twice.
     """
     if listing is None:
         return 0.0
     due = listing.at + dt.timedelta(seconds=interval)
     gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
-    _, unhealthy = _judged(policy, recorded, now)
+    selected, unhealthy = _judged(policy, recorded, now)
+    if listing.unrecorded is None and selected:
+        due = min(due, gap)
     for state in unhealthy.values():
         if not admits(listing.at, state):
             wanted = max(state.since, state.due_at - dt.timedelta(seconds=LIST_LEAD_SECONDS), gap)
