@@ -377,6 +377,18 @@ def not_ready_nodes(api: AdminApi) -> int:
     return sum(1 for r in rows if not str(r["cells"][1]).startswith("Ready"))
 
 
+def guard_turns(guard, want: str, crossed, deadline: float) -> tuple[float, float | None]:
+    """Poll until ``guard()`` is ``want``: when it was, and when ``crossed()`` first held meanwhile."""
+    crossed_at = None
+    while guard() != want:
+        if crossed_at is None and crossed():
+            crossed_at = time.monotonic()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"StormGuard never turned {want}")
+        time.sleep(0.2)
+    return time.monotonic(), crossed_at
+
+
 def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> dict:
     from devcluster import kwok
 
@@ -410,15 +422,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         each(lambda n: kwok.report_not_ready(api, n), dead)
         released = time.monotonic() - t0
         # The guard must hold within 10 s of the moment more nodes than allowed are not Ready.
-        too_many_at = None
-        deadline = t0 + 600
-        while guard() != "True":
-            if too_many_at is None and not_ready_nodes(api) > allowed:
-                too_many_at = time.monotonic()
-            if time.monotonic() > deadline:
-                raise TimeoutError("StormGuard never held")
-            time.sleep(0.2)
-        held_at = time.monotonic()
+        held_at, too_many_at = guard_turns(guard, "True", lambda: not_ready_nodes(api) > allowed, t0 + 600)
         # While it holds, fencing must not start for any of them: wait past their duration.
         time.sleep(20 + float(duration.rstrip("s")))
         fenced_nodes = {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]}
@@ -431,15 +435,9 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         t1 = time.monotonic()
         each(lambda n: kwok.report_not_ready(api, n, False), dead[stay_dead:])
         # Released once few enough are not Ready again: timed from that moment too.
-        few_enough_at = None
-        while guard() != "False":
-            if few_enough_at is None and not_ready_nodes(api) <= allowed:
-                few_enough_at = time.monotonic()
-            if time.monotonic() > t1 + 600:
-                raise TimeoutError("StormGuard never released")
-            time.sleep(0.2)
-        released_after = time.monotonic() - t1
-        release_lag = time.monotonic() - few_enough_at if few_enough_at is not None else 0.0
+        released_at, few_enough_at = guard_turns(guard, "False", lambda: not_ready_nodes(api) <= allowed, t1 + 600)
+        released_after = released_at - t1
+        release_lag = released_at - few_enough_at if few_enough_at is not None else 0.0
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
                  "FencingRequests for the nodes still dead", timeout=600, interval=1)
         resumed_after = time.monotonic() - t1
