@@ -8,7 +8,8 @@ Each scenario starts its own devcluster (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, Metacontroller, moto, kwok, the hook
 server) and creates Nodes shaped like real ones (the labels, 40 images and
 capacity of a kubelet's Node, about 13 KB on the wire), which kwok keeps
-Ready.
+Ready at a real kubelet's pace (a 40 s Lease renewed every 10 s, and
+kube-controller-manager's default 50 s grace period).
 
 - ``resync``: once every Node has been synced, Metacontroller is restarted
   and timed until node-detacher and node-fencing have each synced every Node
@@ -52,7 +53,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import requests  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from devcluster import Cluster, Layout, fleet, procs  # noqa: E402
+from devcluster import Cluster, Layout, fleet, kwok, procs  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
 from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 from hook_throughput import realistic  # noqa: E402
@@ -80,8 +81,11 @@ log = logging.getLogger("scale")
 
 
 def stack(extra_env: dict | None = None) -> Cluster:
+    """The local stack, its Nodes beating at a real kubelet's pace: half the Lease writes of the tests' pace,
+    which thousands of Nodes on two cores need (devcluster/kwok.py)."""
     layout = Layout(workdir=ROOT / ".local" / "bench" / f"scale-{os.getpid()}")
-    return Cluster(layout, port_mode="dynamic", hook_env={**HOOK_ENV, **(extra_env or {})})
+    return Cluster(layout, port_mode="dynamic", hook_env={**HOOK_ENV, **(extra_env or {})},
+                   heartbeat=kwok.KUBELET_DEFAULTS)
 
 
 def node_body(name: str, instance_id: str | None = None) -> dict:
@@ -390,8 +394,6 @@ def guard_turns(guard, want: str, crossed, deadline: float) -> tuple[float, floa
 
 
 def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> dict:
-    from devcluster import kwok
-
     with stack({"NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS": "5"}) as cluster:
         api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         names = [f"storm-{i:05d}" for i in range(nodes)]

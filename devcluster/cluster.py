@@ -57,6 +57,8 @@ class Cluster:
     # The kubelet stand-in (devcluster/kubelet.py): seconds a Machine's instance
     # runs before its Node registers.
     kubelet_boot_delay: float = 1.0
+    # kwok's Lease and kube-controller-manager's grace period (devcluster/kwok.py).
+    heartbeat: kwok.Heartbeat = kwok.FAST
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.layout.logs)
@@ -203,7 +205,7 @@ class Cluster:
     def _start_kcm_and_scheduler(self) -> None:
         # Their health is checked at the end, so they start while the rest comes up.
         self._start("kube-controller-manager",
-                    components.kube_controller_manager(self.layout, self.ports, self._pki))
+                    components.kube_controller_manager(self.layout, self.ports, self._pki, self.heartbeat))
         self._start("kube-scheduler", components.kube_scheduler(self.layout, self.ports))
 
     def _start_kwok(self) -> None:
@@ -211,7 +213,7 @@ class Cluster:
                                              self.layout.record("kwok"))
         # kwok also reads ~/.kwok/kwok.yaml when it exists; its work dir is ours instead.
         env = {**os.environ, "KWOK_WORKDIR": str(self.layout.workdir / "kwok")}
-        child = self._start("kwok", components.kwok(self.layout, self.ports, kwok.stage_files(source)), env=env)
+        child = self._start("kwok", components.kwok(self.layout, self.ports, kwok.stage_files(source), self.heartbeat), env=env)
         wait_until(http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", timeout=60, watch=[child])
 
     def _start_moto(self) -> None:

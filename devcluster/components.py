@@ -114,13 +114,19 @@ def _kube_component(layout: Layout, binary: str, port: int) -> list[str]:
     ]
 
 
-def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki) -> list[str]:
+def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki,
+                            heartbeat: kwok_nodes.Heartbeat = kwok_nodes.FAST) -> list[str]:
     return _kube_component(layout, "kube-controller-manager", ports.controller_manager) + [
         f"--controllers={','.join(KCM_CONTROLLERS)}",
+        # Its default of 20 QPS holds back the node lifecycle controller when
+        # thousands of Nodes change at once (taints, Unknown conditions);
+        # large clusters raise it, and so do we.
+        "--kube-api-qps=100",
+        "--kube-api-burst=200",
         # How long a Node's Lease may go unrenewed before it turns Unknown
-        # (devcluster/kwok.py renews them; the default is 50 s).
-        f"--node-monitor-grace-period={kwok_nodes.NODE_MONITOR_GRACE_SECONDS}s",
-        f"--node-monitor-period={kwok_nodes.NODE_MONITOR_PERIOD_SECONDS}s",
+        # (kwok renews them: devcluster/kwok.py Heartbeat).
+        f"--node-monitor-grace-period={heartbeat.grace_seconds}s",
+        f"--node-monitor-period={heartbeat.monitor_period_seconds}s",
         f"--service-account-private-key-file={pki.sa_key}",
         f"--root-ca-file={pki.ca_cert}",
     ]
@@ -163,13 +169,14 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
     ]
 
 
-def kwok(layout: Layout, ports: Ports, stages: list[Path]) -> list[str]:
+def kwok(layout: Layout, ports: Ports, stages: list[Path],
+         heartbeat: kwok_nodes.Heartbeat = kwok_nodes.FAST) -> list[str]:
     """kwok keeps the Nodes labelled kwok.x-k8s.io/node=fake alive (devcluster/kwok.py)."""
     return [
         str(layout.binary("kwok")),
         f"--kubeconfig={layout.kubeconfig}",
         f"--manage-nodes-with-label-selector={kwok_nodes.SELECTOR}",
-        f"--node-lease-duration-seconds={kwok_nodes.LEASE_SECONDS}",
+        f"--node-lease-duration-seconds={heartbeat.lease_seconds}",
         f"--cidr={kwok_nodes.POD_CIDR}",
         f"--node-ip={kwok_nodes.NODE_IP}",
         # Its /healthz; with no address kwok serves nothing.

@@ -47,16 +47,32 @@ def create_node(api: AdminApi, name: str, instance_id: str, *,
     if unschedulable:
         manifest["spec"]["unschedulable"] = True
     api.create("/api/v1/nodes", manifest)
-    return kwok.wait_ready(api, name)
+    kwok.wait_ready(api, name)
+    return wait_untainted(api, name)
 
 
-def kill(api: AdminApi, names: list[str]) -> dict[str, float]:
+# Taints the node lifecycle controller keeps on a Node until it has seen it Ready.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def wait_untainted(api: AdminApi, name: str, timeout: float = 120) -> dict:
+    """Until the node lifecycle controller has taken its not-ready taints off the
+    Ready Node (a loaded kube-controller-manager can be tens of seconds behind
+    kwok); until then the scheduler places nothing there. Returns the Node."""
+    def check() -> dict | None:
+        node = api.get_or_none(f"/api/v1/nodes/{name}") or {}
+        taints = (node.get("spec") or {}).get("taints") or []
+        return node if node and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints) else None
+    return wait_for(check, f"Node {name} free of the not-ready taints", timeout=timeout, interval=0.2)
+
+
+def kill(api: AdminApi, names: list[str], heartbeat: kwok.Heartbeat = kwok.FAST) -> dict[str, float]:
     """The nodes die together (out of kwok's selector); returns when the node
     lifecycle controller turned each one's Ready Unknown (epoch seconds, whole:
     the condition's lastTransitionTime, which the fencing durations run from too)."""
     for name in names:
         kwok.release(api, name)
-    return {name: epoch(kwok.wait_unknown(api, name)["lastTransitionTime"]) for name in names}
+    return {name: epoch(kwok.wait_unknown(api, name, heartbeat)["lastTransitionTime"]) for name in names}
 
 
 def epoch(stamp: str) -> float:
@@ -280,7 +296,8 @@ class Trial:
 
 
 def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeout: float,
-               stop_when=None, poll: float = 0.25, delay: float = 0.0) -> None:
+               stop_when=None, poll: float = 0.25, delay: float = 0.0,
+               heartbeat: kwok.Heartbeat = kwok.FAST) -> None:
     """Prepare every trial with the healthy nodes cordoned, kill their nodes at once, then watch.
 
     Each trial's clock (``failed_at``) starts when its node turned Unknown.
@@ -302,7 +319,7 @@ def run_trials(api: AdminApi, healthy: list[str], trials: list[Trial], *, timeou
     # A delay before the failure samples kube-controller-manager's periodic loops
     # (pod GC runs every 20 s) at a random phase instead of the same one each trial.
     time.sleep(delay)
-    failed = kill(api, [t.node for t in trials])
+    failed = kill(api, [t.node for t in trials], heartbeat)
     for trial in trials:
         trial.failed_at = failed[trial.node]
     deadline = max(failed.values()) + timeout

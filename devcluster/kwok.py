@@ -3,7 +3,7 @@
 No kubelet runs here: Nodes are API objects. kwok, built by `make
 controlplane-bins` and run by Cluster, keeps every Node labelled
 ``kwok.x-k8s.io/node=fake`` alive the way a kubelet would: it renews the
-Node's Lease in kube-node-lease (every LEASE_SECONDS / 4 seconds), posts its
+Node's Lease in kube-node-lease (every quarter of its duration), posts its
 conditions (Ready and the pressure conditions, from the node Stages in
 devcluster/kwok_node_stages.yaml) and plays the pods bound to it (kwok's
 pod/fast Stages, read from the kwok module in the Go module cache: a pod
@@ -14,7 +14,7 @@ worlds, the fencing scenarios) and those the kubelet stand-in registers for
 Machines' instances. A Node dies the way kwok allows: :func:`release` takes it
 out of kwok's selector, its Lease is no longer renewed, and the node lifecycle
 controller turns Ready to Unknown after its grace period
-(NODE_MONITOR_GRACE_SECONDS), exactly as for a kubelet gone silent. kwok
+(the cluster's Heartbeat), exactly as for a kubelet gone silent. kwok
 leaves that Node's pods as they were. :func:`manage` puts the label back: kwok
 takes the Lease again and posts Ready=True.
 """
@@ -33,13 +33,35 @@ from .layout import RECORDS, REPO, parse_record
 LABEL = "kwok.x-k8s.io/node"
 VALUE = "fake"
 SELECTOR = f"{LABEL}={VALUE}"
-# kwok's --node-lease-duration-seconds; it renews each Lease every quarter of it.
-LEASE_SECONDS = 20
-# kube-controller-manager's --node-monitor-grace-period (its default is 50 s):
-# a Node whose Lease was not renewed for this long turns Unknown. Four missed
-# renewals; the node lifecycle controller looks every 5 s (--node-monitor-period).
-NODE_MONITOR_GRACE_SECONDS = 20
-NODE_MONITOR_PERIOD_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """How a Node proves it lives, and how soon its silence shows.
+
+    ``lease_seconds`` is kwok's --node-lease-duration-seconds (it renews each
+    Lease every quarter of it); ``grace_seconds`` is kube-controller-manager's
+    --node-monitor-grace-period (a Node whose Lease went unrenewed this long
+    turns Unknown), checked every ``monitor_period_seconds``
+    (--node-monitor-period).
+    """
+
+    lease_seconds: int
+    grace_seconds: int
+    monitor_period_seconds: int = 5
+
+    @property
+    def renewal_seconds(self) -> float:
+        return self.lease_seconds / 4
+
+
+# The local stack's: four missed renewals and a Node turns Unknown, within
+# about 25 s of its last one, so tests of dead Nodes stay short.
+FAST = Heartbeat(lease_seconds=20, grace_seconds=20)
+# A real cluster's: the kubelet's 40 s Lease (renewed every 10 s) and
+# kube-controller-manager's default 50 s grace period. Half the Lease writes
+# of FAST, which thousands of Nodes on two cores need.
+KUBELET_DEFAULTS = Heartbeat(lease_seconds=40, grace_seconds=50)
 # Labelled true, a managed Node reports Ready=False (the node-not-ready Stage).
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 # Pod IPs kwok hands out, and the InternalIP of a managed Node that has none.
@@ -137,12 +159,12 @@ def wait_ready(api: AdminApi, name: str, timeout: float = 30) -> dict:
     return wait_for(check, f"Node {name} Ready", timeout=timeout, interval=0.2)
 
 
-def wait_released(api: AdminApi, name: str, timeout: float = 30) -> None:
+def wait_released(api: AdminApi, name: str, heartbeat: Heartbeat = FAST, timeout: float = 30) -> None:
     """Until kwok has let go of the released Node: its Lease has gone one renewal
-    interval (LEASE_SECONDS / 4) plus a second without renewal. kwok renews the
+    interval plus a second without renewal. kwok renews the
     Lease of every Node it manages and plays its pods from the same list, so after
     this a pod bound to the Node stays Pending."""
-    interval = LEASE_SECONDS / 4 + 1
+    interval = heartbeat.renewal_seconds + 1
 
     def stale() -> bool:
         lease = api.get_or_none(f"{LEASES}/{name}") or {}
@@ -154,11 +176,11 @@ def wait_released(api: AdminApi, name: str, timeout: float = 30) -> None:
     wait_for(stale, f"kwok to let go of Node {name}", timeout=timeout, interval=0.5)
 
 
-def wait_unknown(api: AdminApi, name: str,
-                 timeout: float = NODE_MONITOR_GRACE_SECONDS + NODE_MONITOR_PERIOD_SECONDS + 20) -> dict:
+def wait_unknown(api: AdminApi, name: str, heartbeat: Heartbeat = FAST) -> dict:
     """Until the node lifecycle controller has turned the released Node's Ready
     Unknown; returns that condition."""
     def check() -> dict | None:
         condition = ready(api.get_or_none(f"{NODES}/{name}"))
         return condition if condition.get("status") == "Unknown" else None
+    timeout = heartbeat.grace_seconds + heartbeat.monitor_period_seconds + 20
     return wait_for(check, f"Node {name} Ready=Unknown", timeout=timeout, interval=0.5)

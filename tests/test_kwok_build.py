@@ -84,14 +84,22 @@ def test_the_launcher_gives_kwok_its_selector_lease_and_every_stage(tmp_path):
     assert argv[0] == str(tmp_path / "kwok")
     assert f"--kubeconfig={layout.kubeconfig}" in argv
     assert f"--manage-nodes-with-label-selector={kwok.LABEL}={kwok.VALUE}" in argv
-    assert f"--node-lease-duration-seconds={kwok.LEASE_SECONDS}" in argv
+    assert f"--node-lease-duration-seconds={kwok.FAST.lease_seconds}" in argv
     assert "--server-address=127.0.0.1:10247" in argv
     assert [a for a in argv if a.startswith("--config=")] == [f"--config={p}" for p in stages]
-    # kwok renews a Lease every quarter of its duration; a Node turns Unknown only
-    # after four renewals in a row went missing.
-    assert kwok.NODE_MONITOR_GRACE_SECONDS / (kwok.LEASE_SECONDS / 4) >= 4
     kcm = components.kube_controller_manager(layout, PORTS, pki=_NoPki())
-    assert f"--node-monitor-grace-period={kwok.NODE_MONITOR_GRACE_SECONDS}s" in kcm
+    assert f"--node-monitor-grace-period={kwok.FAST.grace_seconds}s" in kcm
+
+
+def test_a_cluster_can_beat_at_a_real_kubelets_pace(tmp_path):
+    layout = Layout(bin_dir=tmp_path, workdir=tmp_path / "w")
+    slow = kwok.KUBELET_DEFAULTS
+    assert "--node-lease-duration-seconds=40" in components.kwok(layout, PORTS, [], slow)
+    assert "--node-monitor-grace-period=50s" in components.kube_controller_manager(layout, PORTS, _NoPki(), slow)
+    # kwok renews a Lease every quarter of its duration; in either pace a Node
+    # turns Unknown only after four renewals in a row went missing.
+    for heartbeat in (kwok.FAST, slow):
+        assert heartbeat.grace_seconds / heartbeat.renewal_seconds >= 4, heartbeat
 
 
 class _NoPki:

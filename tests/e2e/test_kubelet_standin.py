@@ -39,7 +39,7 @@ def _launch(cloud: fleet.Aws, machine: str, user_data: str) -> dict:
 
 def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cluster, api, cloud):
     standin = cluster.kubelet_standin
-    period = kwok.LEASE_SECONDS / 4  # how often kwok renews a Lease
+    period = kwok.FAST.renewal_seconds  # how often kwok renews a Lease
     machine = unique("standin")
     instance = _launch(cloud, machine, default_user_data(CLUSTER_NAME, machine, "standin"))
     never = _launch(cloud, unique("never"), default_user_data(CLUSTER_NAME, "never", "standin")
