@@ -115,14 +115,22 @@ def _listing(total, unrecorded=(), ago=0):
     return storm.Listing(NOW - dt.timedelta(seconds=ago), total, tuple(unrecorded), len(unrecorded))
 
 
+def _count(p, recorded, listing):
+    return storm.count(p, storm.judge(p, recorded, NOW), listing)
+
+
+def _next_list(p, recorded, listing, interval):
+    return storm.next_list(storm.judge(p, recorded, NOW), listing, NOW, interval)
+
+
 def test_storm_count_and_verdict():
     p = policies.parse(_policy(maxUnhealthy=1))
     recorded = [_node("a", "Unknown", 70)]
-    counts = storm.count(p, recorded, _listing(3), NOW)
+    counts = _count(p, recorded, _listing(3))
     assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
     assert counts.unhealthy_names == ("a",)
     recorded.append(_node("b", "False", 1))
-    assert storm.count(p, recorded, _listing(3), NOW).holds
+    assert _count(p, recorded, _listing(3)).holds
     fresh = "2026-11-21T11:59:30Z"  # 30 s before NOW
     counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
                                                       "countedAt": fresh,
@@ -139,42 +147,42 @@ def test_nodes_the_list_saw_not_ready_count_until_their_record_comes():
     p = policies.parse(_policy(maxUnhealthy=2))
     listing = storm.listing_of(p, {"total": 10, "notReady": ["a", "b", "c"]}, [_node("a", "Unknown")], NOW)
     assert listing.unrecorded == ("b", "c")
-    assert storm.count(p, [_node("a", "Unknown")], listing, NOW).holds, "a recorded, b and c on the list's word"
+    assert _count(p, [_node("a", "Unknown")], listing).holds, "a recorded, b and c on the list's word"
     # b recorded since: judged by the policy's rules (Ready again: not unhealthy), never counted twice.
-    counts = storm.count(p, [_node("a", "Unknown"), _node("b", "True")], listing, NOW)
+    counts = _count(p, [_node("a", "Unknown"), _node("b", "True")], listing)
     assert (counts.unhealthy, counts.unrecorded) == (2, ("c",))
     # More than the policy allows: only their number is kept, and the guard holds on it alone.
     many = storm.listing_of(p, {"total": 10, "notReady": ["x", "y", "z"]}, [], NOW)
     assert (many.unrecorded, many.unrecorded_count) == (None, 3)
-    assert storm.count(p, [], many, NOW).holds
+    assert _count(p, [], many).holds
     # Once records come, some of those may count twice: the next list comes as soon as lists may.
-    assert storm.count(p, [_node("x", "Unknown")], many, NOW).unhealthy == 4
-    assert storm.next_list(p, [], many, NOW, 30) == 30
-    assert storm.next_list(p, [_node("x", "Unknown")], many, NOW, 30) == storm.MIN_LIST_GAP_SECONDS
+    assert _count(p, [_node("x", "Unknown")], many).unhealthy == 4
+    assert _next_list(p, [], many, 30) == 30
+    assert _next_list(p, [_node("x", "Unknown")], many, 30) == storm.MIN_LIST_GAP_SECONDS
 
 
 def test_a_node_is_admitted_only_on_a_list_taken_shortly_before_it_falls_due():
     p = policies.parse(_policy())  # default rules: 60 s
     node = _node("a", "Unknown", 50)  # falls due in 10 s
     for listed_ago, admitted in ((60, False), (15, False), (0, True)):
-        assert storm.count(p, [node], _listing(10, ago=listed_ago), NOW).unhealthy_names == (
+        assert _count(p, [node], _listing(10, ago=listed_ago)).unhealthy_names == (
             ("a",) if admitted else ()), listed_ago
     # Never on a list from before the node turned unhealthy, however short its duration.
     quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
-    assert storm.count(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), NOW).unhealthy_names == ()
-    assert storm.count(quick, [_node("a", "Unknown", 1)], _listing(10), NOW).unhealthy_names == ("a",)
+    assert _count(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2)).unhealthy_names == ()
+    assert _count(quick, [_node("a", "Unknown", 1)], _listing(10)).unhealthy_names == ("a",)
 
 
 def test_the_policy_lists_again_before_a_node_falls_due():
     p = policies.parse(_policy())
-    assert storm.next_list(p, [], None, NOW, 30) == 0, "never listed: now"
-    assert storm.next_list(p, [], _listing(10, ago=10), NOW, 30) == 20, "the interval"
-    assert storm.next_list(p, [_node("a", "Unknown", 45)], _listing(10, ago=10), NOW, 30) == 10, \
+    assert _next_list(p, [], None, 30) == 0, "never listed: now"
+    assert _next_list(p, [], _listing(10, ago=10), 30) == 20, "the interval"
+    assert _next_list(p, [_node("a", "Unknown", 45)], _listing(10, ago=10), 30) == 10, \
         "5 s before a falls due (in 15 s)"
     quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
-    assert storm.next_list(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), NOW, 30) == 3, \
+    assert _next_list(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), 30) == 3, \
         "a turned unhealthy after the last list and falls due in 2 s, but lists are at least 5 s apart"
-    assert storm.next_list(p, [_node("a", "Unknown", 70)], _listing(10, ago=2), NOW, 30) == 28, \
+    assert _next_list(p, [_node("a", "Unknown", 70)], _listing(10, ago=2), 30) == 28, \
         "a is admitted already: nothing sooner than the interval"
 
 

@@ -62,6 +62,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
 
     recorded = _recorded_nodes(request)
+    judged = storm.judge(policy, recorded, now)
     if "countList" in observed:
         # Stamped to the second as countedAt keeps it, so this call and the next admit alike.
         listing = storm.listing_of(policy, observed["countList"], recorded, timefmt.parse(stamp))
@@ -74,7 +75,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         # Never counted for this spec: nothing is fenced until a count list succeeds.
         guard = ("True", "NotCounted", f"the policy's nodes could not be counted: {error or 'not listed yet'}")
     else:
-        counted, guard = _counted(policy, storm.count(policy, recorded, listing, now))
+        counted, guard = _counted(policy, storm.count(policy, judged, listing))
         status.update(counted)
     if error:
         status["countError"] = str(error)[:1000]
@@ -92,7 +93,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if error:
         resync = backoff(settings, 1)
     else:
-        resync = storm.next_list(policy, recorded, listing, now, count_interval(settings))
+        resync = storm.next_list(judged, listing, now, count_interval(settings))
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said)
 
 
@@ -137,7 +138,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     except RequestError:
         return {}
     listing = storm.listing_in(policy, now)
-    if storm.next_list(policy, _recorded_nodes(request), listing, now, count_interval(ctx.settings)) > 0:
+    judged = storm.judge(policy, _recorded_nodes(request), now)
+    if storm.next_list(judged, listing, now, count_interval(ctx.settings)) > 0:
         return {}
     try:
         return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}

@@ -119,15 +119,30 @@ class Counts:
         return self.unhealthy > self.allowed
 
 
-def _judged(policy: Policy, recorded: list[dict], now: dt.datetime) -> tuple[list[dict], dict[str, Health]]:
-    """The recorded nodes the policy selects, and the unhealthy ones among them by its rules."""
-    selected = [n for n in recorded if policy.selects(n["metadata"].get("labels") or {})]
-    unhealthy = {}
-    for node in selected:
-        state = health.assess(node.get("status") or {}, policy.rules, now)
+@dataclass(frozen=True)
+class Judged:
+    """The recorded nodes a policy selects, and the unhealthy ones among them by its rules, at one moment."""
+
+    selected: tuple[str, ...]
+    unhealthy: dict[str, Health]
+    fencing: int
+    fenced: int
+
+
+def judge(policy: Policy, recorded: list[dict], now: dt.datetime) -> Judged:
+    """Judge the records once per call; the count and the next list's time both read the result."""
+    selected, unhealthy, fencing, fenced = [], {}, 0, 0
+    for node in recorded:
+        if not policy.selects(node["metadata"].get("labels") or {}):
+            continue
+        name, status = node["metadata"]["name"], node.get("status") or {}
+        selected.append(name)
+        state = health.assess(status, policy.rules, now)
         if state.unhealthy:
-            unhealthy[node["metadata"]["name"]] = state
-    return selected, unhealthy
+            unhealthy[name] = state
+        fencing += conditions.is_true(status, names.REQUIRED)
+        fenced += conditions.is_true(status, names.COMPLETE)
+    return Judged(tuple(selected), unhealthy, fencing, fenced)
 
 
 def admits(listed_at: dt.datetime, state: Health) -> bool:
@@ -135,36 +150,29 @@ def admits(listed_at: dt.datetime, state: Health) -> bool:
     return listed_at >= max(state.since, state.due_at - dt.timedelta(seconds=ADMIT_WITHIN_SECONDS))
 
 
-def count(policy: Policy, recorded: list[dict], listing: Listing, now: dt.datetime) -> Counts:
-    """Count the policy's nodes by health (recorded: the UnhealthyNode records, seen as nodes)."""
-    selected, unhealthy = _judged(policy, recorded, now)
-    seen = {n["metadata"]["name"] for n in selected}
+def count(policy: Policy, judged: Judged, listing: Listing) -> Counts:
+    """Count the policy's nodes by health: the judged records, and the last list's unrecorded NotReady nodes."""
     if listing.unrecorded is not None:
-        # Recorded since the list: judged by the rules above instead.
+        # Recorded since the list: judged by the rules instead.
+        seen = set(judged.selected)
         unrecorded = tuple(n for n in listing.unrecorded if n not in seen)
         lagging = len(unrecorded)
     else:
         unrecorded, lagging = None, listing.unrecorded_count  # may count some twice: only ever too many
-    fencing = fenced = 0
-    for node in selected:
-        status = node.get("status") or {}
-        fencing += conditions.is_true(status, names.REQUIRED)
-        fenced += conditions.is_true(status, names.COMPLETE)
     return Counts(
         listed_at=listing.at,
         observed=listing.total,
-        unhealthy=len(unhealthy) + lagging,
-        fencing=fencing,
-        fenced=fenced,
+        unhealthy=len(judged.unhealthy) + lagging,
+        fencing=judged.fencing,
+        fenced=judged.fenced,
         allowed=policy.allowed_unhealthy(listing.total),
-        unhealthy_names=tuple(sorted(n for n, state in unhealthy.items() if admits(listing.at, state))),
+        unhealthy_names=tuple(sorted(n for n, state in judged.unhealthy.items() if admits(listing.at, state))),
         unrecorded=unrecorded,
         unrecorded_count=lagging,
     )
 
 
-def next_list(policy: Policy, recorded: list[dict], listing: Listing | None, now: dt.datetime,
-              interval: float) -> float:
+def next_list(judged: Judged, listing: Listing | None, now: dt.datetime, interval: float) -> float:
     """Seconds until the policy should list its nodes again; 0 means now.
 
     Every ``interval`` (so ``countedAt`` never ages out while the controller
@@ -178,10 +186,9 @@ def next_list(policy: Policy, recorded: list[dict], listing: Listing | None, now
         return 0.0
     due = listing.at + dt.timedelta(seconds=interval)
     gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
-    selected, unhealthy = _judged(policy, recorded, now)
-    if listing.unrecorded is None and selected:
+    if listing.unrecorded is None and judged.selected:
         due = min(due, gap)
-    for state in unhealthy.values():
+    for state in judged.unhealthy.values():
         if not admits(listing.at, state):
             wanted = max(state.since, state.due_at - dt.timedelta(seconds=LIST_LEAD_SECONDS), gap)
             due = min(due, wanted)
