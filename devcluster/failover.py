@@ -47,8 +47,10 @@ def create_node(api: AdminApi, name: str, instance_id: str, *,
     if unschedulable:
         manifest["spec"]["unschedulable"] = True
     api.create("/api/v1/nodes", manifest)
-    kwok.wait_ready(api, name, timeout=120)  # beside thousands of Nodes kwok can take a while
-    return wait_untainted(api, name)
+    # Beside thousands of Nodes this can take minutes: kwok re-posts every Node's
+    # status every 10 minutes, all together when they were made together.
+    kwok.wait_ready(api, name, timeout=600)
+    return wait_untainted(api, name, timeout=600)
 
 
 # Taints the node lifecycle controller keeps on a Node until it has seen it Ready.
@@ -236,15 +238,20 @@ class Trial:
         return f"{self.name}-node"
 
     def create_node(self) -> None:
-        """The node (cordoned until its workloads are placed) and, when fenced, its policy."""
+        """The node (cordoned until its workloads are placed) and, when fenced, its policy.
+
+        The policy comes once the node is Ready: a node kwok is slow to bring
+        up sits Unknown meanwhile, and a policy already there would rightly
+        fence it before the trial began.
+        """
         (self.instance_id,) = fleet.launch_instances(self.aws, 1)
-        if self.fenced:
-            self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration,
-                                                      selector=self.shared_labels))
         labels = {SCENARIO_LABEL: self.name, **(self.shared_labels or {})}
         if self.zone:
             labels["topology.kubernetes.io/zone"] = self.zone
         create_node(self.api, self.node, self.instance_id, labels=labels, unschedulable=True)
+        if self.fenced:
+            self.api.create(POLICIES, policy_manifest(self.name, self.name, self.duration,
+                                                      selector=self.shared_labels))
 
     def place(self) -> None:
         """Workloads on this node only, and the attached volume."""
