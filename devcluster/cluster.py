@@ -213,7 +213,8 @@ class Cluster:
                                              self.layout.record("kwok"))
         # kwok also reads ~/.kwok/kwok.yaml when it exists; its work dir is ours instead.
         env = {**os.environ, "KWOK_WORKDIR": str(self.layout.workdir / "kwok")}
-        child = self._start("kwok", components.kwok(self.layout, self.ports, kwok.stage_files(source), self.heartbeat), env=env)
+        argv = components.kwok(self.layout, self.ports, kwok.stage_files(source), self.heartbeat)
+        child = self._start("kwok", argv, env=env)
         wait_until(http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", timeout=60, watch=[child])
 
     def _start_moto(self) -> None:

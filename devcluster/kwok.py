@@ -60,8 +60,8 @@ class Heartbeat:
 # about 25 s of its last one, so tests of dead Nodes stay short.
 FAST = Heartbeat(lease_seconds=20, grace_seconds=20)
 # A real cluster's: the kubelet's 40 s Lease (renewed every 10 s) and
-# kube-controller-manager's default 50 s grace period. Half the Lease writes
-# of FAST, which thousands of Nodes on two cores need.
+# kube-controller-manager's default 50 s grace period: half the Lease writes
+# of FAST.
 KUBELET_DEFAULTS = Heartbeat(lease_seconds=40, grace_seconds=50)
 # Lease renewals a second the local stack keeps up with beside everything
 # else on two cores. At 5,000 Nodes a kubelet's pace asks for 500; measured,
@@ -77,6 +77,8 @@ def heartbeat_for(nodes: int) -> Heartbeat:
         return KUBELET_DEFAULTS
     return Heartbeat(lease_seconds=lease, grace_seconds=lease + KUBELET_DEFAULTS.grace_seconds
                      - KUBELET_DEFAULTS.lease_seconds)
+
+
 # Labelled true, a managed Node reports Ready=False (the node-not-ready Stage).
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
 # Pod IPs kwok hands out, and the InternalIP of a managed Node that has none.
