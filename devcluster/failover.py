@@ -41,31 +41,31 @@ PAUSE = "registry.k8s.io/pause:3.10"
 
 def create_node(api: AdminApi, name: str, instance_id: str, *,
                 labels: dict | None = None, unschedulable: bool = False) -> dict:
-    """A Node as a kubelet would register it; returned once kwok has made it Ready."""
+    """A Node as a kubelet would register it; returned once it is Ready and takes pods."""
     manifest = fleet.node_manifest(name, instance_id, {POOL_LABEL: POOL, **(labels or {})})
     manifest["metadata"]["annotations"] = {ADC_ANNOTATION: "true"}
     if unschedulable:
         manifest["spec"]["unschedulable"] = True
     api.create("/api/v1/nodes", manifest)
-    # Beside thousands of Nodes this can take minutes: kwok re-posts every Node's
-    # status every 10 minutes, all together when they were made together.
-    kwok.wait_ready(api, name, timeout=600)
-    return wait_untainted(api, name, timeout=600)
+    return wait_schedulable(api, name)
 
 
 # Taints the node lifecycle controller keeps on a Node until it has seen it Ready.
 LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
-def wait_untainted(api: AdminApi, name: str, timeout: float = 120) -> dict:
-    """Until the node lifecycle controller has taken its not-ready taints off the
-    Ready Node (a loaded kube-controller-manager can be tens of seconds behind
-    kwok); until then the scheduler places nothing there. Returns the Node."""
+def wait_schedulable(api: AdminApi, name: str, timeout: float = 600) -> dict:
+    """Until kwok has posted the Node Ready and the node lifecycle controller has
+    taken its not-ready taints off (a loaded kube-controller-manager can be tens of
+    seconds behind kwok; until then the scheduler places nothing there). Returns
+    the Node. Beside thousands of Nodes this can take minutes: kwok re-posts every
+    Node's status every 10 minutes, all together when they were made together."""
     def check() -> dict | None:
-        node = api.get_or_none(f"/api/v1/nodes/{name}") or {}
-        taints = (node.get("spec") or {}).get("taints") or []
-        return node if node and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints) else None
-    return wait_for(check, f"Node {name} free of the not-ready taints", timeout=timeout, interval=0.2)
+        node = api.get_or_none(f"/api/v1/nodes/{name}")
+        taints = ((node or {}).get("spec") or {}).get("taints") or []
+        ready = kwok.ready(node).get("status") == "True"
+        return node if ready and not any(t.get("key") in LIFECYCLE_TAINTS for t in taints) else None
+    return wait_for(check, f"Node {name} Ready and free of the not-ready taints", timeout=timeout, interval=0.2)
 
 
 def kill(api: AdminApi, names: list[str], heartbeat: kwok.Heartbeat = kwok.FAST) -> dict[str, float]:
