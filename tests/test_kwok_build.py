@@ -124,6 +124,10 @@ def test_kwok_gets_its_settings_then_our_node_stages_then_its_own_pod_stages():
     assert (settings["apiVersion"], settings["kind"]) == ("config.kwok.x-k8s.io/v1alpha1", "KwokConfiguration")
     # kwok's default is 4 Leases at a time: thousands of Nodes could not be renewed in time.
     assert settings["options"]["nodeLeaseParallelism"] >= 64
+    # kwok defaults nothing once given a KwokConfiguration: without a worker, the pods
+    # of a Node handed back to kwok would never be played.
+    assert settings["options"]["podsOnNodeSyncParallelism"] >= 1
+    assert settings["options"]["enablePodsOnNodeSyncListPager"] is True
     docs = [d for f in files[1:] for d in yaml.safe_load_all(f.read_text()) if d]
     assert {d["kind"] for d in docs} == {"Stage"}
     assert {d["spec"]["resourceRef"]["kind"] for d in docs if d["metadata"]["name"].startswith("node-")} == {"Node"}
