@@ -22,5 +22,6 @@ ENV PATH=/opt/nodewarden/bin:$PATH \
     PROMETHEUS_MULTIPROC_DIR=/tmp/metrics \
     NODEWARDEN_TEMPLATES_DIR=/opt/nodewarden/templates
 USER 10001:10001
-EXPOSE 8080
+# 8443: the hooks (HTTPS when a certificate is mounted); 9090: /metrics, /healthz, /readyz (plain HTTP)
+EXPOSE 8443 9090
 ENTRYPOINT ["gunicorn", "--config", "/etc/nodewarden/gunicorn.conf.py", "hooks.app:create_app()"]

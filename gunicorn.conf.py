@@ -1,15 +1,31 @@
 """gunicorn settings for the hook server (used by the image and `make up`)."""
 import os
 import pathlib
+import ssl
+
+from hooks import serving
+from hooks.config import load_settings
+
+_settings = load_settings()  # a wrong value stops the server here, naming the variable
 
 bind = [os.environ.get("NODEWARDEN_BIND", "0.0.0.0:8080")]
 # A second listener for /metrics alone (the app refuses hooks there), so a
 # NetworkPolicy can admit Prometheus without admitting it to the hooks.
-if os.environ.get("NODEWARDEN_METRICS_PORT", "0") not in ("", "0"):
-    bind.append(f"0.0.0.0:{int(os.environ['NODEWARDEN_METRICS_PORT'])}")
+if _settings.metrics_port:
+    bind.append(f"0.0.0.0:{_settings.metrics_port}")
 workers = int(os.environ.get("NODEWARDEN_WORKERS", "2"))
 threads = int(os.environ.get("NODEWARDEN_THREADS", "4"))
 worker_class = "gthread"
+# TLS on the hook port when a certificate is given (hooks/serving.py): the files
+# are read again when they change, and the metrics listener stays plain HTTP.
+if _settings.tls_cert_file:
+    certfile = _settings.tls_cert_file
+    keyfile = _settings.tls_key_file
+    ssl_context = serving.ssl_context
+    worker_class = "hooks.serving.HookWorker"
+    if _settings.tls_client_ca_file:
+        ca_certs = _settings.tls_client_ca_file
+        cert_reqs = ssl.CERT_OPTIONAL  # a presented certificate must verify; none falls to the token check
 # Metacontroller's hook timeout is 10 s; a hook taking longer is already lost.
 timeout = 30
 graceful_timeout = 20

@@ -34,7 +34,7 @@ FENCING = ROOT / "tests" / "fixtures" / "node-fencing" / "healthy-no-churn.json"
 def fencing_body() -> bytes:
     """node-fencing's request for a healthy Node, with its policy counted just now."""
     request = json.loads(FENCING.read_text())["request"]
-    request["parent"] = realistic(request["parent"])
+    request["object"] = realistic(request["object"])
     return json.dumps(request).encode()
 
 

@@ -1,11 +1,14 @@
 """node-detacher sync throughput and latency through gunicorn, beside a bare echo app.
 
-    .venv/bin/python bench/hook_throughput.py [--seconds 10] [--clients 4]
+    .venv/bin/python bench/hook_throughput.py [--seconds 10] [--clients 4] [--auth]
 
 Both servers run under the same gunicorn settings (gunicorn.conf.py: 2 gthread
 workers x 4 threads) on loopback, and the same keep-alive client load hits
 each in turn, alternating for --rounds rounds; the median round of each is
-reported. Prints a Markdown table for docs/performance.md.
+reported. --auth adds the hook server as the kustomize base runs it: HTTPS
+and a bearer token on every request (kept-alive connections, as
+Metacontroller's Go client keeps them). Prints a Markdown table for
+docs/performance.md.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import json
 import os
 import pathlib
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -30,7 +34,7 @@ from devcluster.waits import free_port  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures" / "node-detacher"
 
 
-def start(app: str, port: int, env: dict) -> subprocess.Popen:
+def start(app: str, port: int, env: dict, tls: bool = False) -> subprocess.Popen:
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"), "--bind", f"127.0.0.1:{port}", app],
         cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -38,6 +42,7 @@ def start(app: str, port: int, env: dict) -> subprocess.Popen:
     while time.time() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                time.sleep(0.5 if tls else 0)  # the TLS context is built in the worker, after it listens
                 return proc
         except OSError:
             time.sleep(0.1)
@@ -45,18 +50,25 @@ def start(app: str, port: int, env: dict) -> subprocess.Popen:
     raise RuntimeError(f"{app} did not start")
 
 
-def load(port: int, body: bytes, seconds: float, clients: int) -> dict:
+def load(port: int, body: bytes, seconds: float, clients: int, creds=None) -> dict:
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
     stop_at = time.perf_counter() + seconds
+    headers = {"Content-Type": "application/json"}
+    if creds:
+        headers["Authorization"] = f"Bearer {creds.token.read_text().strip()}"
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        if creds:
+            context = ssl.create_default_context(cafile=str(creds.ca_cert))
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         mine = []
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            conn.request("POST", "/node-detacher/sync", body, {"Content-Type": "application/json"})
+            conn.request("POST", "/node-detacher/sync", body, headers)
             resp = conn.getresponse()
             resp.read()
             mine.append(time.perf_counter() - t0)
@@ -110,12 +122,12 @@ def realistic(node: dict) -> dict:
 
 def scenarios() -> dict[str, bytes]:
     idle = json.loads((FIXTURES / "idle-warm-cache-no-action.json").read_text())["request"]
-    idle["parent"] = realistic(idle["parent"])
+    idle["object"] = realistic(idle["object"])
     # Cache fresh for the whole run: the no-action path does no I/O at all.
-    idle["children"]["Attachment.nodewarden.io/v1alpha1"][
+    idle["attachments"]["Attachment.nodewarden.io/v1alpha1"][
         "nodewarden-system/ip-10-0-1-23.ec2.internal"]["spec"]["discoveredAt"] = "2999-01-01T00:00:00Z"
     cordon = json.loads((FIXTURES / "trigger-cordon.json").read_text())["request"]
-    cordon["parent"] = realistic(cordon["parent"])
+    cordon["object"] = realistic(cordon["object"])
     return {"schedulable (no action)": json.dumps(idle).encode(),
             "cordoned, cache warm (first step)": json.dumps(cordon).encode()}
 
@@ -125,22 +137,32 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="alternate the servers this many times; medians reported")
+    parser.add_argument("--auth", action="store_true", help="also the hook server with HTTPS and a bearer token")
     args = parser.parse_args()
     env = {"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": "/nonexistent",
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "NODEWARDEN_LOG_LEVEL": "ERROR",
            "PROMETHEUS_MULTIPROC_DIR": "", "PYTHONPATH": str(ROOT),
            # No controller manager here: measure the first step itself, not the wait for its taint.
            "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0"}
+    servers = [("nodewarden", "hooks.app:create_app()", None), ("bare echo", "bench.echo_app:create_app()", None)]
+    if args.auth:
+        import tempfile
+
+        from devcluster.pki import hook_credentials
+
+        creds = hook_credentials(pathlib.Path(tempfile.mkdtemp(prefix="nodewarden-bench-")))
+        servers.insert(1, ("nodewarden, HTTPS + token", "hooks.app:create_app()", creds))
     rows = []
     for name, body in scenarios().items():
-        runs: dict[str, list[dict]] = {"nodewarden": [], "bare echo": []}
-        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both alike
-            for label, app in (("nodewarden", "hooks.app:create_app()"), ("bare echo", "bench.echo_app:create_app()")):
+        runs: dict[str, list[dict]] = {label: [] for label, _, _ in servers}
+        for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all alike
+            for label, app, creds in servers:
                 port = free_port()
-                proc = start(app, port, env)
+                auth_env = {k: v for k, v in creds.server_env().items() if "CLIENT" not in k} if creds else {}
+                proc = start(app, port, {**env, **auth_env}, tls=bool(creds))
                 try:
-                    load(port, body, 1.0, args.clients)  # warm-up
-                    runs[label].append(load(port, body, args.seconds, args.clients))
+                    load(port, body, 1.0, args.clients, creds)  # warm-up
+                    runs[label].append(load(port, body, args.seconds, args.clients, creds))
                 finally:
                     proc.terminate()
                     proc.wait(10)
@@ -156,6 +178,9 @@ def main() -> None:
         ours = next(r for n, l, r, _ in rows if n == name and l == "nodewarden")
         echo = next(r for n, l, r, _ in rows if n == name and l == "bare echo")
         print(f"- {name}: nodewarden / bare echo = {ours['rps'] / echo['rps']:.2f}")
+        for n, label, r, _ in rows:
+            if n == name and label.startswith("nodewarden,"):
+                print(f"- {name}: {label} / nodewarden = {r['rps'] / ours['rps']:.2f}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+import requests
+
+from hooks import credentials
+
 from . import components, kubeconfig, kwok, manifests, pki
 from . import metacontroller as mc
 from .api import AdminApi
@@ -64,6 +68,8 @@ class Cluster:
         self.supervisor = Supervisor(self.layout.logs)
         self._children: dict[str, object] = {}
         self.kubelet_standin: KubeletStandin | None = None
+        # Set when the running Metacontroller can authenticate itself (v4.16+): HTTPS and a token.
+        self.hook_credentials: pki.HookCredentials | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -80,7 +86,21 @@ class Cluster:
 
     @property
     def hooks_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.hooks}"
+        scheme = "https" if self.hook_credentials else "http"
+        return f"{scheme}://127.0.0.1:{self.ports.hooks}"
+
+    @property
+    def hooks_metrics_url(self) -> str:
+        """/metrics, /healthz and /readyz of the hook server: plain HTTP, open."""
+        return f"http://127.0.0.1:{self.ports.hooks_metrics}"
+
+    def hook_session(self) -> requests.Session:
+        """A client that calls the hooks as Metacontroller does: with the token, trusting the hook CA."""
+        session = requests.Session()
+        if self.hook_credentials:
+            session.verify = str(self.hook_credentials.ca_cert)
+            session.headers["Authorization"] = f"Bearer {self.hook_credentials.token.read_text().strip()}"
+        return session
 
     def aws_env(self) -> dict[str, str]:
         return {
@@ -235,29 +255,46 @@ class Cluster:
     def _apply_manifests(self) -> None:
         """Metacontroller's CRDs, CAPA's, and ours with everything else; the controllers wait for _apply_controllers."""
         crds = manifests.metacontroller_crds(self.layout, self.metacontroller)
-        self._hook_fields = manifests.hook_fields_known(crds)
         docs = manifests.kustomize_build(self.layout)
-        manifests.point_hooks_at(docs, self.hooks_url)
-        # Our controllers ship `version: v2` hooks; v1.5.20's CRDs have no such
-        # field (they would reject it), so it goes only where the CRDs lack it.
-        dropped = manifests.drop_unknown_hook_fields(docs, self._hook_fields)
+        # Our controllers ship `version: v2` hooks and endpointConfigs (a token,
+        # and the CA to verify the hook server with); v1.5.20's CRDs have
+        # neither (they would reject them), so they go only where the CRDs lack them.
+        dropped = manifests.drop_unknown_fields(docs, crds)
         if dropped:
-            fields = sorted({d.rsplit(".", 1)[1] for d in dropped})
-            log.warning("Metacontroller %s's CRDs have no spec.hooks.*.%s; dropped it from "
-                        "%d hooks (docs/local-stack.md)", self.metacontroller.release,
-                        "/".join(fields), len(dropped))
+            fields = sorted({d.split(" ", 1)[1].split(".")[-1] for d in dropped})
+            log.warning("Metacontroller %s's CRDs lack %s; dropped from the controllers (%d places; "
+                        "docs/local-stack.md)", self.metacontroller.release, ", ".join(fields), len(dropped))
+        accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
+        if accounts:
+            self.hooks_service_account = accounts[0]["metadata"]["name"]
+            self.hooks_namespace = accounts[0]["metadata"].get("namespace", self.hooks_namespace)
+        secrets = self._hook_auth(docs)
+        manifests.point_hooks_at(docs, self.hooks_url)
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
         rest, self._controllers = manifests.split_controllers(docs)
-        rest = crds + manifests.capa_crds(self.layout) + rest
+        rest = crds + manifests.capa_crds(self.layout) + rest + secrets
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
                      input=manifests.to_yaml(rest))
         names = [f"crd/{d['metadata']['name']}" for d in rest if d.get("kind") == "CustomResourceDefinition"]
         if names:
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        accounts = [d for d in docs if d.get("kind") == "ServiceAccount"]
-        if accounts:
-            self.hooks_service_account = accounts[0]["metadata"]["name"]
-            self.hooks_namespace = accounts[0]["metadata"].get("namespace", self.hooks_namespace)
+
+    def _hook_auth(self, docs: list[dict]) -> list[dict]:
+        """Authenticated HTTPS hooks when the controllers kept their endpointConfigs (Metacontroller
+        v4.16+), as the base ships them; the Secrets those name, made as `nodewarden credentials` does."""
+        if not any((d.get("spec") or {}).get("endpointConfigs") for d in docs
+                   if d.get("kind") in manifests.CONTROLLER_KINDS):
+            log.warning("hook authentication is off: Metacontroller %s cannot send credentials to a hook, "
+                        "so the hook server takes plain HTTP from anyone on 127.0.0.1 (docs/local-stack.md)",
+                        self.metacontroller.release)
+            return []
+        self.hook_credentials = pki.hook_credentials(self.layout.workdir / "hook-credentials")
+        log.info("hook authentication is on: HTTPS, and Metacontroller sends a bearer token")
+        creds = self.hook_credentials
+        return [credentials.token_secret(self.hooks_namespace, creds.token.read_text().strip()),
+                credentials.tls_secret(self.hooks_namespace, {"tls.crt": creds.serving_cert.read_bytes(),
+                                                              "tls.key": creds.serving_key.read_bytes(),
+                                                              "ca.crt": creds.ca_cert.read_bytes()})]
 
     def _apply_controllers(self) -> None:
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
@@ -280,11 +317,14 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             # The hooks package from this checkout, installed or not.
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.layout.repo), os.environ.get("PYTHONPATH")])),
+            "NODEWARDEN_METRICS_PORT": str(self.ports.hooks_metrics),
+            **(self.hook_credentials.server_env() if self.hook_credentials else {}),
             **self.hook_env,
         }
-        child = self._start("hooks", components.hook_server(self.layout, self.ports), env=env,
-                            cwd=self.layout.workdir)
-        wait_until(http_ok(f"{self.hooks_url}/readyz"), "hook server", timeout=60, watch=[child])
+        argv = components.hook_server(self.layout.repo, f"127.0.0.1:{self.ports.hooks}",
+                                      f"127.0.0.1:{self.ports.hooks_metrics}")
+        child = self._start("hooks", argv, env=env, cwd=self.layout.workdir)
+        wait_until(http_ok(f"{self.hooks_metrics_url}/readyz"), "hook server", timeout=60, watch=[child])
 
     def _start_kubelet_standin(self) -> None:
         self.kubelet_standin = KubeletStandin.for_env(
@@ -307,6 +347,8 @@ class Cluster:
             "kubeconfig": str(self.kubeconfig),
             "moto": self.moto_endpoint,
             "hooks": self.hooks_url,
+            "hooks_metrics": self.hooks_metrics_url,
+            "hooks_auth": "bearer token over TLS" if self.hook_credentials else "off",
             "children": {c.name: c.pid for c in self.supervisor.children},
         }
         self.layout.state_file.write_text(json.dumps(state, indent=2))

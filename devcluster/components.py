@@ -43,6 +43,8 @@ class Ports:
     metacontroller_metrics: int
     moto: int
     hooks: int
+    # The hook server's /metrics, /healthz and /readyz, plain HTTP (hooks may be HTTPS).
+    hooks_metrics: int
     # Metacontroller v4's /healthz and /readyz (v1.5.20 has none).
     metacontroller_health: int
     # kwok's server: /healthz once its controllers run.
@@ -52,7 +54,7 @@ class Ports:
     PREFERRED = {
         "etcd_client": 2379, "etcd_peer": 2380, "apiserver": 6443,
         "controller_manager": 10257, "scheduler": 10259,
-        "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080,
+        "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080, "hooks_metrics": 8082,
         "metacontroller_health": 8081, "kwok": 10247,
     }
 
@@ -189,13 +191,14 @@ def moto(ports: Ports) -> list[str]:
     return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports.moto)]
 
 
-def hook_server(layout: Layout, ports: Ports) -> list[str]:
+def hook_server(repo: Path, *binds: str) -> list[str]:
+    """gunicorn with the image's settings (gunicorn.conf.py), listening on ``binds`` instead."""
     argv = [sys.executable, "-m", "gunicorn"]
-    config = layout.repo / "gunicorn.conf.py"
-    if config.exists():  # the same settings as the image; the address is ours
+    config = repo / "gunicorn.conf.py"
+    if config.exists():
         argv.append(f"--config={config}")
     return argv + [
-        f"--bind=127.0.0.1:{ports.hooks}",
+        *(f"--bind={bind}" for bind in binds),
         # Its default control socket lives in $HOME: two stacks would collide.
         "--no-control-socket",
         "hooks.app:create_app()",

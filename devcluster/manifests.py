@@ -1,9 +1,12 @@
 """Render and apply manifests: Metacontroller's CRDs and our dev overlay.
 
 Hook URLs: the dev overlay keeps the in-cluster Service URL that the base
-writes (`http://nodewarden.nodewarden-system/<controller>/<hook>`), and
+writes (`https://nodewarden.nodewarden-system.svc/<controller>/<hook>`), and
 `point_hooks_at` rewrites the scheme and host of every webhook URL of every
-DecoratorController/CompositeController to the local hook server. Doing it
+DecoratorController/CompositeController to the local hook server (and the
+host of the `endpointConfigs` entry that names the Service with them).
+`drop_unknown_fields` removes what the running Metacontroller's CRDs do not
+declare (v1.5.20 has neither `version` on hooks nor `endpointConfigs`). Doing it
 after `kustomize build` keeps it generic: kustomize replacements fail on a
 controller that lacks one of the listed hook fields, and they cannot iterate
 over the keys of `spec.hooks`, while controllers differ in the hooks they use.
@@ -42,50 +45,85 @@ def _webhooks(obj: dict) -> Iterable[dict]:
 
 
 def point_hooks_at(docs: list[dict], base_url: str) -> list[dict]:
-    """Send every controller's webhooks to ``base_url``, keeping each path."""
+    """Send every controller's webhooks to ``base_url``, keeping each path; an ``endpointConfigs``
+    entry for the host the URLs named follows them (Metacontroller matches entries by URL host)."""
     base = urlsplit(base_url)
     for obj in docs:
         if obj.get("kind") not in CONTROLLER_KINDS:
             continue
+        hosts = set()
         for webhook in _webhooks(obj):
             if webhook.get("url"):
                 url = urlsplit(webhook["url"])
+                hosts |= {url.netloc, url.hostname}
                 webhook["url"] = urlunsplit((base.scheme, base.netloc, url.path, url.query, ""))
             elif webhook.get("service"):
                 # A Service reference with a path: same endpoint, local address.
                 path = webhook.pop("path", "") or ""
                 webhook.pop("service")
                 webhook["url"] = urlunsplit((base.scheme, base.netloc, path, "", ""))
+        for entry in (obj.get("spec") or {}).get("endpointConfigs") or []:
+            if entry.get("host") in hosts:
+                entry["host"] = base.netloc
     return docs
 
 
-def hook_fields_known(crd_docs: list[dict]) -> set[str]:
-    """The fields a hook (`spec.hooks.<name>`) may have in Metacontroller's CRD schema."""
+def controller_schemas(crd_docs: list[dict]) -> dict[str, dict]:
+    """The openAPIV3Schema of each Metacontroller controller kind, from its CRD."""
+    schemas = {}
     for crd in crd_docs:
-        if crd.get("spec", {}).get("names", {}).get("kind") != "DecoratorController":
-            continue
-        for version in crd["spec"].get("versions", []):
-            props = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {})
-            hooks = props.get("spec", {}).get("properties", {}).get("hooks", {}).get("properties", {})
-            sync = hooks.get("sync", {}).get("properties")
-            if sync:
-                return set(sync)
-    return set()
+        kind = crd.get("spec", {}).get("names", {}).get("kind")
+        if kind in CONTROLLER_KINDS:
+            for version in crd["spec"].get("versions", []):
+                schema = version.get("schema", {}).get("openAPIV3Schema")
+                if schema:
+                    schemas[kind] = schema
+    return schemas
 
 
-def drop_unknown_hook_fields(docs: list[dict], known: set[str]) -> list[str]:
-    """Remove hook fields the running Metacontroller's schema lacks; say which."""
+def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
+    """Paths in ``value`` that ``schema`` does not declare (what the API server would refuse or prune)."""
+    if not isinstance(schema, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict):
+        if "properties" in schema:
+            found = []
+            for key, item in value.items():
+                if key in schema["properties"]:
+                    found += unknown_fields(item, schema["properties"][key], f"{path}.{key}")
+                else:
+                    found.append(f"{path}.{key}")
+            return found
+        if isinstance(schema.get("additionalProperties"), dict):
+            return [p for key, item in value.items()
+                    for p in unknown_fields(item, schema["additionalProperties"], f"{path}.{key}")]
+        return []
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in unknown_fields(item, schema.get("items", {}), f"{path}[{i}]")]
+    return []
+
+
+def drop_unknown_fields(docs: list[dict], crd_docs: list[dict]) -> list[str]:
+    """Remove from every controller the fields the running Metacontroller's CRDs lack; say which."""
+    schemas = controller_schemas(crd_docs)
     dropped = []
-    if not known:
-        return dropped
     for obj in docs:
-        if obj.get("kind") not in CONTROLLER_KINDS:
+        schema = schemas.get(obj.get("kind"))
+        if schema is None:
             continue
-        for name, hook in ((obj.get("spec") or {}).get("hooks") or {}).items():
-            for key in sorted(set(hook or {}) - known):
-                hook.pop(key)
-                dropped.append(f"{obj['kind']}/{obj['metadata']['name']} spec.hooks.{name}.{key}")
+        for path in sorted(unknown_fields(obj, schema)):
+            if _remove(obj, path):
+                dropped.append(f"{obj['kind']}/{obj['metadata']['name']} {path.lstrip('.')}")
     return dropped
+
+
+def _remove(obj: dict, path: str) -> bool:
+    """Delete the field at a ``.a.b[0].c`` path."""
+    parts = [p for p in path.replace("[", ".[").split(".") if p]
+    node = obj
+    for part in parts[:-1]:
+        node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+    return node.pop(parts[-1], None) is not None
 
 
 def to_yaml(docs: Iterable[dict]) -> str:

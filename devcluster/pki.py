@@ -1,22 +1,20 @@
 """Keys and certificates for a local control plane, made with `cryptography`.
 
 One CA signs the API server's serving certificate and the admin client
-certificate; a separate RSA key signs ServiceAccount tokens. Everything is
-throw-away: a new cluster gets new keys.
+certificate; a separate RSA key signs ServiceAccount tokens. The hook server
+gets its own CA (``hook_credentials``): its serving certificate, a client
+certificate for Metacontroller and a bearer token. Everything is throw-away:
+a new cluster gets new keys.
 """
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
-VALIDITY = dt.timedelta(days=365)
+from hooks.credentials import Authority, dns_names, key_pem, new_token, write_private
 
 
 @dataclass(frozen=True)
@@ -58,96 +56,63 @@ class Pki:
         return self.dir / "sa.pub"
 
 
-def _write_key(path: Path, key) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
-
-
-def _write_cert(path: Path, cert: x509.Certificate) -> None:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def _name(cn: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
-def _issue(subject, public_key, issuer_name, issuer_key, *, ca=False, usages=(), sans=()):
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-    if usages:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
 def generate(directory: Path) -> Pki:
     """Create a fresh CA, serving and admin certificates, and the SA signing key."""
     pki = Pki(Path(directory))
     pki.dir.mkdir(parents=True, exist_ok=True)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("nodewarden-devcluster-ca")
-    ca = _issue(ca_name, ca_key.public_key(), ca_name, ca_key, ca=True)
-    _write_key(pki.ca_key, ca_key)
-    _write_cert(pki.ca_cert, ca)
-
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    sans = [
-        x509.DNSName("localhost"),
-        x509.DNSName("kubernetes"),
-        x509.DNSName("kubernetes.default.svc"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    serving = _issue(
-        _name("kube-apiserver"), serving_key.public_key(), ca_name, ca_key,
-        usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans,
-    )
-    _write_key(pki.serving_key, serving_key)
-    _write_cert(pki.serving_cert, serving)
-
+    authority = Authority.create("nodewarden-devcluster-ca")
+    write_private(pki.ca_key, key_pem(authority.key))
+    authority.write_cert(pki.ca_cert)
+    authority.issue(pki.serving_cert, pki.serving_key, "kube-apiserver", server=True,
+                    sans=dns_names("localhost", "kubernetes", "kubernetes.default.svc", "127.0.0.1"))
     # system:masters is the group the API server always authorizes fully.
-    admin_key = ec.generate_private_key(ec.SECP256R1())
-    admin = _issue(
-        _name("devcluster-admin", "system:masters"), admin_key.public_key(), ca_name, ca_key,
-        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
-    )
-    _write_key(pki.admin_key, admin_key)
-    _write_cert(pki.admin_cert, admin)
+    authority.issue(pki.admin_cert, pki.admin_key, "devcluster-admin", org="system:masters")
 
     # ServiceAccount tokens are signed with RS256 by default.
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write_key(pki.sa_key, sa_key)
+    write_private(pki.sa_key, key_pem(sa_key))
     pki.sa_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
     return pki
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1")
+
+
+@dataclass(frozen=True)
+class HookCredentials:
+    """What the hook server and Metacontroller need for authenticated HTTPS hooks."""
+
+    dir: Path
+    client_name: str = "metacontroller"
+
+    ca_cert = property(lambda self: self.dir / "ca.crt")
+    serving_cert = property(lambda self: self.dir / "tls.crt")
+    serving_key = property(lambda self: self.dir / "tls.key")
+    client_cert = property(lambda self: self.dir / "client.crt")
+    client_key = property(lambda self: self.dir / "client.key")
+    token = property(lambda self: self.dir / "token")
+
+    def server_env(self) -> dict[str, str]:
+        """The hook server's settings that turn TLS and both proofs on."""
+        return {"NODEWARDEN_TLS_CERT_FILE": str(self.serving_cert), "NODEWARDEN_TLS_KEY_FILE": str(self.serving_key),
+                "NODEWARDEN_TLS_CLIENT_CA_FILE": str(self.ca_cert),
+                "NODEWARDEN_TLS_CLIENT_NAMES": self.client_name,
+                "NODEWARDEN_AUTH_TOKEN_FILES": str(self.token), "NODEWARDEN_REQUIRE_AUTH": "true"}
+
+
+def hook_credentials(directory: Path, hosts=LOCAL_HOSTS) -> HookCredentials:
+    """What ``nodewarden credentials`` makes for a cluster, as files for a local hook server, plus a
+    client certificate for Metacontroller from the same CA."""
+    creds = HookCredentials(Path(directory))
+    creds.dir.mkdir(parents=True, exist_ok=True)
+    authority = Authority.create("nodewarden-hooks-ca")
+    authority.write_cert(creds.ca_cert)
+    authority.issue(creds.serving_cert, creds.serving_key, "nodewarden-hooks", server=True, sans=dns_names(*hosts))
+    authority.issue(creds.client_cert, creds.client_key, creds.client_name)
+    write_private(creds.token, new_token().encode())
+    return creds

@@ -13,7 +13,7 @@ import os
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from hooks import controllers, logs, metrics, runtime
+from hooks import auth, controllers, logs, metrics, runtime
 from hooks.config import load_settings
 from hooks.contract import RequestError
 from hooks.dispatch import UnknownHook, resolve, serve
@@ -42,6 +42,14 @@ def _no_constants(name: str):
 
 _METRICS_PORT_PATHS = ("/metrics", "/healthz", "/readyz")
 
+_REFUSALS = {
+    auth.MISSING: "authentication required: a bearer token (Authorization: Bearer) or a client certificate",
+    auth.SCHEME: "authentication required: the Authorization header must use the Bearer scheme",
+    auth.INVALID: "the bearer token is not valid",
+    auth.CLIENT_NAME: "the client certificate does not name an allowed client",
+    auth.NO_TOKEN: "no bearer token is configured on the server; every request is refused",
+}
+
 
 def _local_port() -> int:
     """The port this request arrived on (the listener's, not the Host header's)."""
@@ -65,6 +73,12 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes
 
     metrics_port = ctx.settings.metrics_port
+    door = auth.Door.from_settings(ctx.settings)
+    if door.open:
+        log.warning("hook authentication is off: anyone who reaches the hook port can call the hooks "
+                    "(set NODEWARDEN_AUTH_TOKEN_FILES or NODEWARDEN_TLS_CLIENT_CA_FILE)")
+    else:
+        log.info("hook authentication on", extra={"auth": door.describe()})
 
     @app.before_request
     def _start():
@@ -77,6 +91,15 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
             # only Metacontroller to the other: neither serves the other's routes.
             if request.path not in ("/healthz", "/readyz"):
                 return _error(404, f"{request.path} is not served on this port")
+        if request.path not in _METRICS_PORT_PATHS:
+            # Before the body is read: an unauthenticated request never reaches a controller.
+            refused = door.refusal(request.environ, request.headers.get("Authorization"))
+            if refused:
+                metrics.HOOK_AUTH_REFUSED.labels(refused).inc()
+                log.warning("hook request refused", extra={"reason": refused, "remote": request.remote_addr})
+                response = _error(401, _REFUSALS[refused])
+                response.headers["WWW-Authenticate"] = 'Bearer realm="nodewarden"'
+                return response
 
     @app.after_request
     def _finish(response: Response):
@@ -102,7 +125,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
 
     @app.get("/readyz")
     def readyz():
-        return _json({"status": "ready", "controllers": sorted(controllers.CONTROLLERS)})
+        return _json({"status": "ready", "controllers": sorted(controllers.CONTROLLERS), "auth": door.describe()})
 
     @app.get("/metrics")
     def metrics_endpoint():

@@ -1,6 +1,8 @@
-"""``nodewarden``: run hooks on saved requests, and manage cluster annotations.
+"""``nodewarden``: run hooks on saved requests, manage cluster annotations, make hook credentials.
 
     nodewarden replay REQUEST.json [--controller C] [--hook H] [--offline | --apply]
+    nodewarden gc ...           (hooks/cli_gc.py)
+    nodewarden credentials ...  (hooks/credentials.py)
 
 replay reads a request body as Metacontroller sends it (or a test fixture
 holding one under "request"). By default it looks things up (read-only AWS
@@ -76,15 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _subcommand_modules():
-    """Other command groups (e.g. ``gc``) register themselves here."""
-    found = []
-    try:
-        from hooks.cli_gc import add_parser
+    """Other command groups (``gc``, ``credentials``) register themselves here."""
+    from hooks import cli_gc, credentials
 
-        found.append(add_parser)
-    except ImportError:
-        pass
-    return found
+    return [cli_gc.add_parser, credentials.add_parser]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,13 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     log_level: str = "INFO"
     metrics_port: int = 0  # 0: /metrics on the hook port; else only there, and hooks never there
+    # Who may call the hooks (hooks/auth.py) and TLS on the hook port (hooks/serving.py).
+    auth_token_files: tuple[str, ...] = ()
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    tls_client_names: tuple[str, ...] = ()
+    require_auth: bool = False
     # node-detacher
     detach_taint_keys: tuple[str, ...] = ()
     detach_control_plane: bool = False
@@ -99,16 +106,36 @@ class Settings:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
+def _check_auth(settings: Settings) -> Settings:
+    if bool(settings.tls_cert_file) != bool(settings.tls_key_file):
+        raise ConfigError("NODEWARDEN_TLS_CERT_FILE and NODEWARDEN_TLS_KEY_FILE are set together or not at all")
+    if settings.tls_client_ca_file and not settings.tls_cert_file:
+        raise ConfigError("NODEWARDEN_TLS_CLIENT_CA_FILE needs TLS (NODEWARDEN_TLS_CERT_FILE and _KEY_FILE): "
+                          "a client certificate is only presented in a TLS handshake")
+    if settings.tls_client_names and not settings.tls_client_ca_file:
+        raise ConfigError("NODEWARDEN_TLS_CLIENT_NAMES needs NODEWARDEN_TLS_CLIENT_CA_FILE")
+    if settings.require_auth and not (settings.auth_token_files or settings.tls_client_ca_file):
+        raise ConfigError("NODEWARDEN_REQUIRE_AUTH is true, but neither NODEWARDEN_AUTH_TOKEN_FILES nor "
+                          "NODEWARDEN_TLS_CLIENT_CA_FILE is set: anyone reaching the hook port could call the hooks")
+    return settings
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings; raise ConfigError with the variable's name when one is wrong."""
     env = os.environ if env is None else env
-    return Settings(
+    return _check_auth(Settings(
         cluster_name=env.get("NODEWARDEN_CLUSTER_NAME", "").strip(),
         namespace=env.get("NODEWARDEN_NAMESPACE", "").strip() or "nodewarden-system",
         aws_region=(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip(),
         max_body_bytes=int(_number(env, "NODEWARDEN_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)),
         log_level=(env.get("NODEWARDEN_LOG_LEVEL") or "INFO").upper(),
         metrics_port=int(_number(env, "NODEWARDEN_METRICS_PORT", 0)),
+        auth_token_files=_list(env, "NODEWARDEN_AUTH_TOKEN_FILES"),
+        tls_cert_file=env.get("NODEWARDEN_TLS_CERT_FILE", "").strip(),
+        tls_key_file=env.get("NODEWARDEN_TLS_KEY_FILE", "").strip(),
+        tls_client_ca_file=env.get("NODEWARDEN_TLS_CLIENT_CA_FILE", "").strip(),
+        tls_client_names=_list(env, "NODEWARDEN_TLS_CLIENT_NAMES"),
+        require_auth=_bool(env, "NODEWARDEN_REQUIRE_AUTH", False),
         detach_taint_keys=_list(env, "NODEWARDEN_DETACH_TAINT_KEYS"),
         detach_control_plane=_bool(env, "NODEWARDEN_DETACH_CONTROL_PLANE", False),
         static_target_groups=_list(env, "NODEWARDEN_STATIC_TARGET_GROUPS"),
@@ -149,4 +176,4 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
         error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
         extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},
-    )
+    ))

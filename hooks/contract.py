@@ -7,7 +7,9 @@ controller, so the version is read from it, never guessed from the body.
 - A CompositeController request names its object ``parent`` and its children
   ``children`` in both versions.
 - A DecoratorController request names them ``object`` and ``attachments`` in
-  v1, ``parent`` and ``children`` in v2.
+  both versions. (Metacontroller v4's v2 decorator request type calls its Go
+  fields ``Parent`` and ``Children``, but their JSON tags are ``object`` and
+  ``attachments``: the wire names are the tags.)
 - Both carry ``related`` (grouped like the children) and ``finalizing``.
 - Inside each ``Kind.apiVersion`` group, v1 keys an object by its name
   relative to the parent (``namespace/name`` only when the parent is
@@ -16,7 +18,8 @@ controller, so the version is read from it, never guessed from the body.
 
 We index objects by their own metadata instead of trusting either key, and
 the parsed request keeps the names ``parent``/``children`` for both kinds and
-versions, so controllers never see the difference.
+versions, so controllers never see the difference. What the version changes
+on the wire is only the inner keys, and how strictly the response is read.
 
 Strict v2 response parsing rejects unknown fields, so responses are built
 only from the fields each controller kind allows.
@@ -189,18 +192,16 @@ class HookRequest:
         return bool(self.meta.get("deletionTimestamp"))
 
 
-# Where a request puts its object and that object's children, by controller kind and hook version.
+# Where a request puts its object and that object's children, by controller kind; the same in both hook versions.
 REQUEST_NAMES = {
-    (DECORATOR, "v1"): ("object", "attachments"),
-    (DECORATOR, "v2"): ("parent", "children"),
-    (COMPOSITE, "v1"): ("parent", "children"),
-    (COMPOSITE, "v2"): ("parent", "children"),
+    DECORATOR: ("object", "attachments"),
+    COMPOSITE: ("parent", "children"),
 }
 
 
-def request_names(controller_kind: str, version: str) -> tuple[str, str]:
-    """The top-level names of the object and its children for this controller kind and hook version."""
-    return REQUEST_NAMES[(controller_kind, version)]
+def request_names(controller_kind: str) -> tuple[str, str]:
+    """The top-level names of the object and its children for this controller kind."""
+    return REQUEST_NAMES[controller_kind]
 
 
 def parse_request(body: Any, controller_kind: str, hook: str = "sync") -> HookRequest:
@@ -208,9 +209,9 @@ def parse_request(body: Any, controller_kind: str, hook: str = "sync") -> HookRe
     body = _require_mapping(body, "request")
     controller = _require_mapping(body.get("controller"), "controller", optional=True)
     version = _declared_version(controller, hook)
-    parent_key, children_key = request_names(controller_kind, version)
+    parent_key, children_key = request_names(controller_kind)
     if body.get(parent_key) is None:
-        raise RequestError(parent_key, _missing(body, controller_kind, version, hook, parent_key))
+        raise RequestError(parent_key, _missing(body, controller_kind, parent_key))
     parent = _check_object(body[parent_key], parent_key)
     finalizing = body.get("finalizing", False)
     if not isinstance(finalizing, bool):
@@ -226,14 +227,12 @@ def parse_request(body: Any, controller_kind: str, hook: str = "sync") -> HookRe
     )
 
 
-def _missing(body: Mapping, controller_kind: str, version: str, hook: str, key: str) -> str:
-    """Why the object is missing; names the other version's field when the body has that one instead."""
-    for other in ("v1", "v2"):
-        other_key = request_names(controller_kind, other)[0]
+def _missing(body: Mapping, controller_kind: str, key: str) -> str:
+    """Why the object is missing; names the other controller kind's field when the body has that one instead."""
+    for other_kind, (other_key, _) in REQUEST_NAMES.items():
         if other_key != key and body.get(other_key) is not None:
-            return (f"is required: the controller declares hook version {version} for {hook} "
-                    f"(spec.hooks.{hook}.version; absent means v1), whose {controller_kind} requests name "
-                    f"the object {key!r}; this body has {other_key!r}, which version {other} uses")
+            return (f"is required: {controller_kind} requests name the object {key!r} in both hook versions; "
+                    f"this body has {other_key!r}, which only {other_kind} requests use")
     return "is required"
 
 

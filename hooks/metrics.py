@@ -24,6 +24,12 @@ HOOK_REQUEST_BYTES = Histogram(
     ["controller", "hook"],
     buckets=(1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864),
 )
+HOOK_AUTH_REFUSED = Counter(
+    "nodewarden_hook_auth_refused_total",
+    "Hook requests refused before their body was read: no or a wrong bearer token, a client certificate"
+    " whose names are not allowed, no token readable, or a failed TLS handshake (reason=tls).",
+    ["reason"],
+)
 AWS_CALLS = Counter(
     "nodewarden_aws_calls_total",
     "AWS API calls by service, operation and outcome (ok, or the error code).",

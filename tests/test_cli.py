@@ -41,7 +41,7 @@ def test_replay_of_a_bad_request_says_what_is_wrong(tmp_path):
     path.write_text(json.dumps(hook_request("node-detacher", {"metadata": {}})))
     out = run("replay", str(path), "--offline")
     assert out.returncode == 2
-    assert "parent.metadata.name" in out.stderr
+    assert "object.metadata.name" in out.stderr
 
 
 def test_replay_needs_a_controller_it_can_tell(tmp_path):

@@ -39,7 +39,7 @@ def test_fixture_request_is_shaped_as_its_declared_hook_version(path):
     assert version in ("v1", "v2"), "every fixture's controller declares its hook version"
     assert version == ("v1" if path.stem.endswith(HOOK_V1_SUFFIX) else "v2")
     name = request["controller"]["metadata"]["name"]
-    parent_name, children_name = NAMES[(controller_kind(name), version)]
+    parent_name, children_name = NAMES[controller_kind(name)]
     assert set(request) == {"controller", parent_name, children_name, "related", "finalizing"}
     parent = request[parent_name]
     for field in (children_name, "related"):

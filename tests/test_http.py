@@ -76,30 +76,28 @@ def test_malformed_json_is_400(client):
 
 
 def test_missing_field_is_400_naming_it(client):
-    r = client.post("/node-detacher/sync", json={"controller": controller_object("node-detacher"), "children": {}})
-    assert r.status_code == 400 and r.get_json()["field"] == "parent"
-    r = client.post("/node-detacher/sync", json={"attachments": {}})  # no version declared: v1
-    assert r.status_code == 400 and r.get_json()["field"] == "object"
+    for controller in ({}, controller_object("node-detacher", "v1"), controller_object("node-detacher", "v2")):
+        r = client.post("/node-detacher/sync", json={"controller": controller, "attachments": {}})
+        assert r.status_code == 400 and r.get_json()["field"] == "object", r.get_json()
 
 
-def test_a_decorator_body_in_the_other_versions_shape_is_400_naming_the_field(client):
-    """v1 (declared, or nothing declared) names the object "object"; a body with "parent" instead is refused."""
-    for controller in ({}, controller_object("node-detacher", "v1")):
-        body = {"controller": controller, "parent": NODE, "children": {}, "related": {}, "finalizing": False}
+def test_a_body_in_a_shape_no_metacontroller_sends_is_400_naming_the_field(client):
+    """A decorator body with "parent" (the composite name) is refused in both versions, naming "object"."""
+    for version in ("v1", "v2"):
+        body = {"controller": controller_object("node-detacher", version), "parent": NODE, "children": {},
+                "related": {}, "finalizing": False}
         r = client.post("/node-detacher/sync", json=body)
         assert r.status_code == 400 and r.get_json()["field"] == "object", r.get_json()
-    body = {"controller": controller_object("node-detacher", "v2"), "object": NODE, "attachments": {}}
-    r = client.post("/node-detacher/sync", json=body)
-    assert r.status_code == 400 and r.get_json()["field"] == "parent", r.get_json()
-    v1 = hook_request("node-detacher", NODE, children=[ATT], version="v1")
-    assert client.post("/node-detacher/sync", json=v1).status_code == 200
+        ok = hook_request("node-detacher", NODE, children=[ATT], version=version)
+        assert set(ok) == {"controller", "object", "attachments", "related", "finalizing"}
+        assert client.post("/node-detacher/sync", json=ok).status_code == 200
 
 
 def test_mistyped_field_is_400_naming_it(client):
     bad = json.loads(json.dumps(BODY))
-    bad["parent"]["spec"]["taints"] = "ToBeDeletedByClusterAutoscaler"
+    bad["object"]["spec"]["taints"] = "ToBeDeletedByClusterAutoscaler"
     r = client.post("/node-detacher/sync", json=bad)
-    assert r.status_code == 400 and r.get_json()["field"] == "parent.spec.taints"
+    assert r.status_code == 400 and r.get_json()["field"] == "object.spec.taints"
 
 
 def test_body_over_the_limit_is_413(client):
@@ -114,10 +112,10 @@ def test_wrong_method_is_json_405(client):
 
 def test_aws_unreachable_is_still_200_with_the_error_recorded(client):
     cordoned = json.loads(json.dumps(BODY))
-    cordoned["children"] = {}
-    cordoned["parent"]["spec"]["unschedulable"] = True
-    cordoned["parent"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "x"}
-    cordoned["parent"]["metadata"]["annotations"] = {"nodewarden.io/detaching-since": "2026-01-01T00:00:00Z",
+    cordoned["attachments"] = {}
+    cordoned["object"]["spec"]["unschedulable"] = True
+    cordoned["object"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "x"}
+    cordoned["object"]["metadata"]["annotations"] = {"nodewarden.io/detaching-since": "2026-01-01T00:00:00Z",
                                                      "node-detacher.variant.run/detaching": "true"}
     r = client.post("/node-detacher/sync", json=cordoned)
     assert r.status_code == 200
@@ -144,8 +142,8 @@ def _paths(obj, prefix=()):
 
 
 CORDONED = json.loads(json.dumps(BODY))
-CORDONED["parent"]["spec"]["unschedulable"] = True
-CORDONED["parent"]["spec"]["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+CORDONED["object"]["spec"]["unschedulable"] = True
+CORDONED["object"]["spec"]["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
 PATHS = [p for p in _paths(CORDONED) if p]
 
 
@@ -181,9 +179,9 @@ def test_no_reachable_kubernetes_api_still_answers_and_reports(tmp_path, monkeyp
     ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1"}))
     app = create_app(ctx).test_client()
     detached = json.loads(json.dumps(BODY))
-    detached["parent"]["spec"]["unschedulable"] = True
-    detached["parent"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "nodewarden"}
-    detached["parent"]["metadata"]["annotations"] = {
+    detached["object"]["spec"]["unschedulable"] = True
+    detached["object"]["metadata"]["labels"] = {"node.kubernetes.io/exclude-from-external-load-balancers": "nodewarden"}
+    detached["object"]["metadata"]["annotations"] = {
         "node-detacher.variant.run/detaching": "true", "nodewarden.io/detaching-since": "2026-01-01T00:00:00Z",
         "nodewarden.io/deregistered": "[]", "nodewarden.io/detached-at": "2026-01-01T00:00:10Z"}
     r = app.post("/node-detacher/sync", json=detached)  # shutdown step: must list pods through the API
@@ -215,7 +213,7 @@ def test_a_body_nested_too_deeply_is_refused_not_a_500(client):
     inner: dict = {}
     for _ in range(5000):
         inner = {"a": inner}
-    nested["parent"]["status"]["extra"] = inner
+    nested["object"]["status"]["extra"] = inner
     r = client.post("/node-detacher/sync", data=_dump_deep(nested),
                     content_type="application/json")
     assert r.status_code in (200, 400), r.get_data(as_text=True)

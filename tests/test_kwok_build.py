@@ -25,7 +25,7 @@ BUILD_SH = REPO / "hack" / "controlplane" / "build.sh"
 WRAPPER = REPO / "hack" / "controlplane" / "kwok"
 MODULE = "sigs.k8s.io/kwok"
 PORTS = Ports(etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5,
-              metacontroller_metrics=6, moto=7, hooks=8, metacontroller_health=9, kwok=10247)
+              metacontroller_metrics=6, moto=7, hooks=8, hooks_metrics=11, metacontroller_health=9, kwok=10247)
 
 
 def _pinned_version() -> str:

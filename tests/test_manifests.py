@@ -29,7 +29,7 @@ def test_every_controller_uses_strict_v2_hooks_on_our_service(aws_objects):
     for c in controllers:
         for name, hook in c["spec"]["hooks"].items():
             assert hook["version"] == "v2", (c["metadata"]["name"], name)
-            assert hook["webhook"]["url"].startswith("http://nodewarden.nodewarden-system/")
+            assert hook["webhook"]["url"].startswith("https://nodewarden.nodewarden-system.svc/")
 
 
 def test_node_decorators_never_ignore_status_changes(aws_objects):
@@ -47,7 +47,7 @@ def test_hook_server_runs_hardened_with_two_replicas(aws_objects):
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}  # plain HTTP there
     assert any(o["kind"] == "PodDisruptionBudget" for o in aws_objects)
 
 
@@ -80,13 +80,14 @@ def test_only_metacontroller_reaches_the_hooks_and_only_prometheus_the_metrics(a
     assert all(pod_labels.get(k) == v for k, v in policy["spec"]["podSelector"]["matchLabels"].items())
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     by_port = {rule["ports"][0]["port"]: rule["from"] for rule in policy["spec"]["ingress"]}
-    assert set(by_port) == {"http", "metrics"}
-    assert by_port["http"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
+    assert set(by_port) == {"https", "metrics"}
+    assert by_port["https"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "metacontroller"}
     assert by_port["metrics"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["NODEWARDEN_METRICS_PORT"] == str(ports["metrics"]) and ports["metrics"] != ports["http"]
+    assert env["NODEWARDEN_METRICS_PORT"] == str(ports["metrics"]) and ports["metrics"] != ports["https"]
+    assert env["NODEWARDEN_BIND"].endswith(f":{ports['https']}")
 
 
 def _granted(objects: list[dict], account: tuple[str, str]) -> set[tuple[str, str, str]]:
@@ -234,3 +235,144 @@ def test_the_hook_server_never_writes_machines_or_nodepools(aws_objects):
     writes = {(r, v) for g, r, v in _granted(aws_objects, account) if g == "nodewarden.io"
               and r.split("/")[0] in ("nodepools", "machines") and v not in ("get", "list", "watch")}
     assert writes == {("machines", "delete")}
+
+
+# -- only Metacontroller may call the hooks ------------------------------------------------------
+
+# The fields of Metacontroller v4.16+'s controller CRDs that carry webhook credentials, as its
+# types.go declares them (EndpointConfig, Authorization, CABundle, ClientTLS, SecretKeyRef,
+# ResourceKeyRef, SecretRef). The v4 CRDs themselves are checked below when the module is cached.
+V4_ENDPOINT_CONFIG = {
+    "host": str,
+    "authorization": {"type": str, "secretRef": {"name": str, "namespace": str, "key": str}},
+    "basicAuth": {"secretRef": {"name": str, "namespace": str}, "usernameKey": str, "passwordKey": str},
+    "caBundle": {"inline": str, "secretRef": {"name": str, "namespace": str, "key": str},
+                 "configMapRef": {"name": str, "namespace": str, "key": str}},
+    "clientTLS": {"secretRef": {"name": str, "namespace": str}, "certKey": str, "privateKeyKey": str},
+}
+
+
+def _conforms(value, shape, path="") -> list[str]:
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return [f"{path}: not an object"]
+        return [p for k, v in value.items()
+                for p in (_conforms(v, shape[k], f"{path}.{k}") if k in shape else [f"{path}.{k}: unknown field"])]
+    return [] if isinstance(value, shape) else [f"{path}: not a {shape.__name__}"]
+
+
+def _hook_pod(objects):
+    deploy = next(o for o in objects if o["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    return deploy, container, env, mounts, secrets
+
+
+def _secret_of_file(path: str, mounts: dict, secrets: dict) -> tuple[str, str]:
+    """(Secret name, key) a file path of the container reads."""
+    directory, _, key = path.rpartition("/")
+    return secrets[mounts[directory]], key
+
+
+def test_every_controller_sends_the_token_the_server_reads_and_verifies_its_certificate(aws_objects):
+    from urllib.parse import urlsplit
+
+    deploy, container, env, mounts, secrets = _hook_pod(aws_objects)
+    namespace = deploy["metadata"]["namespace"]
+    service = next(o for o in aws_objects if o["kind"] == "Service")
+    assert env["NODEWARDEN_REQUIRE_AUTH"] == "true"
+    token_files = env["NODEWARDEN_AUTH_TOKEN_FILES"].split(",")
+    token = _secret_of_file(token_files[0], mounts, secrets)
+    assert {_secret_of_file(f, mounts, secrets)[0] for f in token_files} == {token[0]}  # token and previous
+    tls_secret, _ = _secret_of_file(env["NODEWARDEN_TLS_CERT_FILE"], mounts, secrets)
+    assert _secret_of_file(env["NODEWARDEN_TLS_KEY_FILE"], mounts, secrets) == (tls_secret, "tls.key")
+    controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
+    assert len(controllers) == 8
+    for c in controllers:
+        [entry] = c["spec"]["endpointConfigs"]
+        assert _conforms(entry, V4_ENDPOINT_CONFIG) == [], c["metadata"]["name"]
+        for hook in c["spec"]["hooks"].values():
+            url = urlsplit(hook["webhook"]["url"])
+            assert url.scheme == "https" and url.hostname == entry["host"]
+            assert url.hostname == f"{service['metadata']['name']}.{namespace}.svc" and url.port is None
+        auth = entry["authorization"]
+        assert auth["type"] == "Bearer"
+        assert (auth["secretRef"]["namespace"], auth["secretRef"]["name"], auth["secretRef"]["key"]) == \
+            (namespace, *token)
+        ca = entry["caBundle"]["secretRef"]
+        assert (ca["namespace"], ca["name"], ca["key"]) == (namespace, tls_secret, "ca.crt")
+    assert next(p for p in service["spec"]["ports"] if p["targetPort"] == "https")["port"] == 443
+
+
+def test_the_generated_credentials_are_what_the_manifests_name(aws_objects, tmp_path):
+    """`nodewarden credentials` makes the two Secrets by the names and keys the base reads."""
+    import datetime as dt
+
+    from cryptography import x509
+
+    from hooks import credentials
+
+    deploy, container, env, mounts, secrets = _hook_pod(aws_objects)
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "nodewarden"), "credentials"], capture_output=True,
+                         text=True, check=True).stdout
+    made = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out)}
+    token_secret, token_key = _secret_of_file(env["NODEWARDEN_AUTH_TOKEN_FILES"].split(",")[0], mounts, secrets)
+    tls_secret, _ = _secret_of_file(env["NODEWARDEN_TLS_CERT_FILE"], mounts, secrets)
+    assert set(made) == {token_secret, tls_secret} == {credentials.TOKEN_SECRET, credentials.TLS_SECRET}
+    assert all(d["metadata"]["namespace"] == deploy["metadata"]["namespace"] for d in made.values())
+    assert len(made[token_secret]["stringData"][token_key]) >= 40
+    tls = made[tls_secret]["stringData"]
+    assert set(tls) == {"tls.crt", "tls.key", "ca.crt"} and made[tls_secret]["type"] == "kubernetes.io/tls"
+    cert = x509.load_pem_x509_certificate(tls["tls.crt"].encode())
+    ca = x509.load_pem_x509_certificate(tls["ca.crt"].encode())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "nodewarden.nodewarden-system.svc" in names
+    assert cert.not_valid_after_utc > dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=300)
+
+
+def test_controllers_use_only_fields_of_metacontrollers_v4_crds(aws_objects):
+    """Validated against v4's own CRDs (manifests/production) when its module is in the Go module cache."""
+    import shutil
+
+    from devcluster import manifests
+    from tests.support import go_env
+
+    if shutil.which("go") is None:
+        pytest.skip("Go is not on PATH")
+    cache = pathlib.Path(go_env("GOMODCACHE")) / "github.com" / "metacontroller"
+    sources = sorted(cache.glob("metacontroller@v0.0.0-2026*")) if cache.is_dir() else []
+    if not sources:
+        pytest.skip("Metacontroller v4 is not in the Go module cache (the module proxy refused it when it was built)")
+    crd_files = sorted((sources[-1] / "manifests" / "production").glob("*crds*.yaml"))
+    crds = [d for f in crd_files for d in yaml.safe_load_all(f.read_text()) if d]
+    controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
+    assert manifests.drop_unknown_fields(controllers, crds) == []
+
+
+def test_the_cert_manager_component_makes_the_secret_the_server_and_metacontroller_read(tmp_path):
+    import os
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({  # kustomize takes relative paths only
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "kustomize" / "overlays" / "aws", overlay)],
+        "components": [os.path.relpath(ROOT / "kustomize" / "components" / "cert-manager", overlay)]}))
+    objects = [d for d in yaml.safe_load_all(subprocess.run(
+        [str(KUSTOMIZE), "build", "--load-restrictor=LoadRestrictionsNone", str(overlay)],
+        capture_output=True, text=True, check=True).stdout) if d]
+    deploy, container, env, mounts, secrets = _hook_pod(objects)
+    tls_secret, _ = _secret_of_file(env["NODEWARDEN_TLS_CERT_FILE"], mounts, secrets)
+    certs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Certificate"}
+    issuers = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Issuer"}
+    serving = next(c for c in certs.values() if c["spec"]["secretName"] == tls_secret)
+    ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
+    ca_cert = next(c for c in certs.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"])
+    assert ca_cert["spec"]["isCA"] and "selfSigned" in issuers[ca_cert["spec"]["issuerRef"]["name"]]["spec"]
+    host = next(o for o in objects if o["kind"] == "DecoratorController")["spec"]["endpointConfigs"][0]["host"]
+    assert host in serving["spec"]["dnsNames"]
+    assert all(o["metadata"]["namespace"] == deploy["metadata"]["namespace"] for o in [*certs.values(), *issuers.values()])

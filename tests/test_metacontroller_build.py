@@ -28,7 +28,7 @@ BUILD_SH = REPO / "hack" / "controlplane" / "build.sh"
 V4_MODULE = "github.com/metacontroller/metacontroller"
 V4_VERSION = "v0.0.0-20260813213314-76b818bdc67b"
 PORTS = Ports(etcd_client=1, etcd_peer=2, apiserver=3, controller_manager=4, scheduler=5,
-              metacontroller_metrics=19999, moto=6, hooks=7, metacontroller_health=18081, kwok=8)
+              metacontroller_metrics=19999, moto=6, hooks=7, hooks_metrics=9, metacontroller_health=18081, kwok=8)
 
 V4_FLAGS = ("--kubeconfig", "--metrics-address", "--health-probe-bind-address", "--zap-log-level")
 V1_FLAGS = ("--client-config-path", "--debug-addr", "--v")
@@ -230,21 +230,24 @@ def test_v1_5_20s_own_crds_make_the_launcher_drop_version_v2():
         pytest.skip("v1.5.20 is not in the Go module cache yet (make controlplane-bins)")
     build = mc.Build(release="v1.5.20", module=f"{V4_MODULE}@v1.5.20", source=source)
     crds = manifests.metacontroller_crds(Layout(), build)
-    known = manifests.hook_fields_known(crds)
-    assert "webhook" in known and "version" not in known
     docs = [_v2_controller()]
-    assert len(manifests.drop_unknown_hook_fields(docs, known)) == 3
-    assert all("version" not in hook for hook in docs[0]["spec"]["hooks"].values())
+    docs[0]["spec"]["endpointConfigs"] = [{"host": "x", "authorization": {"secretRef": {"name": "t"}}}]
+    dropped = manifests.drop_unknown_fields(docs, crds)
+    assert sorted(d.split(" ")[1] for d in dropped) == ["spec.endpointConfigs", "spec.hooks.customize.version",
+                                                         "spec.hooks.finalize.version", "spec.hooks.sync.version"]
+    assert all("version" not in hook and "webhook" in hook for hook in docs[0]["spec"]["hooks"].values())
 
 
 def test_crds_with_the_version_field_keep_version_v2():
     """v4's CRDs declare spec.hooks.<hook>.version (enum v1, v2)."""
     version = {"type": "string", "enum": ["v1", "v2"], "default": "v1"}
+    hook = {"properties": {"version": version, "webhook": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
     crd = {"kind": "CustomResourceDefinition", "spec": {
-        "names": {"kind": "DecoratorController"},
-        "versions": [{"name": "v1alpha1", "schema": {"openAPIV3Schema": {"properties": {"spec": {"properties": {
-            "hooks": {"properties": {"sync": {"properties": {"version": version, "webhook": {}}}}}}}}}}}],
+        "names": {"kind": "CompositeController"},
+        "versions": [{"name": "v1alpha1", "schema": {"openAPIV3Schema": {"properties": {
+            "apiVersion": {}, "kind": {}, "metadata": {"type": "object"}, "spec": {"properties": {
+                "hooks": {"properties": {h: hook for h in ("customize", "sync", "finalize")}}}}}}}}],
     }}
     docs = [_v2_controller()]
-    assert manifests.drop_unknown_hook_fields(docs, manifests.hook_fields_known([crd])) == []
+    assert manifests.drop_unknown_fields(docs, [crd]) == []
     assert all(hook["version"] == "v2" for hook in docs[0]["spec"]["hooks"].values())

@@ -43,7 +43,7 @@ def test_controllers_point_at_the_local_hook_server(api, cluster):
 
 def test_metacontroller_and_hook_server_answer(cluster):
     assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_metrics}/metrics", timeout=5).ok
-    assert requests.get(f"{cluster.hooks_url}/readyz", timeout=5).ok
+    assert requests.get(f"{cluster.hooks_metrics_url}/readyz", timeout=5).ok
     if not cluster.metacontroller.legacy_flags:
         assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_health}/readyz", timeout=5).ok
 
@@ -63,7 +63,9 @@ def test_the_running_metacontroller_is_the_recorded_one(cluster):
 def test_hooks_keep_version_v2_exactly_when_the_installed_crds_allow_it(api, cluster):
     """Our controllers ship `version: v2` hooks; v1.5.20's CRDs lack the field, v4's have it."""
     crd = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/decoratorcontrollers.metacontroller.k8s.io")
-    allowed = "version" in manifests.hook_fields_known([crd])
+    v2 = [{"kind": "DecoratorController", "metadata": {"name": "probe"},
+           "spec": {"hooks": {"sync": {"version": "v2", "webhook": {"url": "http://x/y/sync"}}}}}]
+    allowed = manifests.drop_unknown_fields(v2, [crd]) == []
     assert allowed == (cluster.metacontroller.major >= 4)
     hooks = [(c["metadata"]["name"], name, hook)
              for plural in ("decoratorcontrollers", "compositecontrollers")
@@ -131,4 +133,4 @@ def test_the_api_server_accepts_the_hook_network_policy(api):
     """The base's NetworkPolicy is valid for the real API server (no network plugin enforces it here)."""
     policy = api.get("/apis/networking.k8s.io/v1/namespaces/nodewarden-system/networkpolicies/nodewarden-hooks")
     ports = sorted(rule["ports"][0]["port"] for rule in policy["spec"]["ingress"])
-    assert ports == ["http", "metrics"]
+    assert ports == ["https", "metrics"]

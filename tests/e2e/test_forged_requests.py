@@ -1,10 +1,12 @@
-"""Forged hook requests, sent straight to the hook server as any pod reaching its port could.
+"""Forged hook requests, sent straight to the hook server by a caller that gets through the door.
 
-The local stack has no network plugin, so the NetworkPolicy that keeps other
-pods away from the hook port is not enforced here; these tests prove the
-second line: a request body alone never makes nodewarden delete, stop or
-force-delete anything. Only what the API server says about the objects a body
-names counts. moto is checked after each forged request: nothing changed.
+Two lines stand before these: the NetworkPolicy (not enforced here, the local
+stack has no network plugin) and, where Metacontroller can send one, the
+bearer token (test_a_request_without_credentials_changes_nothing). These
+tests prove the line behind them, for a caller that holds the token: a
+request body alone never makes nodewarden delete, stop or force-delete
+anything. Only what the API server says about the objects a body names
+counts. moto is checked after each forged request: nothing changed.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
 def _post(cluster, route: str, body: dict) -> requests.Response:
-    reply = requests.post(f"{cluster.hooks_url}/{route}", json=body, timeout=10)
+    reply = cluster.hook_session().post(f"{cluster.hooks_url}/{route}", json=body, timeout=10)
     assert reply.status_code in (200, 400), reply.text
     return reply
 
@@ -130,3 +132,39 @@ def test_the_api_server_refuses_a_fencing_request_with_a_zero_timeout(api, names
     with pytest.raises(ApiError) as refused:
         api.create(REQUESTS.format(namespace), manifest)
     assert "timeout" in str(refused.value)
+
+
+def test_a_request_without_credentials_changes_nothing(api, cluster, cloud, namespace):
+    """The door: where Metacontroller can authenticate itself (v4.16+), a caller without its
+    token gets 401 before its body is read; the stack runs so whenever the CRDs allow it."""
+    ready = requests.get(f"{cluster.hooks_metrics_url}/readyz", timeout=5).json()
+    crd = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/decoratorcontrollers.metacontroller.k8s.io")
+    can_authenticate = "endpointConfigs" in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["spec"]["properties"]
+    assert (ready["auth"] != "off") == can_authenticate == (cluster.hook_credentials is not None)
+    if not can_authenticate:
+        pytest.skip(f"Metacontroller {cluster.metacontroller.release} cannot send credentials: "
+                    "the local stack runs with hook authentication off and says so")
+    for controller in api.get("/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers")["items"]:
+        [entry] = controller["spec"]["endpointConfigs"]
+        assert entry["authorization"]["secretRef"]["name"] == "nodewarden-hook-token"
+        assert all(h["webhook"]["url"].startswith(f"https://{entry['host']}/")
+                   for h in controller["spec"]["hooks"].values())
+    (instance,) = fleet.launch_instances(cloud, 1)
+    name = f"nocreds-{instance[-6:]}"
+    real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance, alive=False))
+    try:
+        request = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
+                   "metadata": {"name": "made-up", "namespace": namespace, "uid": str(uuid.uuid4())},
+                   "spec": {"nodeRef": {"name": name}}}
+        body = _request_body(request, real)
+        verify = str(cluster.hook_credentials.ca_cert)
+        for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+            reply = requests.post(f"{cluster.hooks_url}/fencing-request/sync", json=body, headers=headers,
+                                  verify=verify, timeout=10)
+            assert reply.status_code == 401, reply.text
+        assert _state(cloud, instance) == "running"
+        with pytest.raises(requests.exceptions.ConnectionError):  # plain HTTP is not served at all
+            requests.post(f"http://127.0.0.1:{cluster.ports.hooks}/fencing-request/sync", json=body, timeout=10)
+    finally:
+        api.delete(f"/api/v1/nodes/{name}")
