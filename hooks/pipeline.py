@@ -8,11 +8,14 @@ registered controller) and its ``sync``/``finalize`` hand the request to
    failure is recorded in ``observed``, never raised. It is given the same
    ``now`` as ``decide``, so both judge the same moment.
 2. ``decide``: pure; the response, the actions and the Events (a ``Plan``).
-3. If the plan would act on something irreversible (``needs_verification``):
-   ``verify`` re-reads the parent and what the actions rest on from the API
-   server, and the controller gathers and decides again on that copy. When
-   the API server cannot confirm the request, ``unverified`` says what is
-   left of the plan: nothing irreversible.
+3. If the plan would do anything at all (an action, an Event) or rests on
+   what only the API server can confirm (``needs_verification``): ``verify``
+   re-reads the parent and what the actions rest on from the API server, and
+   the controller gathers and decides again on that copy. A body is a hint:
+   nothing happens because of one. Whether the parent is being deleted is
+   what that copy says (``_being_deleted``), never the body's ``finalizing``.
+   When the API server cannot confirm the request, ``unverified`` says what
+   the response is, and it carries no action and no Event.
 4. act (``hooks.actuators.act``): each action's preconditions are read again
    right before it runs; an action whose precondition fails does not run.
 5. Each succeeded action's ``record`` is applied to the response; when an
@@ -34,7 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from hooks import actuators, events, runtime
 from hooks.config import Settings
-from hooks.contract import HookRequest
+from hooks.contract import COMPOSITE, HookRequest
 from hooks.kube import fresh
 from hooks.plan import Action, Outcome, Plan
 
@@ -80,13 +83,17 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
     now = ctx.now()  # one clock reading for the whole call: gather and decide see the same moment
     observed = controller.gather(request, ctx, now)
     plan = controller.decide(request, ctx.settings, now, observed)
-    if controller.needs_verification(request, plan):
+    released = False
+    if plan.actions or plan.events or controller.needs_verification(request, plan):
         try:
-            request = dataclasses.replace(controller.verify(request, ctx), verified=True, prior=observed)
+            request, released = _being_deleted(dataclasses.replace(
+                controller.verify(request, ctx), verified=True, prior=observed))
             plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
         except fresh.Unverified as exc:
-            # What is left of the plan is the controller's to say: only reversible steps.
-            plan = controller.unverified(request, plan, ctx, str(exc))
+            # The response is the controller's to say; nothing is done or said on a body alone.
+            plan = Plan(controller.unverified(request, plan, ctx, str(exc)).response)
+    if released:
+        plan = dataclasses.replace(plan, response=dict(plan.response, finalized=True))
     outcomes = actuators.act(controller.NAME, plan.actions, ctx, plan.gate, started)
     settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,
                    persist=plan.persist)
@@ -96,6 +103,23 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
         settled = persisted(controller, request, settled, ctx)
     report(controller, request, settled, outcomes, ctx)
     return settled.response
+
+
+def _being_deleted(request: HookRequest) -> tuple[HookRequest, bool]:
+    """The verified request's ``finalizing`` as the API server's copy has it: (request, released).
+
+    Metacontroller calls a finalize hook for an object with a deletionTimestamp,
+    and a DecoratorController's also for one that stopped matching its
+    selector. A composite's finalize for an object the API server has alive is
+    no call Metacontroller makes: Unverified. A decorator's is decided as a
+    sync (nothing a deletion would do) whose answer lets the finalizer go.
+    """
+    if not request.finalizing or request.deleting:
+        return request, False
+    what = f"{request.parent.get('kind')} {'/'.join(filter(None, (request.meta.get('namespace'), request.name)))}"
+    if request.controller_kind == COMPOSITE:
+        raise fresh.Unverified(f"finalize for {what}, which the API server has with no deletionTimestamp")
+    return dataclasses.replace(request, finalizing=False), True
 
 
 def recorded(response: dict, outcomes: list[Outcome]) -> dict:

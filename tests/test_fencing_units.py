@@ -411,17 +411,27 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
 
 @pytest.mark.parametrize("spec, field", [({"retries": "many"}, "retries"), ({"timeout": "0s"}, "timeout"),
                                          ({"retries": 1e300}, "retries"), ({"retryInterval": "70000000h"}, "retryInterval")])
-def test_an_unreadable_fencing_request_spec_is_reported_in_its_status(client, spec, field):
-    """Not a 400 on every sync: the request says why it will not run, and nothing is done."""
-    body = {"controller": {}, "parent": {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
-                                         "metadata": {"name": "f", "namespace": "nodewarden-system"},
-                                         "spec": {"nodeRef": {"name": "n1"}, **spec}},
-            "children": {}, "related": {}}
-    r = client.post("/fencing-request/sync", json=body)
-    assert r.status_code == 200
-    status = r.get_json()["status"]
-    assert status["phase"] == "Failed" and status["errorReason"] == "InvalidSpec"
-    assert f"parent.spec.{field}" in status["errorMessage"]
+def test_an_unreadable_fencing_request_spec_is_reported_in_its_status(spec, field):
+    """Not a 400 on every sync: the request says why it will not run (an Event too, for one the API server
+    has), and nothing is done."""
+    request = {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
+               "metadata": {"name": "f", "namespace": "nodewarden-system", "uid": "fr-uid"},
+               "spec": {"nodeRef": {"name": "n1"}, **spec}}
+    env = {"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+           "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    ctx = runtime.Context(load_settings(env), events_inline=True)
+    ctx._kube = FakeKube()
+    client = create_app(ctx).test_client()
+    body = {"controller": {}, "parent": request, "children": {}, "related": {}}
+    for on_the_api_server in (False, True):
+        if on_the_api_server:
+            ctx._kube.add_object(request)
+        r = client.post("/fencing-request/sync", json=body)
+        assert r.status_code == 200
+        status = r.get_json()["status"]
+        assert status["phase"] == "Failed" and status["errorReason"] == "InvalidSpec"
+        assert f"parent.spec.{field}" in status["errorMessage"]
+        assert ctx._kube.reasons() == (["FencingFailed"] if on_the_api_server else [])
 
 
 def test_a_healthy_node_sync_over_http_writes_nothing(client):
@@ -531,7 +541,8 @@ def test_a_policy_the_crd_might_accept_never_fails_every_node_sync(client, spec)
 
 
 def test_healthy_and_merely_triaged_nodes_cost_no_api_call(make_ctx):
-    """Every Node syncs through node-fencing: only a node whose failover gate is open is looked up."""
+    """Every Node syncs through node-fencing: a healthy node, and a triaged one once its conditions are
+    written, cost no API call. A transition (an Event, a taint) follows the API server's copy: read once."""
     from hooks.dispatch import serve
 
     kube = FakeKube()  # records every call; no API server here
@@ -539,8 +550,21 @@ def test_healthy_and_merely_triaged_nodes_cost_no_api_call(make_ctx):
     policy = _policy()
     policy["status"] = {"observedGeneration": 3, "countedAt": "2026-11-21T11:59:50Z", "unhealthyNodeNames": ["n1"],
                         "conditions": [{"type": "StormGuard", "status": "False"}]}
-    for ready, ago in (("True", 9999), ("Unknown", 5)):
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
-                "status": _ready(ready, ago)}
-        serve("node-fencing", "sync", hook_request("node-fencing", node, related=[policy]), ctx)
-    assert [c for c in kube.calls if c[0] != "create"] == [], "no reads; only the FencingTriaged Event is created"
+    healthy = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1", "labels": {}},
+               "status": _ready("True", 9999)}
+    serve("node-fencing", "sync", hook_request("node-fencing", healthy, related=[policy]), ctx)
+    assert kube.calls == []
+    triaged = {**healthy, "status": _ready("Unknown", 5)}
+    serve("node-fencing", "sync", hook_request("node-fencing", triaged, related=[policy]), ctx)
+    reads = [c for c in kube.calls if c[0] != "create"]
+    assert reads and len(reads) <= 3, reads
+    settled = dict(triaged, status=triaged["status"] | {"conditions": [
+        *triaged["status"]["conditions"],
+        *({"type": t, "status": v, "reason": r, "message": "", "lastTransitionTime": "2026-11-21T11:59:55Z",
+           "lastHeartbeatTime": "2026-11-21T11:59:55Z"} for t, v, r in (
+            ("FencingTriaged", "True", "UnhealthyCondition"), ("FencingRequired", "False", "WaitingForDuration"),
+            ("FencingComplete", "False", "NotRequired")))]})
+    settled["spec"] = {"taints": [{"key": "node.kubernetes.io/fencingtriaged", "effect": "PreferNoSchedule"}]}
+    kube.calls.clear()
+    serve("node-fencing", "sync", hook_request("node-fencing", settled, related=[policy]), ctx)
+    assert kube.calls == [], "a steady triaged node costs nothing"

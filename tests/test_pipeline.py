@@ -1,6 +1,7 @@
 """The one pipeline every controller runs on: its interface, records, preconditions and Events."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import pathlib
@@ -190,12 +191,100 @@ def test_a_persisted_record_stays_in_the_response_when_the_node_cannot_be_writte
 
 
 def test_an_unverified_request_persists_nothing(ctx, test_actuators):
+    from hooks.kube import fresh
+
     ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
     module = _persisting_controller(ctx)
-    module.needs_verification = pipeline.never
+
+    def unreachable(request, ctx):
+        raise fresh.Unverified("API server unreachable")
+
+    module.verify = unreachable
+    module.unverified = lambda request, plan, ctx, reason: plan
     response = pipeline.run(module, _node_request(), ctx)
-    assert "annotations" not in ctx.kube.nodes["n1"]["metadata"]
-    assert response["annotations"]["nodewarden.io/k"] == '["a"]'
+    assert "annotations" not in ctx.kube.nodes["n1"]["metadata"] and test_actuators == []
+    assert response == {"annotations": {"other": "x"}}
+
+
+def _unconfirmable(plan: Plan, **overrides):
+    """A controller that never asks for verification itself, on an API server that cannot confirm anything;
+    its ``unverified`` hands back the whole plan, actions and Events included."""
+    from hooks.kube import fresh
+
+    calls = []
+
+    def verify(request, ctx):
+        calls.append(request.name)
+        raise fresh.Unverified("cannot read")
+
+    module = _fake_controller(plan, verify=verify, unverified=lambda request, plan, ctx, reason: plan, **overrides)
+    return module, calls
+
+
+@pytest.mark.parametrize("plan", [
+    Plan({}, [Action("test.ok", "a")]),
+    Plan({}, events=[events.normal("Something", "said on a forged body")]),
+])
+def test_nothing_is_done_or_said_on_a_body_the_api_server_did_not_confirm(ctx, test_actuators, plan):
+    """Every action and Event follows a verified request, whatever the controller's needs_verification says."""
+    module, calls = _unconfirmable(plan)
+    response = pipeline.run(module, _node_request(), ctx)
+    assert calls == ["n1"], "verification was asked for"
+    assert test_actuators == [] and ctx.kube.reasons() == []
+    assert response == {}
+
+
+def test_a_plan_with_nothing_to_do_is_answered_without_a_read(ctx, test_actuators):
+    module, calls = _unconfirmable(Plan({"labels": {}}))
+    assert pipeline.run(module, _node_request(), ctx) == {"labels": {}} and calls == []
+
+
+def _finalize_request(kind: str, deleting_in_body: bool = True):
+    from hooks.contract import COMPOSITE
+
+    meta = {"name": "m1", "uid": "uid-1", **({"deletionTimestamp": "2026-11-23T11:00:00Z"} if deleting_in_body else {})}
+    obj = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "Machine", "metadata": meta}
+    body = {"object": obj} if kind == DECORATOR else {"parent": obj}
+    return parse_request({**body, "finalizing": True}, kind if kind == DECORATOR else COMPOSITE, "finalize")
+
+
+def _alive_on_the_api_server(request, ctx):
+    meta = {k: v for k, v in request.meta.items() if k != "deletionTimestamp"}
+    return dataclasses.replace(request, parent=dict(request.parent, metadata=meta))
+
+
+def test_a_composite_finalize_for_an_object_alive_on_the_api_server_does_nothing(ctx, test_actuators):
+    """The body's finalizing (and its deletionTimestamp) are claims; the fresh copy says whether it is going."""
+    from hooks.contract import COMPOSITE
+
+    seen = []
+
+    def decide(request, settings, now, observed):
+        seen.append((request.verified, request.finalizing))
+        return Plan({"finalized": True}, [Action("test.ok", "terminate")]) if request.finalizing else Plan({})
+
+    module = _fake_controller(None, decide=decide, verify=_alive_on_the_api_server,
+                              unverified=lambda request, plan, ctx, reason: Plan({"finalized": False, "why": reason}))
+    response = pipeline.run(module, _finalize_request(COMPOSITE), ctx)
+    assert test_actuators == [] and seen == [(False, True)]
+    assert response["finalized"] is False and "no deletionTimestamp" in response["why"]
+
+
+def test_a_decorator_finalize_for_an_object_alive_on_the_api_server_is_a_sync_that_lets_go(ctx, test_actuators):
+    """Metacontroller calls a decorator's finalize also when the object stops matching the selector: nothing a
+    deletion would do happens, and the finalizer is let go."""
+    seen = []
+
+    def decide(request, settings, now, observed):
+        seen.append((request.verified, request.finalizing))
+        if request.finalizing:
+            return Plan({"finalized": True}, [Action("test.ok", "deregister")])
+        return Plan({"labels": {}}, events=[events.normal("Synced", "as a sync")])
+
+    module = _fake_controller(None, decide=decide, verify=_alive_on_the_api_server)
+    response = pipeline.run(module, _finalize_request(DECORATOR), ctx)
+    assert seen == [(False, True), (True, False)] and test_actuators == []
+    assert response == {"labels": {}, "finalized": True}
 
 
 # ------------------------------------------------------------------- the recorder

@@ -714,30 +714,27 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     """The request as the API server has it now: the FencingRequest and its Node, read fresh.
 
     Anyone reaching the hook port can send a body; only a FencingRequest that
-    exists with the body's uid (and, when finalizing, is really being deleted)
-    may act, and only on the Node the API server has under that name. The
-    decision is then made again on these fresh objects.
+    exists with the body's uid may act (that it is being deleted when
+    finalizing is the pipeline's check), and only on the Node the API server
+    has under that name. The decision is then made again on these fresh objects.
     """
     if request.parent.get("kind") != names.REQUEST_KIND:
         raise fresh.Unverified(f"fencing-request acts only for a {names.REQUEST_KIND}")
     parent = fresh.same_parent(request, ctx.kube).parent
-    deleting = bool(parent["metadata"].get("deletionTimestamp"))
-    if request.finalizing and not deleting:
-        raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is not being deleted")
-    if deleting and not request.finalizing:
+    if parent["metadata"].get("deletionTimestamp") and not request.finalizing:
         # Deleted since this sync was sent: nothing new starts; the finalize hook takes over.
         raise fresh.Unverified(f"FencingRequest {request.meta.get('namespace')}/{request.name} is being deleted")
+    parent = dict(parent, status=_without_unverified(fields.mapping(parent, "status")))
     try:
         spec = fr.parse_spec(parent)
-    except RequestError as exc:
-        raise fresh.Unverified(f"the FencingRequest as the API server has it: {exc}") from None
+    except RequestError:  # decided (and reported) as the invalid spec it is: nothing is read or done
+        return dataclasses.replace(request, parent=parent, related=ObjectGroups())
     node = fresh.read(ctx.kube, "Node", spec.node_name)
     try:
         related = {"Node.v1": {spec.node_name: parse_object(node, "related.Node")}} if node else {}
     except RequestError as exc:
         raise fresh.Unverified(f"the Node as the API server has it: {exc}") from None
-    # The API server answered: the record of earlier unverified calls goes.
-    parent = dict(parent, status=_without_unverified(fields.mapping(parent, "status")))
+    # The API server answered: the record of earlier unverified calls went above.
     return dataclasses.replace(request, parent=parent, related=ObjectGroups(related))
 
 
@@ -761,6 +758,10 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     """Nothing irreversible without the API server's word: nothing is spent or recorded but why; ask again later."""
     log.warning("fencing-request did not act", extra={"request": f"{request.meta.get('namespace')}/{request.name}",
                                                       "reason": reason})
+    try:
+        fr.parse_spec(request.parent)
+    except RequestError as exc:  # nothing would be done either way: say why it will not run
+        return _invalid_spec(request, ctx.now(), exc)
     status = _own_status(request.parent)
     calls = bounds.status_counter(status, "unverifiedCalls") + 1
     status["unverifiedCalls"] = calls

@@ -496,10 +496,14 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
 
 
 def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-    """Nothing disruptive without the API server's word; the Attachment stays (omitting it would delete it)."""
+    """Nothing disruptive without the API server's word; the Attachment stays (omitting it would delete it),
+    and the node's error annotation says why nothing moved."""
     log.warning("node-detacher did not act", extra={"object": request.name, "reason": reason})
     attachments = plan.response.get("attachments") or []
-    return Plan(decorator_response(attachments=attachments, resync_after=backoff(ctx.settings, 1),
+    message = f"not verified with the API server: {reason}"[:1024]
+    annotations = {names.ERROR: message} if request.annotations.get(names.ERROR) != message else {}
+    return Plan(decorator_response(annotations=annotations, attachments=attachments,
+                                   resync_after=backoff(ctx.settings, 1),
                                    finalized=False if request.finalizing else None))
 
 
