@@ -5,7 +5,9 @@
 Both servers run under the same gunicorn settings (gunicorn.conf.py: 2 gthread
 workers x 4 threads) on loopback, and the same keep-alive client load hits
 each in turn, alternating for --rounds rounds; the median round of each is
-reported. --auth adds the hook server as the kustomize base runs it: HTTPS
+reported. The cordon step is decided again on the Node as the API server has
+it: a stand-in (bench/api_standin.py) answers that read with the Node sent,
+and takes the writes. --auth adds the hook server as the kustomize base runs it: HTTPS
 and a bearer token on every request (kept-alive connections, as
 Metacontroller's Go client keeps them). Prints a Markdown table for
 docs/performance.md.
@@ -103,6 +105,11 @@ def realistic(node: dict) -> dict:
     status["addresses"] = [{"type": "InternalIP", "address": "10.0.1.23"}, {"type": "Hostname", "address": node["metadata"]["name"]},
                            {"type": "InternalDNS", "address": node["metadata"]["name"]}]
     status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+    status["nodeInfo"] = {"architecture": "amd64", "bootID": "5a1d1f3e-8a4e-4b7e-9f6c-0d2b6f1c9e11",
+                          "containerRuntimeVersion": "containerd://1.7.22", "kernelVersion": "6.1.112",
+                          "kubeProxyVersion": "v1.35.4", "kubeletVersion": "v1.35.4",
+                          "machineID": "ec2a1b2c3d4e5f60718293a4b5c6d7e8", "operatingSystem": "linux",
+                          "osImage": "Amazon Linux 2023", "systemUUID": "ec2a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"}
     status["images"] = [{"names": [f"123456789012.dkr.ecr.us-east-1.amazonaws.com/team-{i}/service@sha256:{i:064x}",
                                    f"123456789012.dkr.ecr.us-east-1.amazonaws.com/team-{i}/service:v1.{i}.0"],
                          "sizeBytes": 50_000_000 + i} for i in range(40)]
@@ -139,21 +146,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternate the servers this many times; medians reported")
     parser.add_argument("--auth", action="store_true", help="also the hook server with HTTPS and a bearer token")
     args = parser.parse_args()
-    env = {"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": "/nonexistent",
+    import tempfile
+
+    from api_standin import StandinApi
+
+    bodies = scenarios()
+    standin = StandinApi([json.loads(b)["object"] for b in bodies.values()]).__enter__()
+    kubeconfig = standin.kubeconfig(pathlib.Path(tempfile.mkdtemp(prefix="nodewarden-bench-")) / "kubeconfig")
+    env = {"NODEWARDEN_CLUSTER_NAME": "bench", "AWS_REGION": "us-east-1", "KUBECONFIG": str(kubeconfig),
            "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "NODEWARDEN_LOG_LEVEL": "ERROR",
            "PROMETHEUS_MULTIPROC_DIR": "", "PYTHONPATH": str(ROOT),
            # No controller manager here: measure the first step itself, not the wait for its taint.
            "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0"}
     servers = [("nodewarden", "hooks.app:create_app()", None), ("bare echo", "bench.echo_app:create_app()", None)]
     if args.auth:
-        import tempfile
-
         from devcluster.pki import hook_credentials
 
         creds = hook_credentials(pathlib.Path(tempfile.mkdtemp(prefix="nodewarden-bench-")))
         servers.insert(1, ("nodewarden, HTTPS + token", "hooks.app:create_app()", creds))
     rows = []
-    for name, body in scenarios().items():
+    for name, body in bodies.items():
         runs: dict[str, list[dict]] = {label: [] for label, _, _ in servers}
         for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all alike
             for label, app, creds in servers:

@@ -93,11 +93,13 @@ def lifetime(world: mw.MachineWorld, *, timed: Timed | None = None, max_calls: i
     """Drive one Machine from creation to finalized; returns what was measured."""
     call = timed.call if timed else (lambda after=1.0: world.call(after=after))
     booted, initialized_after = False, None
+    response: dict | None = None
     for _ in range(max_calls):
         if world.gone:
             break
         if world.machine["metadata"].get("deletionTimestamp"):
-            call(after=1.0)
+            # Nothing else changes while it goes: Metacontroller calls again when the hook asked it to.
+            response = call(after=max(1.0, float((response or {}).get("resyncAfterSeconds") or 1.0)))
             continue
         call(after=0.5)
         status = world.status

@@ -5,6 +5,7 @@ kubectl would, without a subprocess per call.
 """
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -39,7 +40,16 @@ class AdminApi:
         pki = Path(kubeconfig).parent / "pki"
         self._verify = str(pki / "ca.crt")
         self._cert = (str(pki / "admin.crt"), str(pki / "admin.key"))
+        self._as: dict[str, str] = {}
         assert "client-certificate-data" in user, "AdminApi needs the admin kubeconfig"
+
+    def impersonating(self, user: str, group: str | None = None) -> "AdminApi":
+        """This client acting as ``user`` (in ``group``), through the API server's Impersonate-User and
+        Impersonate-Group headers: allowed what that user is allowed, and nothing more."""
+        other = copy.copy(self)
+        other._local = threading.local()
+        other._as = {"Impersonate-User": user, **({"Impersonate-Group": group} if group else {})}
+        return other
 
     @property
     def session(self) -> requests.Session:
@@ -53,7 +63,7 @@ class AdminApi:
     def request(self, method: str, path: str, *, body=None, content_type="application/json",
                 params=None, ok=(200, 201), timeout=10, accept: str | None = None) -> dict:
         data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": content_type, **({"Accept": accept} if accept else {})}
+        headers = {"Content-Type": content_type, **({"Accept": accept} if accept else {}), **self._as}
         # verify= per request: REQUESTS_CA_BUNDLE would override a session's.
         response = self.session.request(method, self.server + path, data=data, params=params,
                                         headers=headers, timeout=timeout,

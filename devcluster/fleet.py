@@ -60,10 +60,15 @@ def create_target_group(aws: Aws, name: str, cluster_name: str) -> str:
     return group["TargetGroups"][0]["TargetGroupArn"]
 
 
-def launch_instances(aws: Aws, count: int) -> list[str]:
+def launch_instances(aws: Aws, count: int, cluster_name: str | None = None) -> list[str]:
+    """Instances tagged for ``cluster_name`` (the local stack's by default), as a cluster's nodes' are:
+    fencing powers off only an instance with its cluster's tag."""
+    if cluster_name is None:
+        from .cluster import CLUSTER_NAME as cluster_name
     reservation = aws.ec2.run_instances(
         ImageId=IMAGE_ID, MinCount=count, MaxCount=count, InstanceType="t3.micro",
         Placement={"AvailabilityZone": ZONE},
+        TagSpecifications=[{"ResourceType": "instance", "Tags": cluster_tag(cluster_name)}],
     )
     return [i["InstanceId"] for i in reservation["Instances"]]
 

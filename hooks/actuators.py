@@ -22,7 +22,7 @@ from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
 from hooks.metrics import MACHINE_EVENTS, STORM_GUARD, record_action
-from hooks.plan import Action, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
+from hooks.plan import Action, ClusterInstance, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
 
 log = logging.getLogger(__name__)
 PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
@@ -85,7 +85,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
 def _launch(ctx: runtime.Context, a: Action) -> dict:
     p = a.params
     return instances.launch(
-        ctx.aws.client("ec2", p.get("region") or None), uid=p["uid"],
+        ctx.aws.client("ec2", p.get("region") or None), uid=p["uid"], launch_request=p["launchRequestedAt"],
         candidates=[instances.Candidate(c["instanceType"], c.get("subnetID")) for c in p["candidates"]],
         tag_list=p["tags"], image_id=p.get("imageId"), launch_template=p.get("launchTemplate"),
         security_groups=p.get("securityGroups") or [], instance_profile=p.get("instanceProfile"),
@@ -124,7 +124,20 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         return _instance_of(ctx, requirement)
     if isinstance(requirement, Orphaned):
         return _orphaned(ctx, requirement)
+    if isinstance(requirement, ClusterInstance):
+        return _cluster_instance(ctx, requirement)
     return f"unknown precondition {requirement!r}"
+
+
+def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:
+    """This cluster's only if its tags say so now; unreadable or gone proves nothing."""
+    try:
+        found = power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+    except Exception as exc:  # noqa: BLE001 - unreadable is not ours
+        return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+    if not power.cluster_tagged(found["tags"], requirement.cluster_name):
+        return f"instance {requirement.instance_id} is not tagged for cluster {requirement.cluster_name!r}"
+    return ""
 
 
 def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
@@ -134,9 +147,13 @@ def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
         return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
     if found is None:
         return ""  # EC2 no longer knows it: acting on it cannot harm anything
-    if found["tags"].get(machine_names.TAG_MACHINE_UID) != requirement.machine_uid:
-        return f"instance {requirement.instance_id} is not tagged for Machine uid {requirement.machine_uid}"
-    return ""
+    tags = found["tags"]
+    if tags.get(machine_names.TAG_MACHINE_UID) == requirement.machine_uid:
+        return ""
+    if requirement.cluster_name and \
+            tags.get(machine_names.cluster_tag(requirement.cluster_name)) == machine_names.CLUSTER_TAG_VALUE:
+        return ""  # the Machine's own record names it, and it is this cluster's
+    return f"instance {requirement.instance_id} is not tagged for Machine uid {requirement.machine_uid}"
 
 
 def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
@@ -155,11 +172,13 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     if launched is None or (ctx.now() - launched).total_seconds() < requirement.min_age_seconds:
         return f"instance {requirement.instance_id} is younger than {requirement.min_age_seconds:g}s"
     try:
-        uids = kube_machines.machine_uids(ctx.kube)
+        uids, recorded = kube_machines.claims(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no list, no proof
         return f"Machines not listed: {kube_error(exc)}"
     if tags[machine_names.TAG_MACHINE_UID] in uids:
         return f"Machine uid {tags[machine_names.TAG_MACHINE_UID]} exists"
+    if requirement.instance_id in recorded:
+        return f"a Machine records instance {requirement.instance_id}"
     return ""
 
 

@@ -56,7 +56,7 @@ STORM_GUARD = Gauge(
 MACHINE_EVENTS = Counter(
     "nodewarden_machine_events_total",
     "Machine lifecycle events by node pool: launched, registration-timeout, leaked-instance-terminated,"
-    " instance-gone, terminated.",
+    " instance-gone, node-gone, terminated.",
     ["nodepool", "event"],
 )
 

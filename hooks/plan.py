@@ -101,17 +101,24 @@ class SameObject:
 
 @dataclass(frozen=True)
 class InstanceOf:
-    """The instance, if EC2 still knows it, carries the Machine's UID tag (it is that Machine's to act on)."""
+    """The instance, if EC2 still knows it, carries the Machine's UID tag (it is that Machine's to act on).
+
+    With ``cluster_name`` (given only for the instance the Machine's own status
+    records) the cluster's tag ``kubernetes.io/cluster/<name>=owned`` is proof
+    enough: a user's edit of the UID tag does not make it someone else's.
+    """
 
     instance_id: str
     machine_uid: str
     region: str | None = None
+    cluster_name: str = ""
 
 
 @dataclass(frozen=True)
 class Orphaned:
     """The instance is tagged for this cluster and pool, is older than ``min_age_seconds``, and no
-    Machine with its UID tag exists on the API server: a leak, not a Machine's instance."""
+    Machine on the API server has its UID tag or records it in status.instanceID: a leak, not a
+    Machine's instance."""
 
     instance_id: str
     cluster_name: str
@@ -120,7 +127,17 @@ class Orphaned:
     region: str | None = None
 
 
-Precondition = PoweredOff | SameObject | InstanceOf | Orphaned
+@dataclass(frozen=True)
+class ClusterInstance:
+    """The instance carries this cluster's tag (kubernetes.io/cluster/<name> = owned or shared), as
+    DescribeInstances says right now: it is this cluster's to power off or on."""
+
+    instance_id: str
+    cluster_name: str
+    region: str | None = None
+
+
+Precondition = PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance
 
 
 @dataclass(frozen=True)

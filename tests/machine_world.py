@@ -12,7 +12,11 @@ Shared by tests/test_machines_moto.py and bench/machines.py:
 - ``Crash``: raised from botocore's ``after-call`` event after the N-th AWS
   call has been carried out by moto: the hook process "dies" there, the
   response is lost, and nothing of that call is recorded;
-- ``machine_instances``: every instance tagged with a Machine's UID.
+- ``machine_instances``: every instance tagged with a Machine's UID;
+- ``NotShownYet``: EC2's eventual consistency, which moto does not have: for
+  a while after RunInstances, DescribeInstances does not list an instance
+  and names it InvalidInstanceID.NotFound (injected through botocore's
+  before-call event, without calling moto).
 """
 from __future__ import annotations
 
@@ -56,6 +60,65 @@ class CrashAfter:
         self.operations.append(model.name)
         if self.seen == self.n:
             raise Crash(f"crashed after AWS call {self.n} ({model.name})")
+
+
+class _Answer:
+    def __init__(self, status: int):
+        self.status_code, self.headers, self.content, self.text = status, {}, b"", ""
+
+
+class NotShownYet:
+    """DescribeInstances and TerminateInstances as EC2 answers them right after a launch: the hidden
+    instances are not listed, and naming one is InvalidInstanceID.NotFound. ``shown()`` ends it.
+
+    ``ec2`` is the test's own client: a filtered listing is asked of moto through it, and the hidden
+    instances are taken out of the answer.
+    """
+
+    def __init__(self, ec2, *instance_ids: str):
+        self.ec2 = ec2
+        self.hidden = set(instance_ids)
+        self.answered = 0
+
+    def attach(self, aws, region: str = REGION) -> "NotShownYet":
+        events = aws.client("ec2", region).meta.events
+        events.register("before-parameter-build", self._remember)
+        events.register("before-call", self._before_call)
+        return self
+
+    def detach(self, aws, region: str = REGION) -> None:
+        events = aws.client("ec2", region).meta.events
+        events.unregister("before-parameter-build", self._remember)
+        events.unregister("before-call", self._before_call)
+
+    @staticmethod
+    def _remember(params=None, context=None, **_):
+        if context is not None:
+            context["api_params"] = dict(params or {})  # before-call sees only the serialized request
+
+    def hide(self, *instance_ids: str) -> None:
+        self.hidden.update(instance_ids)
+
+    def shown(self) -> None:
+        self.hidden.clear()
+
+    def _before_call(self, model=None, context=None, **_):
+        if model.name not in ("DescribeInstances", "TerminateInstances") or not self.hidden:
+            return None
+        params = (context or {}).get("api_params") or {}
+        named = set(params.get("InstanceIds") or [])
+        if named & self.hidden:
+            self.answered += 1
+            return _Answer(400), {"Error": {"Code": "InvalidInstanceID.NotFound", "Message": "injected: not shown yet"},
+                                  "ResponseMetadata": {"HTTPStatusCode": 400}}
+        if model.name == "DescribeInstances" and not named:
+            self.answered += 1
+            listed = self.ec2.describe_instances(**params)
+            for reservation in listed.get("Reservations") or []:
+                reservation["Instances"] = [i for i in reservation["Instances"] if i["InstanceId"] not in self.hidden]
+            listed["Reservations"] = [r for r in listed.get("Reservations") or [] if r["Instances"]]
+            return _Answer(200), listed
+        return None
 
 
 def fmt(moment: dt.datetime) -> str:

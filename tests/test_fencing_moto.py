@@ -30,8 +30,13 @@ def _fmt(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _launch(ec2) -> str:
-    return ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1,
+CLUSTER_TAG = {"Key": "kubernetes.io/cluster/test-cluster", "Value": "owned"}  # make_ctx's NODEWARDEN_CLUSTER_NAME
+
+
+def _launch(ec2, tags=(CLUSTER_TAG,)) -> str:
+    """An instance of this cluster (its tag), unless ``tags`` says otherwise."""
+    spec = [{"ResourceType": "instance", "Tags": list(tags)}] if tags else []
+    return ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, TagSpecifications=spec,
                              Placement={"AvailabilityZone": "us-east-1a"})["Instances"][0]["InstanceId"]
 
 
@@ -212,17 +217,39 @@ def test_a_stop_that_never_completes_fails_after_the_last_retry(aws, make_ctx, k
 
 
 def test_an_aws_error_ends_in_error_reason(aws, make_ctx, kube):
-    """An instance AWS does not know: every StopInstances fails; after the last retry, errorReason."""
-    kube.add_node(_node("i-0000000000000dead"))
+    """StopInstances refused every time (as IAM refuses it where the policy's tag condition does not hold;
+    moto enforces no IAM, so a botocore hook answers it): after the last retry, errorReason."""
+    ec2 = aws("ec2")
+    kube.add_node(_node(_launch(ec2)))
     h = RequestHarness(make_ctx, kube, {"retries": 2, "retryInterval": "3s"})
-    h.run_until(lambda: h.status.get("phase") == names.FAILED)
+    client = h.ctx.aws.client("ec2", "us-east-1")
+
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "not allowed"}}, "StopInstances")
+
+    client.meta.events.register("before-call.ec2.StopInstances", refuse)
+    try:
+        h.run_until(lambda: h.status.get("phase") == names.FAILED)
+    finally:
+        client.meta.events.unregister("before-call.ec2.StopInstances", refuse)
     assert h.status["errorReason"] == "PowerOffFailed"
-    assert "InvalidInstanceID.NotFound" in h.status["errorMessage"]
+    assert "UnauthorizedOperation" in h.status["errorMessage"]
     assert h.status["providerStatus"]["stopAttempts"] == 2
-    assert "InvalidInstanceID.NotFound" in h.status["providerStatus"]["lastDescribeError"]
     assert h.condition(names.FENCING_SUCCEEDED) is None
     assert kube.reasons().count("FencingActionFailed") == 2
     assert not any(t["key"] == names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
+
+
+def test_an_instance_aws_does_not_know_is_never_stopped(aws, make_ctx, kube):
+    """Not found is not this cluster's: Failed InstanceNotFound at once, and no StopInstances at all."""
+    kube.add_node(_node("i-0000000000000dead"))
+    h = RequestHarness(make_ctx, kube, {"retries": 2, "retryInterval": "3s"})
+    client = h.ctx.aws.client("ec2", "us-east-1")
+    stops = []
+    client.meta.events.register("before-call.ec2.StopInstances", lambda **_: stops.append(1))
+    h.call()
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "InstanceNotFound"
+    assert stops == [] and "stopAttempts" not in h.status["providerStatus"]
 
 
 def test_a_throttled_stop_is_retried_after_the_interval(aws, make_ctx, kube):
@@ -509,19 +536,19 @@ def test_finalize_keeps_the_taint_exactly_while_another_request_holds_it(aws, ma
     assert (OOS in kube.taints("node-a")) is kept
 
 
-def test_aftercare_leaves_the_taint_to_an_unfinished_holder_in_another_namespace(aws, make_ctx, kube):
+def test_aftercare_leaves_the_taint_to_another_unfinished_holder(aws, make_ctx, kube):
     ec2 = aws("ec2")
     kube.add_node(_node(_launch(ec2)))
     h = RequestHarness(make_ctx, kube, {})
     h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
     holder = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
-              "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
+              "metadata": {"name": "fence-by-hand", "namespace": NS, "uid": "uid-team"},
               "spec": {"nodeRef": {"name": "node-a"}},
               "status": {"phase": names.RECOVERING, "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}}
     kube.put_fencing_request(holder)
     _set_ready(kube, "node-a", "True", h.now)
     h.call(after=30)
-    assert OOS in kube.taints("node-a"), "team-a/team-fence still counts on it"
+    assert OOS in kube.taints("node-a"), f"{NS}/fence-by-hand still counts on it"
     assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED, "this request has let go"
     assert "OutOfServiceTaintKept" in kube.reasons()
     # Both finished: neither waits for the other, the taint comes off.
@@ -912,3 +939,166 @@ def test_failover_needs_the_governing_policy_the_request_was_decided_on(make_ctx
     assert "uid-policy-new" in response["annotations"][names.ERROR_ANNOTATION]
     _forged_call(h, h.node, recreated)
     assert "default/web-1" not in kube.pods, "decided on the policy the API server has: the pod fails over"
+
+
+# ------------------------------------------- authority and ownership: who may order a power-off, of what
+
+
+def test_a_request_outside_the_controllers_namespace_powers_nothing_off(aws, make_ctx, kube):
+    """Anyone who may create FencingRequests in a namespace of their own could make this one."""
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
+    h.fr["metadata"]["namespace"] = "team-a"
+    kube.add_pod(_pod("db-0", "uid-db-0"))
+    h.call()
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NotHonouredHere"
+    assert NS in h.status["errorMessage"]
+    h.call(after=30)
+    assert _state(ec2, instance) == "running" and "default/db-0" in kube.pods
+    assert not any(c[0] in ("json_patch", "delete_with_options", "table") for c in kube.calls)
+    assert not any(c[0] == "list" for c in kube.calls), "nothing is even read for it"
+
+
+def test_a_providerid_naming_another_clusters_instance_stops_nothing(aws, make_ctx, kube):
+    """A node may claim any instance: only this cluster's tag makes it ours to power off."""
+    ec2 = aws("ec2")
+    theirs = _launch(ec2, tags=({"Key": "kubernetes.io/cluster/other", "Value": "owned"},))
+    kube.add_node(_node(theirs))
+    h = RequestHarness(make_ctx, kube, {})
+    h.call()
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NotClusterInstance"
+    assert _state(ec2, theirs) == "running"
+    untagged = _launch(ec2, tags=())
+    kube.add_node(_node(untagged, name="node-b"))
+    other = RequestHarness(make_ctx, kube, {})
+    other.fr["metadata"].update(name="fence-node-b", uid="uid-fr-b")
+    other.fr["spec"]["nodeRef"]["name"] = "node-b"
+    other.call()
+    assert other.status["errorReason"] == "NotClusterInstance" and _state(ec2, untagged) == "running"
+
+
+def test_no_cluster_name_means_no_power_action(aws, make_ctx, kube):
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    kube.add_node(_node(instance))
+    h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_CLUSTER_NAME": ""})
+    h.call()
+    assert h.status["errorReason"] == "ClusterNameUnset" and _state(ec2, instance) == "running"
+
+
+def test_the_cluster_tag_is_read_again_right_before_the_stop(aws, make_ctx, kube):
+    """Tagged when the call looked, untagged by the time StopInstances would go: no stop."""
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
+    client = h.ctx.aws.client("ec2", "us-east-1")
+    looks = []
+
+    def untag_after_the_look(**_):
+        looks.append(1)
+        if len(looks) == 2:  # gather's look on the body, then on the API server's copy: the tag goes now
+            ec2.delete_tags(Resources=[instance], Tags=[CLUSTER_TAG])
+
+    client.meta.events.register("after-call.ec2.DescribeInstances", untag_after_the_look)
+    try:
+        h.call()
+    finally:
+        client.meta.events.unregister("after-call.ec2.DescribeInstances", untag_after_the_look)
+    assert _state(ec2, instance) == "running"
+    assert "not tagged for cluster" in h.status["providerStatus"]["lastStopError"]
+
+
+def test_a_worker_claiming_a_control_plane_instance_is_not_powered_off(aws, make_ctx, kube):
+    """The Node has no control-plane label, but its providerID names the instance that serves the API
+    server (its address is in the API server's own EndpointSlice): refused without the opt-in."""
+    ec2, instance, h = _one_request(aws, make_ctx, kube)
+    address = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["PrivateIpAddress"]
+    kube.add_object({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                     "metadata": {"name": "kubernetes", "namespace": "default"},
+                     "addressType": "IPv4", "endpoints": [{"addresses": [address]}]})
+    h.call()
+    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "ControlPlaneNode"
+    assert address in h.status["errorMessage"] and _state(ec2, instance) == "running"
+    allowed = RequestHarness(make_ctx, kube, {"allowControlPlane": True})
+    allowed.fr["metadata"].update(name="fence-node-a-allowed", uid="uid-fr-allowed")
+    allowed.call()
+    assert allowed.status["phase"] == names.POWERING_OFF and _state(ec2, instance) == "stopped"
+
+
+# ------------------------------------------- node-fencing: a node that dies again is fenced again
+
+
+def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
+    """Fenced (Off); an admin starts it; Ready again while its request waits in aftercare (a
+    VolumeAttachment that never goes); then it dies again. The earlier request proves nothing now: it
+    goes (its finalize takes its taint off), and the new spell gets a new request that powers it off."""
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    h = NodeHarness(make_ctx, kube, _node(instance, since=T0 - dt.timedelta(seconds=60)), _policy())
+    kube.volume_attachments["csi-stuck"] = {"metadata": {"name": "csi-stuck"}, "spec": {"nodeName": "node-a"},
+                                            "status": {"attached": True}}
+    env = {"NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS": "30"}
+
+    def drive(uid: str) -> RequestHarness:
+        """The fencing-request hook on the node's FencingRequest as node-fencing made it, to Succeeded."""
+        made = h.fencing_request()
+        made["metadata"]["uid"] = uid
+        r = RequestHarness(make_ctx, kube, {}, env=env)
+        r.fr = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+                "metadata": {**made["metadata"], "generation": 1}, "spec": copy.deepcopy(made["spec"])}
+        r.now = h.now
+        r.run_until(lambda: r.status.get("phase") == names.SUCCEEDED, step=5)
+        h.now = r.now
+        h.set_request_status(copy.deepcopy(r.status))
+        return r
+
+    h.call()
+    first = drive("uid-fr-1")
+    h.call(after=1)
+    assert _state(ec2, instance) == "stopped" and h.condition(names.COMPLETE)["status"] == "True"
+
+    ec2.start_instances(InstanceIds=[instance])  # an admin starts it; the kubelet is back
+    _set_ready(kube, "node-a", "True", h.now)
+    first.now = h.now
+    first.call(after=10)
+    assert first.status["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED, "aftercare waits for the VA"
+    h.set_request_status(copy.deepcopy(first.status))
+    h.call(after=1)
+    assert h.fencing_request() is not None, "kept while its aftercare is not done"
+
+    _set_ready(kube, "node-a", "Unknown", h.now)  # dies again
+    h.call(after=1)
+    complete = h.condition(names.COMPLETE)
+    assert complete is None or complete["status"] != "True", "the earlier power-off proves nothing now"
+    assert h.fencing_request() is None, "the earlier request goes"
+    first.now = h.now
+    assert first.call("finalize")["finalized"] is True  # Metacontroller deletes it: finalize untaints
+    assert OOS not in kube.taints("node-a"), "no out-of-service taint on a node not proven off"
+    kube.fencing_requests.clear()
+
+    h.call(after=31)  # this spell's duration: a new request
+    assert h.condition(names.REQUIRED)["status"] == "True" and h.fencing_request() is not None
+    drive("uid-fr-2")
+    assert _state(ec2, instance) == "stopped", "powered off again"
+    h.call(after=1)
+    assert h.condition(names.COMPLETE)["status"] == "True"
+
+
+def test_a_forged_node_body_taints_nothing_and_orders_nothing(make_ctx, kube):
+    """The API server's node-a is Ready. A body saying it has been NotReady for ten minutes, its conditions
+    settled (so taints would follow): no taint, no condition, no FencingRequest, whatever the body's uid."""
+    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", ready="True"), _policy())
+    h.kube.add_object(_fresh_policy(h.now))
+    lying = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
+                       T0 - dt.timedelta(seconds=590))
+    lying["status"]["conditions"][-1]["message"] = f"FencingRequest {NS}/fence-node-a powers the node off"
+    lying["status"]["conditions"] += [
+        {"type": names.TRIAGED, "status": "True", "reason": "UnhealthyCondition",
+         "message": f"Ready=Unknown since {_fmt(T0 - dt.timedelta(seconds=600))}", "lastTransitionTime": _fmt(T0)},
+        {"type": names.COMPLETE, "status": "False", "reason": "FencingInProgress",
+         "message": "waiting for the power-off to be confirmed", "lastTransitionTime": _fmt(T0)}]
+    for uid in ("uid-node-a", "uid-made-up"):  # the real uid (verified: the Ready node decides), or not (unverified)
+        lying["metadata"]["uid"] = uid
+        response = _forged_call(h, lying, _fresh_policy(h.now))
+        assert response["status"] is None, uid
+        assert not any(a["kind"] == names.REQUEST_KIND for a in response["attachments"]), uid
+    assert not any(c[0] in ("json_patch", "merge_patch") and c[1] == "Node" for c in kube.calls)
+    assert kube.taints("node-a") == [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+    assert not any(c[0] == "list" and c[1] == "Pod" for c in kube.calls), "no pods listed for a body alone"

@@ -142,23 +142,31 @@ def test_storm_count_and_verdict():
     assert storm.verdict(holding, "a", NOW, 90).outcome == storm.HOLD
 
 
-def test_nodes_the_list_saw_not_ready_count_until_their_record_comes():
-    """Any evidence counts: a node not Ready on the list counts before node-fencing has recorded it, once."""
+def test_a_node_the_list_saw_not_ready_counts_whatever_its_record_says():
+    """Any evidence counts, each node once: a record may add to the count, never take from it a node the
+    API server's list showed not Ready (a stale record, or a forged one saying Ready)."""
     p = policies.parse(_policy(maxUnhealthy=2))
-    listing = storm.listing_of(p, {"total": 10, "notReady": ["a", "b", "c"]}, [_node("a", "Unknown")], NOW)
-    assert listing.unrecorded == ("b", "c")
+    listing = storm.listing_of({"total": 10, "notReady": ["a", "b", "c"]}, NOW)
+    assert listing.not_ready == ("a", "b", "c")
     assert _count(p, [_node("a", "Unknown")], listing).holds, "a recorded, b and c on the list's word"
-    # b recorded since: judged by the policy's rules (Ready again: not unhealthy), never counted twice.
-    counts = _count(p, [_node("a", "Unknown"), _node("b", "True")], listing)
-    assert (counts.unhealthy, counts.unrecorded) == (2, ("c",))
+    counts = _count(p, [_node("a", "Unknown"), _node("b", "True"), _node("c", "True", ago=600)], listing)
+    assert (counts.unhealthy, counts.holds) == (3, True), "records saying Ready do not hide what the list saw"
+    assert _count(p, [_node("d", "Unknown", 1)], listing).unhealthy == 4, "a record adds a node the list missed"
+    within = storm.listing_of({"total": 10, "notReady": ["b"]}, NOW)
+    assert _count(p, [_node("b", "True")], within).unhealthy == 1
+    # A listed node whose record finds it healthy now counts until a list no longer shows it: that list
+    # comes as soon as lists may.
+    assert _next_list(p, [_node("b", "True")], within, 30) == storm.MIN_LIST_GAP_SECONDS
+    assert _next_list(p, [_node("b", "Unknown")], within, 30) == 30
     # More than the policy allows: only their number is kept, and the guard holds on it alone.
-    many = storm.listing_of(p, {"total": 10, "notReady": ["x", "y", "z"]}, [], NOW)
-    assert (many.unrecorded, many.unrecorded_count) == (None, 3)
-    assert _count(p, [], many).holds
-    # Once records come, some of those may count twice: the next list comes as soon as lists may.
-    assert _count(p, [_node("x", "Unknown")], many).unhealthy == 4
-    assert _next_list(p, [], many, 30) == 30
-    assert _next_list(p, [_node("x", "Unknown")], many, 30) == storm.MIN_LIST_GAP_SECONDS
+    many = _count(p, [], storm.listing_of({"total": 10, "notReady": ["x", "y", "z"]}, NOW))
+    assert (many.not_ready, many.not_ready_count, many.unhealthy) == (None, 3, 3)
+    kept_number = storm.Listing(NOW, 10, None, 3)
+    assert _count(p, [_node("x", "True")], kept_number).holds, "a record saying Ready never lowers the number"
+    assert _count(p, [_node(n, "Unknown") for n in "pqrs"], kept_number).unhealthy == 4
+    # Once records come, the next list comes as soon as lists may, so the count is exact again.
+    assert _next_list(p, [], kept_number, 30) == 30
+    assert _next_list(p, [_node("x", "Unknown")], kept_number, 30) == storm.MIN_LIST_GAP_SECONDS
 
 
 def test_a_node_is_admitted_only_on_a_list_taken_shortly_before_it_falls_due():
@@ -261,10 +269,13 @@ def test_a_damaged_record_is_read_as_less_evidence(damaged):
     assert len(conds) <= records.MAX_CONDITIONS and all(isinstance(c["type"], str) for c in conds)
 
 
-def _policy_request(policy, nodes=()):
+def _policy_request(policy, nodes=(), verified=True):
+    import dataclasses
+
     from hooks.contract import parse_request
 
-    return parse_request(hook_request("node-fencing-policy", policy, related=list(nodes)), "composite", "sync")
+    request = parse_request(hook_request("node-fencing-policy", policy, related=list(nodes)), "composite", "sync")
+    return dataclasses.replace(request, verified=verified)
 
 
 def test_the_policy_lists_its_nodes_only_when_a_count_is_due(make_ctx):
@@ -275,8 +286,12 @@ def test_the_policy_lists_its_nodes_only_when_a_count_is_due(make_ctx):
     ctx = make_ctx({}, now=NOW, kube=kube)
     policy = _policy(nodeSelector={"matchLabels": {"pool": "db"}})
     policy["metadata"]["uid"] = "uid-p"
+    assert node_fencing_policy.gather(_policy_request(policy, verified=False), ctx, NOW) == {}, \
+        "a body the API server has not confirmed lists nothing"
+    assert kube.calls == []
     assert node_fencing_policy.gather(_policy_request(policy), ctx, NOW) == {"countList": {"total": 1, "notReady": []}}
-    policy["status"] = {"observedGeneration": 3, "countedAt": "2026-11-21T11:59:50Z", "observedNodes": 1}
+    policy["status"] = {"observedGeneration": 3, "countedAt": "2026-11-21T11:59:50Z", "observedNodes": 1,
+                        "notReadyNodes": 0}
     assert node_fencing_policy.gather(_policy_request(policy), ctx, NOW) == {}, "counted 10 s ago"
     assert len([c for c in kube.calls if c[0] == "table"]) == 1
     kube.unavailable = True
@@ -568,3 +583,28 @@ def test_healthy_and_merely_triaged_nodes_cost_no_api_call(make_ctx):
     kube.calls.clear()
     serve("node-fencing", "sync", hook_request("node-fencing", settled, related=[policy]), ctx)
     assert kube.calls == [], "a steady triaged node costs nothing"
+
+
+def test_a_forged_policy_body_lists_nothing_writes_no_metric_and_says_nothing(make_ctx):
+    """Bodies naming policies the API server does not have (or the real one with another uid): no Node list,
+    no metric series, no Event. The real policy, by name and uid, is counted."""
+    from hooks import metrics
+    from hooks.dispatch import serve
+
+    kube = FakeKube()
+    kube.add_node({"metadata": {"name": "a", "labels": {"pool": "db"}}, "status": _ready("True", 99)})
+    real = _policy(nodeSelector={"matchLabels": {"pool": "db"}})
+    real["metadata"].update(name="real-db", uid="uid-real-db")
+    kube.add_object(real)
+    ctx = make_ctx({}, now=NOW, kube=kube)
+    forged = [dict(real, metadata={**real["metadata"], "name": f"invented-{i}", "uid": f"uid-{i}"}) for i in range(3)]
+    forged.append(dict(real, metadata={**real["metadata"], "uid": "uid-not-the-real-one"}))
+    for body in forged:
+        serve("node-fencing-policy", "sync", hook_request("node-fencing-policy", body), ctx)
+    exposed = metrics.exposition().decode()
+    assert not any(c[0] == "table" for c in kube.calls), "no Node list for a body alone"
+    assert "invented-" not in exposed and 'policy="real-db"' not in exposed
+    assert kube.events == []
+    serve("node-fencing-policy", "sync", hook_request("node-fencing-policy", real), ctx)
+    assert [c[0] for c in kube.calls].count("table") == 1
+    assert 'nodewarden_fencing_storm_guard_active{policy="real-db"} 0.0' in metrics.exposition().decode()

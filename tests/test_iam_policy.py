@@ -7,6 +7,11 @@ names botocore itself knows, so a new call without a policy line fails here.
 Some calls need more than their own action: IAM authorizes those parts of the
 call separately (``IMPLIED``), and the policy holds them only while the call
 is made.
+
+The policy is a template: ``<cluster-name>`` stands for NODEWARDEN_CLUSTER_NAME
+(left in, it matches no tag key, so the power actions it guards are refused).
+Actions the code takes only on this cluster's instances carry a condition on
+the cluster's tag where AWS supports one (``TAG_CONDITIONED``).
 """
 from __future__ import annotations
 
@@ -24,6 +29,12 @@ SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2
 # Actions AWS checks as part of another call: RunInstances with TagSpecifications
 # needs ec2:CreateTags, and with an instance profile iam:PassRole on its role.
 IMPLIED = {"ec2:RunInstances": {"ec2:CreateTags", "iam:PassRole"}}
+# Fencing powers an instance off or on only when it carries the cluster's tag (hooks/aws/power.py); the
+# policy says so too, so a Node's providerID naming another cluster's instance is refused by AWS as well.
+CLUSTER_PLACEHOLDER = "<cluster-name>"
+TAG_CONDITIONED = {"ec2:StopInstances", "ec2:StartInstances"}
+CLUSTER_TAG_CONDITION = {"StringEquals": {f"ec2:ResourceTag/kubernetes.io/cluster/{CLUSTER_PLACEHOLDER}":
+                                          ["owned", "shared"]}}
 
 
 def _operations():
@@ -79,3 +90,22 @@ def test_the_policy_grants_nothing_the_code_does_not_call():
     callable_actions |= implied_actions(callable_actions)
     extra = policy_actions() - callable_actions
     assert not extra, f"docs/iam-policy.json grants unused {sorted(extra)}"
+
+
+def _statements() -> list[dict]:
+    return json.loads((ROOT / "docs" / "iam-policy.json").read_text())["Statement"]
+
+
+def test_power_actions_are_granted_only_on_this_clusters_instances():
+    from hooks.aws import power
+
+    for statement in _statements():
+        acts = statement["Action"]
+        acts = set([acts] if isinstance(acts, str) else acts)
+        if acts & TAG_CONDITIONED:
+            assert acts <= TAG_CONDITIONED, f"{statement.get('Sid')}: only the tag-conditioned actions share it"
+            assert statement.get("Condition") == CLUSTER_TAG_CONDITION, statement.get("Sid")
+    (values,) = CLUSTER_TAG_CONDITION["StringEquals"].values()
+    assert sorted(values) == sorted(power.CLUSTER_TAG_VALUES), \
+        "the policy and the code agree on the tag's values"
+    assert TAG_CONDITIONED <= policy_actions()

@@ -167,7 +167,7 @@ def test_the_machine_status_has_the_contract_fields(machine):
         assert status[field]["format"] == "date-time"
     termination = status["termination"]["properties"]
     steps = {"startedAt", "cordonedAt", "drainedAt", "volumesDetachedAt", "terminateRequestedAt",
-             "instanceTerminatedAt", "nodeDeletedAt"}
+             "instanceTerminatedAt", "instanceReleasedAt", "nodeDeletedAt"}
     assert set(termination) == steps | {"evictions"}
     assert all(termination[s]["format"] == "date-time" for s in steps)
     assert termination["evictions"]["type"] == "integer"
@@ -230,3 +230,27 @@ def test_the_schema_refuses_what_the_contract_rules_out(machine, change):
     spec = {**TEMPLATE, **change}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"spec": spec}, _plain(_schema(machine)))
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_names_fit_a_label_value(crd_name):
+    """A NodePool's name is its Machines' nodewarden.io/nodepool label, a Machine's its Node's nodewarden.io/machine."""
+    assert "size(self.metadata.name) <= 63" in _rules(_schema(_load(crd_name)))
+
+
+def _node_keys(crd_name: str) -> dict:
+    """The maps and taint lists whose keys end up on Nodes, by path."""
+    schema = _schema(_load(crd_name))
+    return {path: sub for path, sub in _walk(schema)
+            if path.endswith((".labels", ".annotations", ".taints[].key", ".startupTaints[].key"))
+            and not path.startswith(".status")}
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_keys_in_nodewardens_domain_are_refused(crd_name):
+    """nodewarden.io/machine on a Node is how its Machine finds it: no spec may set a key of ours."""
+    found = _node_keys(crd_name)
+    assert len(found) == 4, sorted(found)
+    for path, sub in found.items():
+        [rule] = _rules(sub)
+        assert "startsWith('nodewarden.io/')" in rule and names.OWN_KEY_PREFIX == "nodewarden.io/", path

@@ -17,8 +17,8 @@ import pytest
 from gc_world import Calls, Faults
 from hooks.dispatch import serve
 from hooks.machines import names
-from machine_world import (T0, CrashAfter, MachineWorld, boot, default_subnet, fmt, machine_instances,
-                           machine_object, machine_spec)
+from machine_world import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
+                           machine_instances, machine_object, machine_spec)
 from support import hook_request
 
 pytestmark = pytest.mark.moto
@@ -119,6 +119,21 @@ def test_a_crash_right_after_run_instances_is_found_by_tag(aws, make_ctx):
     assert calls.by_operation["RunInstances"] == 1
 
 
+def test_subnets_and_a_subnet_selector_are_joined(aws):
+    """As the CRD says (and as Karpenter's subnet selector terms add up): the named subnets first, then
+    every subnet the selector finds."""
+    from hooks.aws import instances
+
+    ec2 = aws("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    named = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
+    selected = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.2.0/24", TagSpecifications=[
+        {"ResourceType": "subnet", "Tags": [{"Key": "example.com/nodes", "Value": "yes"}]}])["Subnet"]["SubnetId"]
+    found = instances.subnets(ec2, [named], {"example.com/nodes": "*"})
+    assert [s["id"] for s in found] == [named, selected]
+    assert [s["id"] for s in instances.subnets(ec2, [selected], {"example.com/nodes": "yes"})] == [selected]
+
+
 def test_instance_types_are_tried_in_order_on_insufficient_capacity(aws, make_ctx):
     world = MachineWorld(make_ctx, aws)
     Faults().add("RunInstances", "InsufficientInstanceCapacity", times=1).attach(world.ctx.aws, services=("ec2",))
@@ -194,7 +209,8 @@ def test_termination_cordons_drains_terminates_and_deletes_the_node(aws, make_ct
     world.call(after=1)
     assert machine_instances(world.ec2, world.uid), "VolumeAttachments still block"
     del world.kube.volume_attachments["va-1"]
-    world.until(lambda: world.gone, calls=10)
+    world.until(lambda: node_name not in world.kube.nodes, calls=10)
+    world.until(lambda: world.gone, calls=10, step=15)  # past the window in which another launch could show
     assert not machine_instances(world.ec2, world.uid)
     assert node_name not in world.kube.nodes
     record = world.responses[-1]["status"]["termination"]
@@ -209,7 +225,7 @@ def test_termination_of_an_already_terminated_instance_succeeds(aws, make_ctx):
     world.ec2.terminate_instances(InstanceIds=[instance_id])
     world.delete()
     calls = Calls().attach(world.ctx.aws, services=("ec2",))
-    world.until(lambda: world.gone, calls=10)
+    world.until(lambda: world.gone, calls=10, step=15)
     assert calls.by_operation["TerminateInstances"] == 0
 
 
@@ -231,6 +247,219 @@ def test_a_forged_machine_body_launches_nothing(aws, make_ctx):
     response = serve("machine", "sync", hook_request("machine", forged), world.ctx)
     assert "not verified" in response["status"]["lastError"]
     assert not machine_instances(world.ec2, "uid-forged")
+
+
+def _state(ec2, instance_id: str) -> str:
+    return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
+
+
+def test_a_machine_deleted_right_after_its_launch_still_terminates_its_instance(aws, make_ctx):
+    """EC2 may not show an instance for a while after RunInstances (moto always does: injected here).
+    Within the launch-visibility window, not shown is not gone."""
+    world = MachineWorld(make_ctx, aws)
+    instance_id = _launched(world)
+    hidden = NotShownYet(world.ec2, instance_id).attach(world.ctx.aws)
+    world.delete()
+    for _ in range(5):
+        world.call(after=1)
+        assert not world.gone, "finalized while its instance runs"
+    assert hidden.answered, "EC2 was asked and did not show the instance"
+    assert "instanceTerminatedAt" not in world.status["termination"]
+    hidden.shown()
+    world.until(lambda: world.gone, calls=20, step=10)
+    assert _state(world.ec2, instance_id) in ("shutting-down", "terminated")
+
+
+def test_a_launch_lost_in_a_crash_and_shown_late_is_terminated(aws, make_ctx):
+    """Attempt 0 finds no capacity, attempt 1 launches A and the hook dies; EC2 does not show A yet, so the
+    next call launches B. B is recorded; A, once EC2 shows it, is a second instance of the Machine."""
+    world = MachineWorld(make_ctx, aws)
+    world.call()  # the launch request
+    faults = Faults().add("RunInstances", "InsufficientInstanceCapacity", times=1).attach(world.ctx.aws,
+                                                                                       services=("ec2",))
+    events = world.ctx.aws.client("ec2", "us-east-1").meta.events
+
+    def crash_after_a_launch(model=None, parsed=None, **_):
+        if model.name == "RunInstances" and (parsed or {}).get("Instances"):
+            raise Crash("died right after RunInstances launched an instance")
+    events.register("after-call", crash_after_a_launch)
+    assert world.call(after=1) is None
+    events.unregister("after-call", crash_after_a_launch)
+    assert faults.injected[("RunInstances", "InsufficientInstanceCapacity")] == 1
+    [first] = [i["InstanceId"] for i in machine_instances(world.ec2, world.uid)]
+    hidden = NotShownYet(world.ec2, first).attach(world.ctx.aws)
+    world.call(after=1)
+    second = world.status["instanceID"]
+    assert second != first and len(machine_instances(world.ec2, world.uid)) == 2
+    hidden.shown()
+    world.call(after=5)
+    assert _state(world.ec2, first) in ("shutting-down", "terminated"), "the second instance survives"
+    assert _state(world.ec2, second) == "running" and world.status["instanceID"] == second
+    assert "DuplicateInstanceTerminated" in world.kube.reasons()
+
+
+def test_a_client_token_is_never_sent_for_another_launch(aws, make_ctx):
+    """Each (launch request, instance type, subnet) has its own token: a launch after a stale request
+    never repeats the token of an earlier, different launch."""
+    world = MachineWorld(make_ctx, aws)
+    sent: dict[str, set] = {}
+
+    def record(params=None, **_):
+        launch = (world.status.get("launchRequestedAt"), params["InstanceType"], params.get("SubnetId"))
+        sent.setdefault(params["ClientToken"], set()).add(launch)
+    world.ctx.aws.client("ec2", "us-east-1").meta.events.register("before-parameter-build.ec2.RunInstances", record)
+    Faults().add("RunInstances", "InsufficientInstanceCapacity", times=2).attach(world.ctx.aws, services=("ec2",))
+    world.call()
+    world.call(after=1)  # no capacity for either type
+    assert "no capacity" in world.status["lastError"]
+    world.call(after=31)  # the request is stale: stamped again
+    world.call(after=1)
+    assert world.condition(names.LAUNCHED) == "True" or world.call(after=1)
+    assert len(sent) == 3 and all(len(launches) == 1 for launches in sent.values()), sent
+    assert all(len(token) <= 64 for token in sent)
+
+
+def test_an_instance_whose_uid_tag_was_removed_is_still_terminated_with_its_machine(aws, make_ctx):
+    world = MachineWorld(make_ctx, aws)
+    instance_id = _launched(world)
+    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": names.TAG_MACHINE_UID}])
+    world.delete()
+    world.until(lambda: world.gone, calls=12, step=10)
+    assert _state(world.ec2, instance_id) in ("shutting-down", "terminated")
+
+
+def test_an_instance_with_no_tag_of_ours_holds_a_deletion_only_so_long(aws, make_ctx):
+    """Neither the Machine's UID tag nor the cluster's: not proven the Machine's, so not terminated; the
+    deletion waits the leak grace for the tags to come back, then lets the Machine go with a Warning."""
+    world = MachineWorld(make_ctx, aws, env={"NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS": "120"})
+    instance_id = _launched(world)
+    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": names.TAG_MACHINE_UID},
+                                                         {"Key": "kubernetes.io/cluster/test-cluster"}])
+    world.delete()
+    world.call(after=60)
+    assert not world.gone and "carries neither" in world.status["lastError"]
+    world.until(lambda: world.gone, calls=5, step=60)
+    assert _state(world.ec2, instance_id) == "running"
+    assert "InstanceNotOwned" in world.kube.reasons()
+
+
+def test_two_nodes_naming_one_instance_are_neither_joined(aws, make_ctx):
+    """Any kubelet credential can register a Node with the Machine's label and its providerID."""
+    world = MachineWorld(make_ctx, aws)
+    instance_id = _launched(world)
+    real = boot(world.ec2, instance_id, world.kube, node_name="a-real")
+    twin = copy.deepcopy(real)
+    twin["metadata"].update(name="b-twin", uid="uid-twin")
+    world.kube.add_node(twin)
+    for _ in range(3):
+        world.call(after=1)
+    assert world.condition(names.REGISTERED) == "False"
+    for node in world.kube.nodes.values():
+        assert names.MANAGED_KEYS not in (node["metadata"].get("annotations") or {}), node["metadata"]["name"]
+    assert "nodeName" not in world.status
+    assert "NodeProviderIDConflict" in world.kube.reasons()
+    assert [c for c in world.status["conditions"] if c["type"] == names.REGISTERED][0]["reason"] == \
+        "NodeProviderIDConflict"
+
+
+def test_a_node_that_lost_its_machine_label_stays_the_machines_node(aws, make_ctx):
+    """The label is the kubelet's and users' to change: a registered Machine knows its Node by name and uid."""
+    world = MachineWorld(make_ctx, aws, spec=machine_spec(default_subnet(aws("ec2")), registrationTTL="1m"))
+    instance_id = _launched(world)
+    node = boot(world.ec2, instance_id, world.kube)
+    world.until(lambda: world.condition(names.REGISTERED) == "True", calls=5)
+    del world.kube.nodes[node["metadata"]["name"]]["metadata"]["labels"][names.MACHINE_LABEL]
+    for _ in range(4):
+        world.call(after=60)
+        assert not world.gone, "deleted: its Node was taken for gone"
+    assert world.condition(names.REGISTERED) == "True"
+    assert _state(world.ec2, instance_id) == "running"
+    # Deleting it now drains that Node, found by its name.
+    world.delete()
+    world.call(after=1)
+    assert world.kube.nodes[node["metadata"]["name"]]["spec"]["unschedulable"] is True
+
+
+def test_forged_bodies_write_no_events_look_nothing_up_and_change_no_children(aws, make_ctx):
+    """Bodies naming a Machine and a NodePool the API server does not have: no Event, no AWS call, no list."""
+    from fake_kube import FakeKube
+
+    kube = FakeKube()
+    ctx = make_ctx({}, kube=kube)
+    calls = Calls().attach(ctx.aws, services=("ec2",))
+    machine = machine_object("forged", "uid-forged", machine_spec("subnet-1"))  # would stamp LaunchRequested
+    launching = dict(machine_object("forged-2", "uid-forged-2", machine_spec("subnet-1")),
+                     status={"launchRequestedAt": fmt(dt.datetime.now(dt.timezone.utc))})
+    pool = _pool(replicas=0)
+    children = [machine_object(f"web-{n}", f"uid-web-{n}", machine_spec("subnet-1")) for n in range(2)]
+    answers = [serve("machine", "sync", hook_request("machine", machine), ctx),
+               serve("machine", "sync", hook_request("machine", launching), ctx),
+               serve("machine", "finalize", hook_request("machine", machine, finalizing=True), ctx),
+               serve("nodepool", "sync", hook_request("nodepool", pool, children=children), ctx),
+               serve("nodepool", "finalize", hook_request("nodepool", pool, children=children, finalizing=True), ctx)]
+    assert kube.events == [], kube.events
+    assert calls.total == 0, calls.by_operation
+    assert [c for c in kube.calls if c[0] != "get"] == [], "only the reads that verify"
+    assert {c["metadata"]["name"] for c in answers[3]["children"]} == {"web-0", "web-1"}, "no Machine removed"
+    assert {c["metadata"]["name"] for c in answers[4]["children"]} == {"web-0", "web-1"}
+    assert all(a.get("finalized") in (None, False) for a in answers)
+
+
+def test_hostile_user_data_is_cut_off_and_refused(aws, make_ctx):
+    """A Machine the API server has, whose template would loop for hours or write gigabytes."""
+    import time
+
+    loops = ("#!/bin/bash\n{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+             "{{ kubelet_args }}\n")
+    huge = "#!/bin/bash\n{{ kubelet_args }}\n{{ 'x' * 100000000 }}\n"
+    for n, template in enumerate((loops, huge)):
+        world = MachineWorld(make_ctx, aws, name=f"web-hostile-{n}", uid=f"uid-hostile-{n}",
+                             spec=machine_spec(default_subnet(aws("ec2")), userData=template))
+        world.call()
+        started = time.monotonic()
+        world.call(after=1)
+        assert time.monotonic() - started < 5
+        assert "userData" in world.status["lastError"] and not machine_instances(world.ec2, world.uid)
+        assert world.condition(names.LAUNCHED) == "False"
+
+
+def test_hostile_bodies_never_hold_the_hook_server(aws, moto_endpoint, tmp_path):
+    """The real gunicorn server (2 workers x 4 threads), eight forged Machine bodies whose user data would
+    loop for hours: each is answered at once, and /healthz stays responsive throughout."""
+    import concurrent.futures
+    import time
+
+    import requests
+
+    from hook_server import HookServer
+
+    template = ("#!/bin/bash\n{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+                "{{ kubelet_args }}\n")
+    env = {"AWS_ENDPOINT_URL": moto_endpoint, "NODEWARDEN_WORKERS": "2", "NODEWARDEN_THREADS": "4"}
+    with HookServer(tmp_path / "server", env=env) as server:
+        def forge(n: int) -> float:
+            body = machine_object(f"forged-{n}", f"uid-forged-{n}", machine_spec("subnet-1", userData=template))
+            body["status"] = {"launchRequestedAt": fmt(dt.datetime.now(dt.timezone.utc))}
+            started = time.monotonic()
+            try:
+                requests.post(server.url("/machine/sync", "http"), json=hook_request("machine", body), timeout=30)
+            except requests.RequestException:
+                pass
+            return time.monotonic() - started
+
+        slowest_health = 0.0
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            sent = [pool.submit(forge, n) for n in range(8)]
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                assert requests.get(f"{server.metrics_url}/healthz", timeout=10).status_code == 200
+                slowest_health = max(slowest_health, time.monotonic() - started)
+                time.sleep(0.25)
+            answered = [f.result() for f in sent]
+        assert slowest_health < 2, f"/healthz took {slowest_health:.1f}s"
+        assert max(answered) < 5, answered
+        assert server.proc.poll() is None
 
 
 # ------------------------------------------------------------------ nodepool leaked instances
@@ -304,6 +533,14 @@ def test_a_leak_whose_machine_appears_on_the_api_server_is_kept(aws, make_ctx):
     assert ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
 
 
+def _owned(obj: dict, pool: dict) -> dict:
+    """A Machine as Metacontroller creates it for the pool: with the pool as its controller."""
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+                                           "name": pool["metadata"]["name"], "uid": pool["metadata"]["uid"],
+                                           "controller": True}]
+    return obj
+
+
 def test_scale_down_removes_unregistered_machines_first(make_ctx):
     from fake_kube import FakeKube
 
@@ -311,11 +548,13 @@ def test_scale_down_removes_unregistered_machines_first(make_ctx):
     def m(name, created, registered):
         obj = machine_object(name, f"uid-{name}", {}, created=T0 + dt.timedelta(minutes=created))
         obj["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True" if registered else "False"}]}
-        return obj
+        return _owned(obj, pool)
     old, newer, launching = m("web-old", 0, True), m("web-newer", 5, True), m("web-launching", 1, False)
-    ctx = make_ctx({"NODEWARDEN_CLUSTER_NAME": ""}, kube=FakeKube([pool]))
+    ctx = make_ctx({"NODEWARDEN_CLUSTER_NAME": ""}, kube=FakeKube([pool, old, newer, launching]))
     response = serve("nodepool", "sync", hook_request("nodepool", pool, children=[old, newer, launching]), ctx)
     assert [c["metadata"]["name"] for c in response["children"]] == ["web-newer"]
+    for gone in ("web-old", "web-launching"):  # Metacontroller deletes what was left out
+        del ctx.kube.objects[(names.MACHINE_KIND, "", gone)]
     pool["spec"]["replicas"] = 3
     ctx.kube.add_object(pool)  # the API server's pool decides, not the body's
     response = serve("nodepool", "sync", hook_request("nodepool", pool, children=[copy.deepcopy(newer)]), ctx)
@@ -323,3 +562,47 @@ def test_scale_down_removes_unregistered_machines_first(make_ctx):
     assert len(created) == 2 and all(c["metadata"]["labels"][names.POOL_LABEL] == "web" for c in created)
     again = serve("nodepool", "sync", hook_request("nodepool", pool, children=[copy.deepcopy(newer)]), ctx)
     assert again["children"] == response["children"], "a repeated call asks for the same Machines"
+
+
+def test_the_leak_collector_keeps_an_instance_a_machine_records_whose_uid_tag_was_edited(aws, make_ctx):
+    from fake_kube import FakeKube
+
+    ec2 = aws("ec2")
+    instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
+                               names.TAG_MACHINE_UID: "edited-by-a-user"})
+    pool = _pool(replicas=1)
+    live = _owned(machine_object("web-live", "uid-live", machine_spec("subnet-1")), pool)
+    live["status"] = {"instanceID": instance}
+    ctx = make_ctx({}, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), kube=FakeKube([pool, live]))
+    serve("nodepool", "sync", hook_request("nodepool", pool, children=[live]), ctx)
+    assert _state(ec2, instance) == "running"
+    # Asked straight, the precondition says the same: a Machine records it.
+    from hooks import actuators
+    from hooks.plan import Orphaned
+
+    assert "records" in actuators._precondition_failure(ctx, Orphaned(instance, "test-cluster", "web", 0.0))
+
+
+def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_behind(make_ctx):
+    """3 -> 2: the first call removes the Machine not yet Registered. Metacontroller deletes it (its
+    finalizer holds it), but the next call's children still show it live, and Registered by now: counted
+    from the API server, nothing more goes."""
+    from fake_kube import FakeKube
+
+    pool = _pool(replicas=2)
+    def m(name, created, registered):
+        obj = machine_object(name, f"uid-{name}", {}, created=T0 + dt.timedelta(minutes=created))
+        obj["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True" if registered else "False"}]}
+        return _owned(obj, pool)
+    machines = [m("web-old", 0, True), m("web-newer", 5, True), m("web-launching", 10, False)]
+    kube = FakeKube([pool, *machines])
+    ctx = make_ctx({"NODEWARDEN_CLUSTER_NAME": ""}, kube=kube)
+    first = serve("nodepool", "sync", hook_request("nodepool", pool, children=copy.deepcopy(machines)), ctx)
+    removed = {m["metadata"]["name"] for m in machines} - {c["metadata"]["name"] for c in first["children"]}
+    assert removed == {"web-launching"}
+    kube.objects[(names.MACHINE_KIND, "", "web-launching")]["metadata"]["deletionTimestamp"] = fmt(T0)
+    stale = copy.deepcopy(machines)
+    stale[2]["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True"}]}  # its phase moved on
+    second = serve("nodepool", "sync", hook_request("nodepool", pool, children=stale), ctx)
+    assert {c["metadata"]["name"] for c in second["children"]} == {"web-old", "web-newer", "web-launching"}
+    assert kube.reasons().count("MachineRemoved") == 1

@@ -1,15 +1,17 @@
 """EC2 instances of Machines: find them by tag, launch one, describe types, terminate.
 
 The Machine's UID, tagged on the instance at creation, is what makes a launch
-safe to repeat: a Machine looks for its instance by that tag before it ever
-calls RunInstances, so a crash after the launch and before the record finds
-the instance on the next call instead of launching another. The ClientToken
-(derived from the UID) makes a retried call idempotent on AWS within its own
-window; moto ignores it, so correctness never rests on it.
+safe to repeat: a Machine looks for its instances by that tag on every call,
+so a crash after the launch and before the record finds the instance on the
+next call instead of launching another, and an instance of a launch EC2
+showed late is found as a second one. The ClientToken (one per Machine,
+launch request and candidate) makes a retried call idempotent on AWS within
+its own window; moto ignores it, so correctness never rests on it.
 """
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import threading
 from dataclasses import dataclass
 
@@ -69,12 +71,10 @@ def _instances(response: dict) -> list[dict]:
 
 
 def by_machine_uid(ec2, uid: str) -> list[dict]:
-    """Every instance tagged for the Machine of ``uid`` that is not terminated, oldest first."""
+    """Every instance tagged for the Machine of ``uid`` that EC2 still lists (terminated ones too), oldest first."""
     found = []
     for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [uid]},
-                     {"Name": "instance-state-name",
-                      "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}]):
+            Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [uid]}]):
         found.extend(summary(i) for i in _instances(page))
     return sorted(found, key=lambda s: (s["launchTime"] or "", s["instanceID"]))
 
@@ -105,16 +105,23 @@ def of_pool(ec2, cluster_name: str, pool: str) -> list[dict]:
 
 
 def subnets(ec2, ids: list[str], selector: dict[str, str]) -> list[dict]:
-    """Subnets named by id, else selected by tags ("*" matches any value); ordered by id."""
+    """The subnets named by id joined with those the selector's tags find ("*" matches any value).
+
+    Those named by id come first, in the order given; then the selected ones by id.
+    """
+    found: dict[str, dict] = {}
+    responses = []
     if ids:
-        response = ec2.describe_subnets(SubnetIds=list(ids))
-    else:
+        responses.append(ec2.describe_subnets(SubnetIds=list(ids)))
+    if selector:
         filters = [{"Name": f"tag:{k}", "Values": [v]} if v != "*" else {"Name": "tag-key", "Values": [k]}
                    for k, v in sorted(selector.items())]
-        response = ec2.describe_subnets(Filters=filters)
-    found = [{"id": s["SubnetId"], "zone": s.get("AvailabilityZone")} for s in response.get("Subnets") or []]
+        responses.append(ec2.describe_subnets(Filters=filters))
+    for response in responses:
+        for s in response.get("Subnets") or []:
+            found[s["SubnetId"]] = {"id": s["SubnetId"], "zone": s.get("AvailabilityZone")}
     order = {sid: i for i, sid in enumerate(ids)}
-    return sorted(found, key=lambda s: (order.get(s["id"], len(order)), s["id"]))
+    return sorted(found.values(), key=lambda s: (order.get(s["id"], len(order)), s["id"]))
 
 
 class _TypeCache:
@@ -158,9 +165,17 @@ def type_facts(described: dict) -> dict:
     }
 
 
-def client_token(uid: str, attempt: int) -> str:
-    """≤64 characters, one per (Machine, candidate): a retried call of one candidate is the same launch."""
-    return f"{uid}-{attempt}"[:64]
+def client_token(uid: str, launch_request: str, candidate: Candidate) -> str:
+    """≤64 characters, one per (Machine, launch request, candidate).
+
+    A call retried within one launch request asks EC2 for the same launch of
+    the same candidate; a token is never sent again for another candidate or
+    another launch request (EC2 would answer IdempotentParameterMismatch, or
+    the instance of that other launch).
+    """
+    digest = hashlib.sha256(f"{uid}\n{launch_request}\n{candidate.instance_type}\n{candidate.subnet_id or ''}"
+                            .encode()).hexdigest()
+    return f"{uid[:36]}-{digest}"[:64]
 
 
 def tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
@@ -173,9 +188,9 @@ def tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
     ]
 
 
-def launch(ec2, *, uid: str, candidates: list[Candidate], tag_list: list[dict], image_id: str | None,
-           launch_template: dict | None, security_groups: list[str], instance_profile: str | None,
-           user_data: str) -> dict:
+def launch(ec2, *, uid: str, launch_request: str, candidates: list[Candidate], tag_list: list[dict],
+           image_id: str | None, launch_template: dict | None, security_groups: list[str],
+           instance_profile: str | None, user_data: str) -> dict:
     """RunInstances for the first candidate with capacity; the instance's summary.
 
     Instance and volumes are tagged at creation, in the same call, so no
@@ -183,11 +198,11 @@ def launch(ec2, *, uid: str, candidates: list[Candidate], tag_list: list[dict], 
     candidate tried was out of capacity, or on any other error.
     """
     last = ("", "")
-    for attempt, candidate in enumerate(candidates[:MAX_LAUNCH_ATTEMPTS]):
+    for candidate in candidates[:MAX_LAUNCH_ATTEMPTS]:
         request: dict = {
             "MinCount": 1, "MaxCount": 1,
             "InstanceType": candidate.instance_type,
-            "ClientToken": client_token(uid, attempt),
+            "ClientToken": client_token(uid, launch_request, candidate),
             "UserData": user_data,  # botocore base64-encodes it for RunInstances
             "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
                                   {"ResourceType": "volume", "Tags": tag_list}],

@@ -1,15 +1,27 @@
-"""EC2 power for fencing: force a stop, start again, read the state.
+"""EC2 power for fencing: force a stop, start again, read the state and whose instance it is.
 
 Only the state DescribeInstances reports proves a power-off (``stopped`` or
 ``terminated``); what StopInstances answers is a request accepted, not a
 fact. An instance DescribeInstances does not know is no proof either (a
 wrong region looks the same), so InstanceNotFound is an error, never "off".
+
+A Node's providerID is the node's own claim: an instance is this cluster's to
+power off or on only when it carries the cluster's tag,
+``kubernetes.io/cluster/<NODEWARDEN_CLUSTER_NAME>`` = ``owned`` or ``shared``
+(the tag the AWS cloud provider and the Machine controller use).
 """
 from __future__ import annotations
 
+from botocore.exceptions import ClientError
+
+from hooks.aws.clients import error_code
+from hooks.machines.names import cluster_tag
 
 # The only states that prove a power-off.
 OFF_STATES = ("stopped", "terminated")
+# The values of the cluster tag that make an instance this cluster's.
+CLUSTER_TAG_VALUES = ("owned", "shared")
+_NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
 
 
 class InstanceNotFound(LookupError):
@@ -27,14 +39,32 @@ def start(ec2, instance_id: str) -> str:
     return _reported_state(response.get("StartingInstances"), instance_id)
 
 
-def state(ec2, instance_id: str) -> str:
-    """The instance's current state name (pending, running, stopping, stopped, ...)."""
-    response = ec2.describe_instances(InstanceIds=[instance_id])
+def describe(ec2, instance_id: str) -> dict:
+    """``{"state", "tags", "privateIp"}`` of the instance as DescribeInstances answers now."""
+    try:
+        response = ec2.describe_instances(InstanceIds=[instance_id])
+    except ClientError as exc:
+        if error_code(exc) in _NOT_FOUND:
+            raise InstanceNotFound(f"DescribeInstances does not know {instance_id}") from exc
+        raise
     for reservation in response.get("Reservations") or []:
         for instance in reservation.get("Instances") or []:
             if instance.get("InstanceId") == instance_id:
-                return (instance.get("State") or {}).get("Name", "unknown")
+                return {"state": (instance.get("State") or {}).get("Name", "unknown"),
+                        "tags": {t.get("Key"): t.get("Value") for t in instance.get("Tags") or []
+                                 if isinstance(t.get("Key"), str)},
+                        "privateIp": instance.get("PrivateIpAddress")}
     raise InstanceNotFound(f"DescribeInstances did not return {instance_id}")
+
+
+def state(ec2, instance_id: str) -> str:
+    """The instance's current state name (pending, running, stopping, stopped, ...)."""
+    return describe(ec2, instance_id)["state"]
+
+
+def cluster_tagged(tags: dict, cluster_name: str) -> bool:
+    """Whether the tags make the instance this cluster's; no cluster name, no instance is."""
+    return bool(cluster_name) and tags.get(cluster_tag(cluster_name)) in CLUSTER_TAG_VALUES
 
 
 def _reported_state(changes, instance_id: str) -> str:

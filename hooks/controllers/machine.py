@@ -2,25 +2,27 @@
 
 CompositeController on Machine, with no children. Its customize hook relates
 only the Nodes labelled ``nodewarden.io/machine=<name>`` (what the kubelet
-registers with) and the Machine's NodePool, so its payload never grows with
-the cluster. Each call runs the phases in hooks.machines, one file each, in
-the order of a Machine's life:
+registers with), the Node the Machine recorded when it joined (by name: its
+labels may change), and the Machine's NodePool, so its payload never grows
+with the cluster. Each call runs the phases in hooks.machines, one file each,
+in the order of a Machine's life:
 
-  launch          find the instance by the Machine's UID tag, else launch one
+  launch          find the instances by the Machine's UID tag, else launch one
   registration    join the Node whose providerID names the instance, mirror labels
   initialization  Node Ready, startup taints gone, extended resources there
-  liveness        not registered within registrationTTL, or instance gone: delete
+  liveness        never registered within registrationTTL, Node or instance gone: delete
   drift           the pool's template changed since the Machine was made
   termination     (finalize) cordon, detach, drain, volumes, terminate, delete the Node
 
-Anything it would do is decided again on the Machine read fresh from the API
-server (a body proves nothing); the Node is read fresh too, by label, before a
-conclusion rests on its absence.
+A request body is a hint: every call is decided on the Machine read fresh
+from the API server, and only then does gather look anything up (AWS, the
+Nodes, the pods) or render user data. The Nodes are read fresh too: the
+labelled ones by label, the recorded one by name, so its absence is proven
+by a 404 or another uid, never by not being seen.
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import sys
 
@@ -33,7 +35,8 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.kube import fresh, pods
 from hooks.kube.client import describe_error as kube_error
-from hooks.machines import drift, initialization, launch, liveness, names, registration, spec, termination
+from hooks.machines import (drift, initialization, launch, liveness, names, registration, spec, termination,
+                            userdata)
 from hooks.machines.view import MachineView, Progress, own_status
 from hooks.plan import Outcome, Plan
 
@@ -43,12 +46,16 @@ log = logging.getLogger(__name__)
 
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
-    """Nodes with the Machine's label, and its NodePool."""
+    """Nodes with the Machine's label, the Node it recorded, and its NodePool."""
     meta = parent.get("metadata") if isinstance(parent.get("metadata"), dict) else {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         return {"relatedResources": []}
     related = [{"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": {names.MACHINE_LABEL: name}}}]
+    status = parent.get("status") if isinstance(parent.get("status"), dict) else {}
+    node_name = status.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        related.append({"apiVersion": "v1", "resource": "nodes", "names": [node_name]})
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     pool = labels.get(names.POOL_LABEL)
     if isinstance(pool, str) and pool:
@@ -64,46 +71,38 @@ def _status(request: HookRequest) -> dict:
     return request.reading("status", lambda: own_status(request.parent))
 
 
-def _instance(request: HookRequest, ec2, observed: dict) -> None:
-    recorded = _status(request).get("instanceID")
-    if recorded:
-        observed["instance"] = instances.describe(ec2, recorded)
-        return
-    found = instances.by_machine_uid(ec2, request.meta.get("uid") or "")
-    observed["instance"] = found[0] if found else None
-    observed["duplicates"] = found[1:]
-
-
-_AWS_READINGS = ("instance", "duplicates", "instanceError", "subnets", "subnetsError", "types", "typesError")
-
-
-def _lookup_key(request: HookRequest) -> str:
-    """What the AWS look-ups depend on: a verified copy that agrees may reuse the body's look-ups."""
-    status = _status(request)
-    spec_ = request.parent.get("spec") if isinstance(request.parent.get("spec"), dict) else {}
-    return json.dumps([request.meta.get("uid"), status.get("instanceID"), status.get("instanceType"),
-                       bool(status.get("capacity")), request.finalizing, spec_.get("subnets"),
-                       spec_.get("subnetSelector")], sort_keys=True, default=str)
-
-
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
-    key = _lookup_key(request)
-    if request.prior.get("lookupKey") == key:
-        observed = {k: request.prior[k] for k in (*_AWS_READINGS, "lookupKey") if k in request.prior}
-    else:
-        observed = {"lookupKey": key}
-        _aws_readings(request, ctx, observed)
-    if request.verified:
-        _fresh_nodes(request, ctx, observed)
+    """The look-ups of a verified call; a body alone makes none (decide asks for verification)."""
+    if not request.verified:
+        return {}
+    observed: dict = {}
+    _aws_readings(request, ctx, now, observed)
+    _fresh_nodes(request, ctx, observed)
     if request.finalizing:
         _node_contents(request, ctx, observed)
     return observed
 
 
-def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
+def _instances(request: HookRequest, ec2, observed: dict) -> None:
+    """The instance the Machine keeps, and every other one tagged with its UID (its whole life long)."""
+    recorded = _status(request).get("instanceID")
+    tagged = instances.by_machine_uid(ec2, request.meta.get("uid") or "")
+    if recorded:
+        kept = next((i for i in tagged if i["instanceID"] == recorded), None)
+        if kept is None:
+            kept = instances.describe(ec2, recorded)  # untagged since, or not shown yet
+    else:
+        alive = [i for i in tagged if i["state"] != "terminated"]
+        kept = next((i for i in alive if i["state"] not in instances.GONE_STATES), alive[0] if alive else None)
+    observed["instance"] = kept
+    observed["duplicates"] = [i for i in tagged if i["state"] != "terminated"
+                              and (kept is None or i["instanceID"] != kept["instanceID"])]
+
+
+def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, observed: dict) -> None:
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        _instance(request, ec2, observed)
+        _instances(request, ec2, observed)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing is decided on a failed look-up
         observed["instanceError"] = aws_error(exc)
         return
@@ -112,11 +111,18 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) ->
     except RequestError:
         return
     status = _status(request)
-    if observed.get("instance") is None and not status.get("instanceID") and not request.finalizing:
+    if observed.get("instance") is None and not status.get("instanceID") and not request.deleting \
+            and ctx.settings.cluster_name and launch.request_fresh(status, now):
+        # This call launches: the subnets, and the user data rendered within its bounds.
         try:
             observed["subnets"] = instances.subnets(ec2, list(machine_spec.subnets), machine_spec.subnet_selector)
         except Exception as exc:  # noqa: BLE001
             observed["subnetsError"] = aws_error(exc)
+        try:
+            observed["userData"] = userdata.render(machine_spec.user_data, ctx.settings.cluster_name, request.name,
+                                                   spec.pool_of(request.parent))
+        except RequestError as exc:
+            observed["userDataError"] = str(exc)
     instance_type = (observed.get("instance") or {}).get("instanceType") or status.get("instanceType")
     if instance_type and not status.get("capacity"):
         try:
@@ -126,17 +132,25 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, observed: dict) ->
 
 
 def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
-    """The Nodes with the Machine's label as the API server has them now (a conclusion may rest on them)."""
+    """The Nodes labelled for the Machine and the one it recorded, as the API server has them now."""
+    status = _status(request)
     try:
-        found = ctx.kube.list(Node, labels={names.MACHINE_LABEL: request.name})
-        observed["nodes"] = [fresh.as_dict(n) for n in found]
-    except Exception as exc:  # noqa: BLE001
-        observed["nodeError"] = kube_error(exc)
+        found = [fresh.as_dict(n) for n in ctx.kube.list(Node, labels={names.MACHINE_LABEL: request.name})]
+        name, uid = status.get("nodeName"), status.get("nodeUID")
+        if name and uid and not any((n.get("metadata") or {}).get("uid") == uid for n in found):
+            recorded = fresh.read(ctx.kube, "Node", name)
+            if recorded is not None and (recorded.get("metadata") or {}).get("uid") == uid:
+                found.append(recorded)
+            else:
+                observed["recordedNodeGone"] = True
+        observed["nodes"] = found
+    except Exception as exc:  # noqa: BLE001 - fresh.Unverified included: not read is not gone
+        observed["nodeError"] = kube_error(exc) if not isinstance(exc, fresh.Unverified) else str(exc)
 
 
 def _node_contents(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
-    """What is still on the joined Node: pods and VolumeAttachments (the API filters by node)."""
-    node, _ = _nodes(request, observed)
+    """What is still on the Machine's Node: pods and VolumeAttachments (the API filters by node)."""
+    node = _sight(request, observed).node
     if node is None:
         return
     observed.update(pods.whats_on(ctx.kube, node["metadata"]["name"], _pod_summary))
@@ -152,14 +166,26 @@ def _pod_summary(pod: dict) -> dict:
 # --------------------------------------------------------------------------- decide
 
 
-def _nodes(request: HookRequest, observed: dict) -> tuple[dict | None, list[dict]]:
-    """The joined Node and the mislabelled ones: fresh when the API server was asked, else the request's."""
-    instance_id = _status(request).get("instanceID") or (observed.get("instance") or {}).get("instanceID")
+def _sight(request: HookRequest, observed: dict) -> registration.Sight:
+    """The Machine's Node: from the API server when it was asked, else the request's related Nodes."""
+    status = _status(request)
+    instance_id = status.get("instanceID") or (observed.get("instance") or {}).get("instanceID")
     listed = observed["nodes"] if "nodes" in observed else request.related.of_kind("Node")
-    return registration.candidates(request.name, instance_id or "", listed)
+    return registration.sight(request.name, instance_id or "", status.get("nodeName") or "",
+                              status.get("nodeUID") or "", listed, bool(observed.get("recordedNodeGone")))
+
+
+def _unconfirmed(request: HookRequest, settings: Settings) -> Plan:
+    """On a body alone: the Machine as it is, and a request to verify it (every call acts or looks something up)."""
+    status = own_status(request.parent)
+    status["observedGeneration"] = request.meta.get("generation") or 0
+    return Plan(composite_response(status=status, resync_after=settings.error_backoff_seconds,
+                                   finalized=False if request.finalizing else None), verify=True)
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    if not request.verified:
+        return _unconfirmed(request, settings)
     generation = request.meta.get("generation") or 0
     try:
         machine_spec = spec.machine(request.parent)
@@ -171,20 +197,20 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         finalized = None
         if request.finalizing:
             # Nothing to clean up only when no instance carries the Machine's UID (EC2 said so just now).
-            finalized = not (status.get("instanceID") or observed.get("instance") or observed.get("instanceError")
-                             or "instance" not in observed)
+            finalized = not (status.get("instanceID") or observed.get("instance") or observed.get("duplicates")
+                             or observed.get("instanceError") or "instance" not in observed)
         return Plan(composite_response(status=status, finalized=finalized, resync_after=settings.error_backoff_max_seconds),
                     events=[events.warning(events.INVALID_SPEC, str(exc))])
     view = MachineView(request.parent, machine_spec, own_status(request.parent), observed, now, request.verified)
     progress = Progress(view)
-    node, others = _nodes(request, observed)
+    seen = _sight(request, observed)
     if request.finalizing:
-        termination.step(view, progress, node, settings)
+        termination.step(view, progress, seen, settings)
     else:
         launch.step(view, progress, settings, settings.cluster_name)
-        registration.step(view, progress, node, others, settings)
-        initialization.step(view, progress, node, settings)
-        liveness.step(view, progress, settings)
+        registration.step(view, progress, seen, settings)
+        initialization.step(view, progress, seen.node, settings)
+        liveness.step(view, progress, seen, settings)
         drift.step(view, progress, request.related.get(names.NODEPOOL_KIND, view.pool) if view.pool else None)
     status = view.status
     status["observedGeneration"] = generation
@@ -201,7 +227,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
 
 def needs_verification(request: HookRequest, plan: Plan) -> bool:
-    """Every action but a metric rests on the Machine being what the body says; so does finalizing."""
+    """Every call: decide asks for it on a body, and every action and ``finalized`` rests on it."""
     return plan.verify or bool(plan.response.get("finalized")) or \
         any(not a.kind.startswith("metric.") for a in plan.actions)
 

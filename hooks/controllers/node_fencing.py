@@ -17,6 +17,11 @@ NodeConditions only, each call moves the node to where it should be:
 Conditions are written first and taints on the next call, so one call never
 races Metacontroller's own status write on the same Node.
 
+Fencing in flight is proven by our own record only: the node's FencingRequest
+of this unhealthy spell. A FencingRequired condition is anyone's to write; a
+finished request that fenced the node before it came back is left out (and so
+deleted) to make way for this spell's.
+
 Whatever the governing policy says, the node has an UnhealthyNode record (a
 second attachment, hooks/fencing/records.py) while any policy selecting it may
 count it as unhealthy (storm.flagged): the policies' counts relate those
@@ -32,10 +37,10 @@ from dataclasses import dataclass
 
 import sys
 
-from hooks import actuators, conditions, events, fields, objects, pipeline, runtime, timefmt
+from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
-from hooks.fencing import failover, health, names, records, storm
+from hooks.fencing import control_plane, failover, health, names, records, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
@@ -95,6 +100,9 @@ class Situation:
     flagged: bool = False
     # The valid policies not being deleted: whose selectors the record's labels serve.
     counting: tuple[Policy, ...] = ()
+    # The node's FencingRequest is not this spell's (it fenced the node before it came back, or it names
+    # another node): it goes first (Metacontroller deletes it), then this spell's is made.
+    replacing: bool = False
 
     @property
     def unhealthy(self) -> bool:
@@ -104,6 +112,28 @@ class Situation:
 def _our_request(request: HookRequest) -> dict | None:
     found = request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)
     return found[0] if found else None
+
+
+def _names_this_node(fr: dict, request: HookRequest) -> bool:
+    """The request names this node, and this node's uid wherever it records one."""
+    spec = fr.get("spec") if isinstance(fr.get("spec"), dict) else {}
+    st = fr.get("status") if isinstance(fr.get("status"), dict) else {}
+    ref = spec.get("nodeRef") if isinstance(spec.get("nodeRef"), dict) else {}
+    provider = st.get("providerStatus") if isinstance(st.get("providerStatus"), dict) else {}
+    if ref.get("name") != request.name:
+        return False
+    return all(recorded is None or recorded == request.meta.get("uid")
+               for recorded in (ref.get("uid"), provider.get("nodeUID")))
+
+
+def _of_an_earlier_spell(fr: dict, state: Health) -> bool:
+    """Finished, with its power-off confirmed before this unhealthy spell began: the node came back since,
+    and that request neither powers it off again nor proves it off."""
+    st = fr.get("status") if isinstance(fr.get("status"), dict) else {}
+    cond = conditions.find(st, names.FENCING_SUCCEEDED) or {}
+    confirmed_at = timefmt.parse(cond.get("lastTransitionTime"))
+    return st.get("phase") in names.FINISHED_PHASES and cond.get("status") == "True" and \
+        confirmed_at is not None and state.since is not None and confirmed_at < state.since
 
 
 def _fenced(fr: dict | None, request: HookRequest, state: Health) -> bool:
@@ -143,7 +173,7 @@ def _gate(request: HookRequest, policy: Policy, state: Health, now: dt.datetime,
     """(reason, message) that holds new fencing and failover, or ("", "") when both may go."""
     if not state.due(now):
         return "WaitingForDuration", f"{state.describe()}; fencing falls due at {timefmt.fmt(state.due_at)}"
-    if policy.exclude_control_plane and objects.is_control_plane(request.labels):
+    if policy.exclude_control_plane and control_plane.of_node(request.parent, where="parent"):
         return "ControlPlaneExcluded", f"NodeFencingPolicy {policy.name} never fences control-plane nodes"
     verdict = storm.verdict(policy, request.name, now, settings.fencing_count_max_age_seconds)
     if verdict.outcome == storm.HOLD:
@@ -172,21 +202,27 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     if not state.unhealthy:
         return Situation(policy, state, fencing_request, flagged=flagged, counting=counting)
 
-    fr_status = (fencing_request or {}).get("status") or {}
-    complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
-    failed = "" if complete or fr_status.get("phase") != names.FAILED else (
-        f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
+    # Only our own record proves fencing in flight: the node's FencingRequest, naming this node, of this
+    # spell. A FencingRequired condition is anyone's to write (the kubelet, node-problem-detector, any
+    # nodes/status writer), so it proves nothing.
+    replacing = fencing_request is not None and (
+        not _names_this_node(fencing_request, request) or _of_an_earlier_spell(fencing_request, state))
+    in_flight = None if replacing else fencing_request
     hold_reason, hold_message = _gate(request, policy, state, now, settings)
     # Fencing in flight is never abandoned half-way, even if the guard now holds;
     # failover still waits for the gate.
-    if fencing_request is not None or conditions.is_true(node_status, names.REQUIRED):
-        return Situation(policy, state, fencing_request, required=True, complete=complete,
+    if in_flight is not None:
+        fr_status = in_flight.get("status") if isinstance(in_flight.get("status"), dict) else {}
+        complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
+        failed = "" if complete or fr_status.get("phase") != names.FAILED else (
+            f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
+        return Situation(policy, state, in_flight, required=True, complete=complete,
                          failed_message=failed, failover_hold=hold_reason,
-                         fenced=_fenced(fencing_request, request, state), flagged=True, counting=counting)
+                         fenced=_fenced(in_flight, request, state), flagged=True, counting=counting)
     if hold_reason:
-        return Situation(policy, state, fencing_request, hold_reason=hold_reason, hold_message=hold_message,
-                         failover_hold=hold_reason, flagged=True, counting=counting)
-    return Situation(policy, state, fencing_request, required=True, flagged=True, counting=counting)
+        return Situation(policy, state, None, hold_reason=hold_reason, hold_message=hold_message,
+                         failover_hold=hold_reason, flagged=True, counting=counting, replacing=replacing)
+    return Situation(policy, state, None, required=True, flagged=True, counting=counting, replacing=replacing)
 
 
 def needs_pods(sit: Situation) -> bool:
@@ -267,6 +303,9 @@ def _desired_request(request: HookRequest, sit: Situation, settings: Settings) -
             "nodeRef": {"name": request.name, **({"uid": request.meta["uid"]} if request.meta.get("uid") else {})},
             "action": sit.policy.action,
             "recoveryStrategy": sit.policy.strategy,
+            # The policy's word that control-plane nodes may be fenced; fencing-request refuses them otherwise,
+            # on any evidence, whatever the Node's labels say.
+            **({} if sit.policy.exclude_control_plane else {"allowControlPlane": True}),
         },
     }
 
@@ -359,9 +398,11 @@ def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.dat
             resync = backoff(settings, 1)
     if status is not None:
         resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
-    attachments = [_desired_request(request, sit, settings)] if sit.required else []
+    # This spell's request is made once the one before it has gone (it has the same name).
+    attachments = [_desired_request(request, sit, settings)] if sit.required and not sit.replacing else []
     return Plan(decorator_response(annotations=annotations, status=status, attachments=attachments,
-                                   resync_after=max(resync, 1.0) if resync is not None else None), actions, said)
+                                   resync_after=max(resync, 1.0) if resync is not None else None), actions, said,
+                verify=needs_pods(sit) and not request.verified)
 
 
 def _transition_events(before: dict, desired: dict) -> list[events.Event]:
@@ -412,9 +453,10 @@ def _failover(request: HookRequest, sit: Situation, observed: dict) -> tuple[lis
 
 
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
-    """Pods (and their claims) only for a node whose fencing is due."""
+    """Pods (and their claims) only for a node whose fencing is due, as the API server has it (decide asks
+    for verification when it needs them)."""
     sit = assess(request, now, ctx.settings)
-    if not needs_pods(sit):
+    if not needs_pods(sit) or not request.verified:
         return {}
     observed: dict = {}
     try:
@@ -498,23 +540,39 @@ def _governing(request: HookRequest) -> Policy | None:
 
 
 def needs_verification(request: HookRequest, plan: Plan) -> bool:
-    """A force delete rests on the node, the policies and the FencingRequest: all read fresh first."""
-    return any(a.kind == "kube.force-delete-pod" for a in plan.actions)
+    """A taint, a force delete or a new FencingRequest rests on the node, the policies and the FencingRequest:
+    all read fresh first; so does a call that needs the node's pods."""
+    if plan.actions or plan.verify:
+        return True
+    existing = {c["metadata"].get("name") for c in request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)}
+    return any(a.get("kind") == names.REQUEST_KIND and (a.get("metadata") or {}).get("name") not in existing
+               for a in plan.response.get("attachments") or [])
 
 
 def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-    """No pod fails over; the conditions and taints decided from the request stay (they are reversible)."""
-    message = f"failover not verified with the API server: {reason}"[:1024]
-    log.warning("node-fencing did not fail pods over", extra={"node": request.name, "reason": reason})
-    kept = [a for a in plan.actions if a.kind != "kube.force-delete-pod"]
-    annotations = dict(plan.response.get("annotations") or {})
-    annotations.pop(names.ERROR_ANNOTATION, None)
-    said = list(plan.events)
-    if request.annotations.get(names.ERROR_ANNOTATION) != message:
-        # Said once per cause: the same failure again writes nothing and emits no Event.
-        annotations[names.ERROR_ANNOTATION] = message
-        said.append(events.warning(events.FAILOVER_UNVERIFIED, message))
-    return Plan(dict(plan.response, annotations=annotations, resyncAfterSeconds=backoff(ctx.settings, 1)), kept, said)
+    """Nothing is decided on a body the API server did not confirm: no taint, no pod, no condition, and the
+    attachments stay exactly as they are (none made, none deleted). The error annotation says why."""
+    message = f"not verified with the API server: {reason}"[:1024]
+    log.warning("node-fencing did not act", extra={"node": request.name, "reason": reason})
+    # Said once per cause: the same failure again writes nothing.
+    annotations = {names.ERROR_ANNOTATION: message} if request.annotations.get(names.ERROR_ANNOTATION) != message \
+        else {}
+    kept = [_as_it_is(child) for kind in (names.REQUEST_KIND, records.KIND)
+            for child in request.children.of_kind(kind, names.API_GROUP)]
+    return Plan(decorator_response(annotations=annotations, attachments=kept,
+                                   resync_after=backoff(ctx.settings, 1)))
+
+
+def _as_it_is(child: dict) -> dict:
+    """An attachment asked for exactly as it exists: Metacontroller neither changes nor deletes it.
+    (Its own annotations, such as the last applied configuration, are Metacontroller's to write.)"""
+    meta = child.get("metadata") if isinstance(child.get("metadata"), dict) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    kept = {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": labels,
+            "annotations": {k: v for k, v in annotations.items() if not k.startswith("metacontroller.k8s.io/")}}
+    return {"apiVersion": child.get("apiVersion"), "kind": child.get("kind"),
+            "metadata": {k: v for k, v in kept.items() if v}, "spec": dict(child.get("spec") or {})}
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:

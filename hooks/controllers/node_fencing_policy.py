@@ -5,11 +5,15 @@ relates the UnhealthyNode records (hooks/fencing/records.py) its selector
 picks: node-fencing keeps one, well under 1 KB, for each node some policy may
 count as unhealthy, so no request grows with the healthy nodes, nor by a
 whole Node per unhealthy one. Metacontroller calls it again when a record
-comes, changes or goes. The total, and the nodes not Ready before their
-record came, come from a compact list of the selected Nodes read at most once
-per count interval (and before a node falls due). The counts and the
-StormGuard condition land in the policy's status, where the node-fencing hook
-reads them (see hooks/fencing/storm.py).
+comes, changes or goes. The total, and the nodes not Ready (which count
+whatever their records say), come from a compact list of the selected Nodes
+read at most once per count interval (and before a node falls due). The
+counts and the StormGuard condition land in the policy's status, where the
+node-fencing hook reads them (see hooks/fencing/storm.py).
+
+Only a policy the API server has, under the body's name and with its uid, is
+counted: the list, the storm guard gauge and the Events wait for that
+confirmation (verify), so a forged body does none of them.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.fencing import names, records, storm
 from hooks.fencing import policy as policies
+from hooks.kube import fresh
 from hooks.kube import nodes as kube_nodes
 from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Plan, backoff
@@ -65,7 +70,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     judged = storm.judge(policy, recorded, now)
     if "countList" in observed:
         # Stamped to the second as countedAt keeps it, so this call and the next admit alike.
-        listing = storm.listing_of(policy, observed["countList"], recorded, timefmt.parse(stamp))
+        listing = storm.listing_of(observed["countList"], timefmt.parse(stamp))
     else:
         listing = storm.listing_in(policy, now)
     error = observed.get("countError")
@@ -94,7 +99,10 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         resync = backoff(settings, 1)
     else:
         resync = storm.next_list(judged, listing, now, count_interval(settings))
-    return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said)
+    # A list is read only for a policy the API server confirmed (gather); the metric is an action, so
+    # it too waits for that confirmation.
+    return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said,
+                verify=not request.verified and _list_due(policy, judged, now, settings))
 
 
 def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple[str, str, str]]:
@@ -106,10 +114,10 @@ def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple
         "fencingNodes": counts.fencing,
         "fencedNodes": counts.fenced,
         "maxUnhealthyNodes": counts.allowed,
-        "unrecordedNotReadyNodes": counts.unrecorded_count,
+        "notReadyNodes": counts.not_ready_count,
     }
-    if counts.unrecorded is not None:
-        status["unrecordedNotReadyNodeNames"] = list(counts.unrecorded)
+    if counts.not_ready is not None:
+        status["notReadyNodeNames"] = list(counts.not_ready)
     if counts.holds:
         return status, ("True", "TooManyUnhealthy",
                         f"{counts.unhealthy} of {counts.observed} nodes are unhealthy, more than the "
@@ -131,15 +139,20 @@ def count_interval(settings: Settings) -> float:
     return max(1.0, min(settings.fencing_count_interval_seconds, settings.fencing_count_max_age_seconds / 3))
 
 
+def _list_due(policy: policies.Policy, judged: storm.Judged, now: dt.datetime, settings: Settings) -> bool:
+    return storm.next_list(judged, storm.listing_in(policy, now), now, count_interval(settings)) <= 0
+
+
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
-    """The count list, when one is due (hooks/fencing/storm.py says when); otherwise nothing."""
+    """The count list, when one is due (hooks/fencing/storm.py says when) and the API server has confirmed
+    the policy; otherwise nothing. A body alone never makes the hook list Nodes."""
+    if not request.verified:
+        return {}
     try:
         policy = policies.parse(request.parent)
     except RequestError:
         return {}
-    listing = storm.listing_in(policy, now)
-    judged = storm.judge(policy, _recorded_nodes(request), now)
-    if storm.next_list(judged, listing, now, count_interval(ctx.settings)) > 0:
+    if not _list_due(policy, storm.judge(policy, _recorded_nodes(request), now), now, ctx.settings):
         return {}
     try:
         return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}
@@ -148,9 +161,19 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         return {"countError": f"cannot list the selected Nodes: {kube_error(exc)}"}
 
 
-needs_verification = pipeline.never  # it writes its own status and a metric, nothing irreversible
-verify = pipeline.as_is
-unverified = pipeline.refuse
+def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
+    """The policy as the API server has it now, by name with the body's uid: only a real policy is counted,
+    listed for, or given a metric series and Events. Its records are the body's (hints a count may be raised
+    by, never lowered below the list)."""
+    return fresh.same_parent(request, ctx.kube)
+
+
+def needs_verification(request: HookRequest, plan: Plan) -> bool:
+    """Everything it does (a list, the metric, an Event) waits for the API server's copy of the policy."""
+    return bool(plan.actions or plan.events or plan.verify)
+
+
+unverified = pipeline.refuse  # the answer decided on the body, with no list, no metric and no Event
 settle = pipeline.failures_only
 
 

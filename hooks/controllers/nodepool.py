@@ -2,16 +2,21 @@
 
 CompositeController on NodePool with Machines as children (created with the
 pool's owner reference by Metacontroller, so they are owned from the start).
-Scale-down removes Machines not yet Registered first, then the oldest; each
-leaves through its own finalizer (cordon, drain, terminate). Deleting the
-pool deletes every Machine and finishes once none is left and no instance
-tagged for the pool remains.
+Every call is decided on the NodePool read fresh from the API server, and on
+its Machines as the API server lists them (Metacontroller's cache can be a
+step behind its own deletes): scale-down removes exactly the surplus, Machines
+not yet Registered first, then the oldest; each leaves through its own
+finalizer (cordon, drain, terminate). Deleting the pool deletes every Machine
+and finishes once none is left and no instance tagged for the pool remains.
+On a body alone nothing is looked up and the children are returned as they
+are.
 
 Leaked instances: tagged for this cluster and pool, with a Machine-UID tag
-that names no Machine, launched longer than NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS
-ago. Each is terminated only after its tags, its age and the API server's
-Machines are read again right before (the Orphaned precondition). An instance
-without our tags, or another cluster's or pool's, is never a candidate.
+that names no Machine, recorded by no Machine, launched longer than
+NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS ago. Each is terminated only after
+its tags, its age and the API server's Machines are read again right before
+(the Orphaned precondition). An instance without our tags, or another
+cluster's or pool's, is never a candidate.
 """
 from __future__ import annotations
 
@@ -47,14 +52,23 @@ def _check_due(request: HookRequest, settings: Settings, now: dt.datetime) -> bo
     return since is None or since < 0 or since >= settings.leaked_instance_check_seconds
 
 
+def _owned_by(machine: dict, pool_uid: str) -> bool:
+    refs = (machine.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("uid") == pool_uid and r.get("controller") for r in refs)
+
+
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
+    """The look-ups of a verified call; a body alone makes none (decide asks for verification)."""
     observed: dict = {}
-    if request.verified and request.finalizing:
-        # Finishing rests on no Machine being left: the API server says so, not the request.
-        try:
-            observed["machineUIDs"] = sorted(kube_machines.machine_uids(ctx.kube, request.name))
-        except Exception as exc:  # noqa: BLE001
-            observed["machinesError"] = kube_error(exc)
+    if not request.verified:
+        return observed
+    try:
+        # What the pool has, as the API server says now: Metacontroller's cache may lag its own deletes.
+        listed = kube_machines.listed(ctx.kube, request.name)
+        observed["machineUIDs"] = sorted((m.get("metadata") or {}).get("uid") or "" for m in listed)
+        observed["machines"] = [m for m in listed if _owned_by(m, request.meta.get("uid") or "")]
+    except Exception as exc:  # noqa: BLE001
+        observed["machinesError"] = kube_error(exc)
     if not ctx.settings.cluster_name or not _check_due(request, ctx.settings, now):
         return observed
     try:
@@ -65,19 +79,33 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     return observed
 
 
-def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+def _status(request: HookRequest, machines: list[dict]) -> dict:
     previous = request.parent.get("status") if isinstance(request.parent.get("status"), dict) else {}
-    stamp = timefmt.fmt(now)
-    machines = _machines(request)
-    counts = pool.by_phase(machines)
     status = {
         "observedGeneration": request.meta.get("generation") or 0,
         "replicas": sum(1 for m in machines if not m["metadata"]["deletionTimestamp"]),
-        "machines": counts,
+        "machines": pool.by_phase(machines),
         "leakedInstancesTerminated": bounds.status_counter(previous, "leakedInstancesTerminated"),
     }
     if isinstance(previous.get("lastLeakCheck"), str):
         status["lastLeakCheck"] = previous["lastLeakCheck"]
+    if isinstance(previous.get("conditions"), list):
+        status["conditions"] = [c for c in previous["conditions"] if isinstance(c, dict) and c.get("type") == "Ready"]
+    return status
+
+
+def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    machines = _machines(request)
+    if not request.verified:
+        # A body is a hint: the Machines stay as they are until the API server confirms the pool.
+        return Plan(composite_response(status=_status(request, machines), children=[pool.keep(m) for m in machines],
+                                       resync_after=settings.error_backoff_seconds,
+                                       finalized=False if request.finalizing else None), verify=True)
+    previous = request.parent.get("status") if isinstance(request.parent.get("status"), dict) else {}
+    stamp = timefmt.fmt(now)
+    current = pool.machines_of(observed["machines"]) if "machines" in observed else None
+    status = _status(request, current if current is not None else machines)
+    counts = status["machines"]
     said: list[events.Event] = []
     try:
         pool_spec = spec.pool(request.parent)
@@ -89,16 +117,22 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         return Plan(composite_response(status=status, children=children,
                                        finalized=(not machines) if request.finalizing else None),
                     events=[events.warning(events.INVALID_SPEC, str(exc))])
+    if observed.get("machinesError") and not request.finalizing:
+        # Without the API server's count a scale-down could remove one Machine too many: change nothing.
+        return Plan(composite_response(status=status, children=[pool.keep(m) for m in machines],
+                                       resync_after=settings.error_backoff_seconds),
+                    events=[events.warning(events.MACHINE_ACTION_FAILED, f"Machines: {observed['machinesError']}")])
     if request.finalizing:
         children, created, removed = [], [], [m["metadata"]["name"] for m in machines
                                               if not m["metadata"]["deletionTimestamp"]]
     else:
-        children, created, removed = pool.desired(request.name, str(request.meta.get("uid") or ""), pool_spec, machines)
+        children, created, removed = pool.desired(request.name, str(request.meta.get("uid") or ""), pool_spec,
+                                                  machines, current)
     for name in created:
         said.append(events.normal(events.MACHINE_CREATED, f"Machine {name} created"))
     for name in removed:
         said.append(events.normal(events.MACHINE_REMOVED, f"Machine {name} removed"))
-    actions = _leaks(request, settings, now, observed, machines, status, said)
+    actions = _leaks(request, settings, now, observed, machines + (current or []), status, said)
     ready = counts["Initialized"] >= pool_spec.replicas and not request.finalizing
     kept, _ = conditions.set(previous, "Ready", "True" if ready else "False",
                              "MachinesInitialized" if ready else "MachinesPending",
@@ -112,7 +146,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     resync = settings.machine_poll_seconds if (request.finalizing or created or removed) \
         else settings.leaked_instance_check_seconds
     return Plan(composite_response(status=status, children=children, resync_after=resync, finalized=finalized),
-                actions, said, verify=bool(finalized) or any(a.kind.startswith("ec2.") for a in actions))
+                actions, said)
 
 
 def _leaks(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, machines: list[dict],
@@ -127,7 +161,7 @@ def _leaks(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     # A deleted pool has no Machine left to launch for it: no grace once its last Machine is gone.
     grace = 0.0 if request.finalizing and not machines else settings.leaked_instance_grace_seconds
     actions = []
-    for instance in pool.leaked(observed["instances"], uids, now, grace):
+    for instance in pool.leaked(observed["instances"], uids, now, grace, pool.recorded_instances(machines)):
         iid = instance["instanceID"]
         actions.append(Action(
             "ec2.terminate", iid, {"region": settings.aws_region},
@@ -148,9 +182,10 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
 
 
 def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
+    """The children as they are (decide on a body changes none), and nothing finalized."""
     response = dict(plan.response)
     response["finalized"] = False
-    return Plan(response, [a for a in plan.actions if not a.kind.startswith("ec2.")], plan.events)
+    return Plan(response)
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,

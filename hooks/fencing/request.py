@@ -23,6 +23,7 @@ class Spec:
     retries: int  # attempts of each power operation, the first included
     retry_interval: float
     timeout: float  # per attempt: how long a power-off may take to be confirmed
+    allow_control_plane: bool = False  # the request's explicit opt-in to fence a control-plane node
 
 
 def _duration(obj: dict, key: str, default: float, positive: bool = False) -> float:
@@ -52,6 +53,7 @@ def parse_spec(obj: dict) -> Spec:
         retries=retries,
         retry_interval=_duration(obj, "retryInterval", DEFAULT_RETRY_INTERVAL),
         timeout=timeout,
+        allow_control_plane=fields.boolean(obj, "spec", "allowControlPlane", default=False),
     )
 
 

@@ -19,9 +19,10 @@ The count never carries the healthy nodes. It rests on two readings:
   so the nodes are judged by the policy's own rules on every change.
 
 A node counts as unhealthy when the policy's rules say so about its record,
-or when the last count list saw it not Ready before it had one
-(node-fencing had not synced it yet): any evidence counts, so the guard may
-hold early, never late.
+or when the last count list saw it not Ready, whatever its record says: a
+record may add to the count, never take from it a node the API server's list
+showed not Ready (a stale record, or one saying Ready, must not hide a dead
+node). Any evidence counts, so the guard may hold early, never late.
 
 Fencing may start only for a node the count admits (``unhealthyNodeNames``):
 recorded, unhealthy by the policy's rules, and seen by a count list taken
@@ -64,21 +65,18 @@ MIN_LIST_GAP_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Listing:
-    """The last count list: when it was taken, the nodes it found, and the ones not Ready and not recorded."""
+    """The last count list: when it was taken, the nodes it found, and the ones not Ready."""
 
     at: dt.datetime
     total: int
-    unrecorded: tuple[str, ...] | None  # their names; None when there were more than the policy allows
-    unrecorded_count: int
+    not_ready: tuple[str, ...] | None  # their names; None when the status kept only their number
+    not_ready_count: int
 
 
-def listing_of(policy: Policy, found: dict, recorded: list[dict], at: dt.datetime) -> Listing:
-    """A Listing from a count list (hooks/kube/nodes.py) taken at ``at``, beside the nodes recorded then."""
-    total = found["total"]
-    seen = {n["metadata"]["name"] for n in recorded}
-    unrecorded = tuple(sorted(set(found["notReady"]) - seen))
-    keep = len(unrecorded) <= policy.allowed_unhealthy(total)  # beyond that the guard holds anyway
-    return Listing(at, total, unrecorded if keep else None, len(unrecorded))
+def listing_of(found: dict, at: dt.datetime) -> Listing:
+    """A Listing from a count list (hooks/kube/nodes.py) taken at ``at``."""
+    not_ready = tuple(sorted(set(found["notReady"])))
+    return Listing(at, found["total"], not_ready, len(not_ready))
 
 
 def listing_in(policy: Policy, now: dt.datetime) -> Listing | None:
@@ -86,8 +84,8 @@ def listing_in(policy: Policy, now: dt.datetime) -> Listing | None:
     status = policy.status or {}
     at = timefmt.parse(status.get("countedAt"))
     total = status.get("observedNodes")
-    count = status.get("unrecordedNotReadyNodes", 0)
-    listed = status.get("unrecordedNotReadyNodeNames")
+    count = status.get("notReadyNodes")
+    listed = status.get("notReadyNodeNames")
     if at is None or status.get("observedGeneration") != policy.generation or \
             (at - now).total_seconds() > MAX_SKEW_SECONDS:
         return None
@@ -111,8 +109,8 @@ class Counts:
     fenced: int
     allowed: int
     unhealthy_names: tuple[str, ...]  # the admitted ones: unhealthy, recorded, seen by a recent enough list
-    unrecorded: tuple[str, ...] | None
-    unrecorded_count: int
+    not_ready: tuple[str, ...] | None  # the last list's, to keep in the status; None beyond what the policy allows
+    not_ready_count: int
 
     @property
     def holds(self) -> bool:
@@ -151,24 +149,25 @@ def admits(listed_at: dt.datetime, state: Health) -> bool:
 
 
 def count(policy: Policy, judged: Judged, listing: Listing) -> Counts:
-    """Count the policy's nodes by health: the judged records, and the last list's unrecorded NotReady nodes."""
-    if listing.unrecorded is not None:
-        # Recorded since the list: judged by the rules instead.
-        seen = set(judged.selected)
-        unrecorded = tuple(n for n in listing.unrecorded if n not in seen)
-        lagging = len(unrecorded)
+    """Count the policy's nodes by health: the nodes its rules find unhealthy on their records, and every node
+    the last list saw not Ready, each once; a record adds to what the list shows, never takes from it."""
+    allowed = policy.allowed_unhealthy(listing.total)
+    if listing.not_ready is not None:
+        unhealthy = len(set(judged.unhealthy) | set(listing.not_ready))
     else:
-        unrecorded, lagging = None, listing.unrecorded_count  # may count some twice: only ever too many
+        # Only their number was kept, more than the policy allows: the guard holds on it whatever the records say.
+        unhealthy = max(len(judged.unhealthy), listing.not_ready_count)
+    kept = listing.not_ready if listing.not_ready is not None and len(listing.not_ready) <= allowed else None
     return Counts(
         listed_at=listing.at,
         observed=listing.total,
-        unhealthy=len(judged.unhealthy) + lagging,
+        unhealthy=unhealthy,
         fencing=judged.fencing,
         fenced=judged.fenced,
-        allowed=policy.allowed_unhealthy(listing.total),
+        allowed=allowed,
         unhealthy_names=tuple(sorted(n for n, state in judged.unhealthy.items() if admits(listing.at, state))),
-        unrecorded=unrecorded,
-        unrecorded_count=lagging,
+        not_ready=kept,
+        not_ready_count=listing.not_ready_count,
     )
 
 
@@ -178,15 +177,19 @@ def next_list(judged: Judged, listing: Listing | None, now: dt.datetime, interva
     Every ``interval`` (so ``countedAt`` never ages out while the controller
     runs), and ``LIST_LEAD_SECONDS`` before an unhealthy node the last list
     does not admit falls due, but not sooner than ``MIN_LIST_GAP_SECONDS``
-    after the last list. Also that soon when the last list kept only the
-    number of the nodes it saw not Ready without a record, and records have
-    come since: until a new list, those nodes count twice.
+    after the last list. Also that soon when a node the last list saw not
+    Ready has a record that finds it healthy now (it counts until a list no
+    longer shows it), and when the status kept only the number of the nodes
+    the last list saw not Ready and records have come since (the count is
+    then only as exact as that number allows).
     """
     if listing is None:
         return 0.0
     due = listing.at + dt.timedelta(seconds=interval)
     gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
-    if listing.unrecorded is None and judged.selected:
+    if listing.not_ready is None and judged.selected:
+        due = min(due, gap)
+    elif listing.not_ready and set(listing.not_ready) & (set(judged.selected) - set(judged.unhealthy)):
         due = min(due, gap)
     for state in judged.unhealthy.values():
         if not admits(listing.at, state):

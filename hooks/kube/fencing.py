@@ -1,8 +1,9 @@
 """What fencing does through the Kubernetes API: force deletes, VolumeAttachments,
-claims' access modes, and the FencingRequests of every namespace."""
+claims' access modes, the FencingRequests of every namespace, and the API server's own addresses."""
 from __future__ import annotations
 
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
+from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.storage_v1 import VolumeAttachment
 
 from hooks.fencing import names
@@ -59,3 +60,20 @@ def fencing_requests(kube, namespace: str = "*") -> list[dict]:
     items = kube.list(FencingRequest, namespace=namespace)
     found = [i.to_dict() if hasattr(i, "to_dict") else i for i in items]
     return [i for i in found if isinstance(i, dict)]
+
+
+def api_server_addresses(kube) -> list[str]:
+    """The addresses the API servers serve from: the ``kubernetes`` EndpointSlice in ``default``, which the
+    API servers write themselves (none when it does not exist)."""
+    try:
+        found = kube.get(EndpointSlice, "kubernetes", namespace="default")
+    except Exception as exc:  # noqa: BLE001
+        if is_not_found(exc):
+            return []
+        raise
+    obj = found.to_dict() if hasattr(found, "to_dict") else found
+    addresses = set()
+    for endpoint in obj.get("endpoints") or []:
+        if isinstance(endpoint, dict):
+            addresses.update(a for a in endpoint.get("addresses") or [] if isinstance(a, str))
+    return sorted(addresses)

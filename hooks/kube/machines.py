@@ -73,8 +73,23 @@ def delete_machine(kube, name: str, uid: str) -> bool:
     return delete_exact(kube, fresh.resource(names.MACHINE_KIND), name, uid)
 
 
+def listed(kube, pool: str | None = None) -> list[dict]:
+    """Every Machine the API server has now (of one pool, by its label, or all), as dicts."""
+    labels = {names.POOL_LABEL: pool} if pool else None
+    return [fresh.as_dict(m) for m in kube.list(fresh.resource(names.MACHINE_KIND), labels=labels)]
+
+
 def machine_uids(kube, pool: str | None = None) -> set[str]:
     """The uid of every Machine the API server has now (of one pool, or all: a uid is unique anyway)."""
-    labels = {names.POOL_LABEL: pool} if pool else None
-    listed = kube.list(fresh.resource(names.MACHINE_KIND), labels=labels)
-    return {(fresh.as_dict(m).get("metadata") or {}).get("uid") for m in listed}
+    return {(m.get("metadata") or {}).get("uid") for m in listed(kube, pool)}
+
+
+def claims(kube) -> tuple[set[str], set[str]]:
+    """(every Machine's uid, every instance a Machine records in status.instanceID), from the API server now."""
+    uids, recorded = set(), set()
+    for machine in listed(kube):
+        uids.add((machine.get("metadata") or {}).get("uid"))
+        status = machine.get("status") if isinstance(machine.get("status"), dict) else {}
+        if isinstance(status.get("instanceID"), str) and status["instanceID"]:
+            recorded.add(status["instanceID"])
+    return uids, recorded

@@ -2,25 +2,26 @@
 
 The order that makes it hold:
 
-1. Look for an instance tagged with the Machine's UID (gather does, every
-   call until the Machine has recorded its instance). Found: record it.
+1. Look for every instance tagged with the Machine's UID (gather does, on
+   every call of the Machine's life). Found and none recorded yet: record the
+   oldest. Any other tagged instance than the one recorded (two launches
+   raced, or EC2 showed one late) is terminated.
 2. None found and no launch request recorded in the last
    ``CALL_WINDOW_SECONDS``: record ``launchRequestedAt`` and launch on the
    next call. The stamp is how termination knows a launch may have happened
    that DescribeInstances cannot show yet (AWS is eventually consistent).
 3. Otherwise RunInstances, tagged at creation, with a ClientToken per
-   (Machine, candidate); the instance it returns is recorded.
+   (Machine, launch request, candidate); the instance it returns is recorded.
+   The user data was rendered by gather, for the Machine the API server
+   confirmed, within a time and size bound (hooks/machines/userdata.py).
 
 A crash after RunInstances and before the record is step 1 on the next call.
-More than one instance with our UID (two launches raced) keeps the oldest and
-terminates the rest.
 """
 from __future__ import annotations
 
 from hooks import events, timefmt
 from hooks.aws import instances
-from hooks.contract import RequestError
-from hooks.machines import capacity, names, userdata
+from hooks.machines import capacity, names
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf
 
@@ -45,18 +46,31 @@ def record_instance(view: MachineView, progress: Progress, found: dict) -> None:
                                              f"{names.TAG_MACHINE_UID} tag and recorded"))
 
 
-def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> None:
-    observed = view.observed
-    if observed.get("instanceError"):
-        progress.error(f"instance look-up: {observed['instanceError']}", settings.error_backoff_seconds)
-        return
-    for extra in observed.get("duplicates") or []:
-        # Ours by tag (checked again right before), never the one recorded: a raced second launch.
+def request_fresh(status: dict, now) -> bool:
+    """A launch request was recorded within the call window: this call may call RunInstances."""
+    requested = timefmt.seconds_since(status.get("launchRequestedAt"), now)
+    return requested is not None and 0 <= requested <= CALL_WINDOW_SECONDS
+
+
+def terminate_duplicates(view: MachineView, progress: Progress, settings) -> None:
+    """Terminate every instance tagged with the Machine's UID but the one it keeps (gather tells them apart)."""
+    for extra in view.observed.get("duplicates") or []:
+        if extra.get("state") in instances.GONE_STATES:
+            continue  # already going
+        # Ours by tag (checked again right before), never the one recorded: a raced or late-shown launch.
         progress.actions.append(Action(
             "ec2.terminate", extra["instanceID"], {"region": settings.aws_region},
             requires=(InstanceOf(extra["instanceID"], view.uid, settings.aws_region or None),),
             reports=events.warning(events.DUPLICATE_INSTANCE,
                                    f"instance {extra['instanceID']} was a second launch for this Machine")))
+
+
+def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> None:
+    observed = view.observed
+    if observed.get("instanceError"):
+        progress.error(f"instance look-up: {observed['instanceError']}", settings.error_backoff_seconds)
+        return
+    terminate_duplicates(view, progress, settings)
     if view.instance is not None:
         record_instance(view, progress, view.instance)
         _capacity(view, progress, settings)
@@ -69,18 +83,18 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
         progress.error("NODEWARDEN_CLUSTER_NAME is not set: instances cannot be tagged for the cluster",
                        settings.error_backoff_max_seconds)
         return
-    requested = view.since("launchRequestedAt")
-    if requested is None or requested < 0 or requested > CALL_WINDOW_SECONDS:
+    if not request_fresh(view.status, view.now):
         view.status["launchRequestedAt"] = timefmt.fmt(view.now)
         progress.condition(names.LAUNCHED, "False", "Launching", "launching an instance")
         progress.events.append(events.normal(events.LAUNCH_REQUESTED, "launching an instance"))
         progress.again_in(0.2)
         return
-    try:
-        data = userdata.render(view.spec.user_data, cluster_name, view.name, view.pool)
-    except RequestError as exc:
-        progress.condition(names.LAUNCHED, "False", events.INVALID_SPEC, str(exc))
-        progress.error(str(exc), settings.error_backoff_max_seconds)
+    if observed.get("userDataError"):
+        progress.condition(names.LAUNCHED, "False", events.INVALID_SPEC, observed["userDataError"])
+        progress.error(observed["userDataError"], settings.error_backoff_max_seconds)
+        return
+    if not isinstance(observed.get("userData"), str):
+        progress.error("the user data was not rendered", settings.error_backoff_seconds)
         return
     if observed.get("subnetsError"):
         progress.error(f"subnets: {observed['subnetsError']}", settings.error_backoff_seconds)
@@ -91,11 +105,12 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
         return
     candidates = [{"instanceType": t, "subnetID": s["id"]} for t in view.spec.instance_types for s in subnets]
     params = {
-        "region": settings.aws_region, "uid": view.uid, "candidates": candidates,
+        "region": settings.aws_region, "uid": view.uid, "launchRequestedAt": view.status["launchRequestedAt"],
+        "candidates": candidates,
         "tags": instances.tags(cluster_name, view.pool, view.name, view.uid),
         "imageId": view.spec.image_id, "launchTemplate": view.spec.launch_template,
         "securityGroups": list(view.spec.security_groups), "instanceProfile": view.spec.instance_profile,
-        "userData": data,
+        "userData": observed["userData"],
     }
     record = tuple(Change(("status", key), result=key) for key in _RECORDED) + (
         Change(("status", "launchedAt"), result="launchTime"),)

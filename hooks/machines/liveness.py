@@ -1,7 +1,12 @@
-"""Liveness: a Machine that cannot become a Node is deleted, so its pool replaces it (pure).
+"""Liveness: a Machine that cannot become (or stay) a Node is deleted, so its pool replaces it (pure).
 
-- Not Registered within ``registrationTTL`` of its launch (or of its
-  creation, when the launch never succeeded).
+- Never registered within ``registrationTTL`` of its launch (or of its
+  creation, when the launch never succeeded). Registered means joined to the
+  Node that names its instance; Initialized is not part of it.
+- Registered once, and the API server says its recorded Node is gone (a 404,
+  or another uid under that name) with no Node naming its instance in its
+  place: deleting the Node deletes the Machine, as with Karpenter. A Node
+  merely not seen in one call is not gone.
 - Its recorded instance is gone (terminated or unknown to EC2) outside our
   own termination, once it has been launched longer than the window in which
   EC2 may not show a new instance yet.
@@ -13,6 +18,7 @@ from __future__ import annotations
 from hooks import conditions, events, timefmt
 from hooks.aws import instances
 from hooks.machines import names
+from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, SameObject
 
@@ -25,8 +31,13 @@ def _delete(view: MachineView, progress: Progress, reason: str, message: str, me
     progress.actions.append(Action("metric.machine", view.pool, {"event": metric}))
 
 
-def step(view: MachineView, progress: Progress, settings) -> None:
-    if conditions.is_true(view.status, names.REGISTERED):
+def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
+    if seen.lost and seen.node is None:
+        _delete(view, progress, events.NODE_GONE,
+                f"Node {view.status.get('nodeName')} ({view.status.get('nodeUID')}) is gone: deleting the Machine",
+                "node-gone")
+        return
+    if conditions.is_true(view.status, names.REGISTERED) or view.status.get("nodeUID"):
         return _instance_gone(view, progress, settings)
     started = timefmt.parse(view.status.get("launchedAt")) or view.created
     age = (view.now - started).total_seconds()

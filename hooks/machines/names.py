@@ -1,6 +1,13 @@
 """The names Machines and NodePools share with Nodes, EC2 and users: keep them stable."""
 
 GROUP = "nodewarden.io"
+# Label, annotation and taint keys under this prefix are nodewarden's own: a
+# spec may not set them (a template setting nodewarden.io/machine would hide
+# a Node from its Machine).
+OWN_KEY_PREFIX = "nodewarden.io/"
+# A Machine's name is the value of its Node's nodewarden.io/machine label, a
+# NodePool's the value of nodewarden.io/nodepool: label values are at most 63 characters.
+MAX_NAME = 63
 API_VERSION = "nodewarden.io/v1alpha1"
 MACHINE_KIND = "Machine"
 NODEPOOL_KIND = "NodePool"

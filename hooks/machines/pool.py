@@ -5,6 +5,11 @@ moment it exists: no window in which an instance or Node has no owner.
 Existing Machines are returned as they are (their spec is immutable, and the
 controller never updates a child); new ones get a name derived from the
 pool's uid and a free slot number, so a repeated call asks for the same one.
+
+How many Machines the pool has, and which are already leaving, is what the
+API server says (``fresh``), not Metacontroller's cache, which can be a step
+behind its own last deletes: a scale-down removes exactly the difference
+between the live Machines and ``replicas``, whatever the cache shows.
 """
 from __future__ import annotations
 
@@ -14,8 +19,6 @@ import hashlib
 from hooks import conditions, timefmt
 from hooks.machines import names
 from hooks.machines.spec import PoolSpec
-
-MAX_NAME = 63
 
 
 def _str(value) -> str:
@@ -71,7 +74,7 @@ def by_phase(machines: list[dict]) -> dict[str, int]:
 
 def machine_name(pool_name: str, pool_uid: str, slot: int) -> str:
     digest = hashlib.sha256(f"{pool_uid}/{slot}".encode()).hexdigest()[:5]
-    return f"{pool_name[:MAX_NAME - 6]}-{digest}"
+    return f"{pool_name[:names.MAX_NAME - 6]}-{digest}"
 
 
 def keep(machine: dict) -> dict:
@@ -99,20 +102,29 @@ def removal_order(machines: list[dict]) -> list[dict]:
     return sorted(machines, key=key)
 
 
-def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict]) -> tuple[list[dict], list[str], list[str]]:
-    """(children, names created, names removed) for ``spec.replicas`` live Machines."""
-    live = [m for m in machines if not m["metadata"]["deletionTimestamp"]]
-    going = [m for m in machines if m["metadata"]["deletionTimestamp"]]
+def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
+            fresh: list[dict] | None = None) -> tuple[list[dict], list[str], list[str]]:
+    """(children, names created, names removed) for ``spec.replicas`` live Machines.
+
+    ``machines`` are the request's children (what Metacontroller can delete:
+    only these are returned or left out); ``fresh`` the pool's Machines as the
+    API server has them, which decide how many are live and which are already
+    leaving. Without ``fresh`` the children stand for it.
+    """
+    known = {m["metadata"]["name"] for m in machines}
+    current = machines if fresh is None else fresh
+    live = [m for m in current if not m["metadata"]["deletionTimestamp"]]
+    going = [m for m in current if m["metadata"]["deletionTimestamp"]]
     removed: list[str] = []
     if len(live) > spec.replicas:
-        leaving = removal_order(live)[:len(live) - spec.replicas]
+        # Only a Machine Metacontroller has seen can be left out; one it has not is counted, and removed later.
+        leaving = [m for m in removal_order(live) if m["metadata"]["name"] in known][:len(live) - spec.replicas]
         removed = [m["metadata"]["name"] for m in leaving]
-        live = [m for m in live if m["metadata"]["name"] not in removed]
-    children = [keep(m) for m in live + going]
-    taken = {m["metadata"]["name"] for m in machines}
+    children = [keep(m) for m in live + going if m["metadata"]["name"] in known and m["metadata"]["name"] not in removed]
+    taken = {m["metadata"]["name"] for m in machines} | {m["metadata"]["name"] for m in current}
     created: list[str] = []
     slot = 0
-    while len(live) + len(created) < spec.replicas:
+    while len(live) - len(removed) + len(created) < spec.replicas:
         name = machine_name(pool_name, pool_uid, slot)
         slot += 1
         if name in taken:
@@ -123,16 +135,24 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict])
     return children, created, removed
 
 
-def leaked(instances: list[dict], machine_uids: set[str], now: dt.datetime, grace_seconds: float) -> list[dict]:
-    """Instances of the pool whose Machine-UID tag names no Machine, launched longer than the grace ago.
+def recorded_instances(machines: list[dict]) -> set[str]:
+    """The instances the Machines record in status.instanceID."""
+    return {m["status"]["instanceID"] for m in machines if isinstance(m["status"].get("instanceID"), str)}
+
+
+def leaked(instances: list[dict], machine_uids: set[str], now: dt.datetime, grace_seconds: float,
+           recorded: frozenset[str] | set[str] = frozenset()) -> list[dict]:
+    """Instances of the pool whose Machine-UID tag names no Machine and that no Machine records,
+    launched longer than the grace ago.
 
     Only instances carrying our Machine-UID tag are ever candidates: an
-    instance without it was not launched by a Machine.
+    instance without it was not launched by a Machine. A tag can be edited,
+    a Machine's own record cannot: an instance a Machine records is its own.
     """
     found = []
     for instance in instances:
         uid = (instance.get("tags") or {}).get(names.TAG_MACHINE_UID)  # EC2's answer, not a request's
-        if not uid or uid in machine_uids:
+        if not uid or uid in machine_uids or instance.get("instanceID") in recorded:
             continue
         launched = timefmt.parse(instance.get("launchTime"))
         if launched is None or (now - launched).total_seconds() < grace_seconds:

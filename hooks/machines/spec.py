@@ -77,6 +77,29 @@ def _string_map(spec: dict, key: str, where: str) -> dict:
     return raw
 
 
+def _not_ours(key: str, where: str) -> None:
+    """Keys in nodewarden's own domain are set by nodewarden alone (the CRDs refuse them too)."""
+    if key.startswith(names.OWN_KEY_PREFIX):
+        raise RequestError(where, f"{key!r} is in the {names.OWN_KEY_PREFIX} domain, which nodewarden keeps for itself")
+
+
+def _node_map(spec: dict, key: str, where: str) -> dict:
+    """Labels or annotations for the Node: none of nodewarden's own keys."""
+    raw = _string_map(spec, key, where)
+    for k in raw:
+        _not_ours(k, f"{where}.{key}.{k}")
+    return raw
+
+
+def _name(obj: dict, where: str) -> str:
+    """The object's name, which becomes a label value on its Nodes: at most 63 characters."""
+    name = fields.mapping(obj, "metadata").get("name")
+    if isinstance(name, str) and len(name) > names.MAX_NAME:
+        raise RequestError(f"{where}.metadata.name", f"is longer than {names.MAX_NAME} characters, the most a label "
+                                                     "value may have")
+    return name
+
+
 def _taints(spec: dict, key: str, where: str) -> tuple[Taint, ...]:
     found = []
     items = fields.objects(spec, key, where=where)
@@ -88,6 +111,7 @@ def _taints(spec: dict, key: str, where: str) -> tuple[Taint, ...]:
         effect = fields.item_string(item, "effect", at)
         if not taint_key:
             raise RequestError(f"{at}.key", "is required")
+        _not_ours(taint_key, f"{at}.key")
         if effect not in _EFFECTS:
             raise RequestError(f"{at}.effect", f"must be one of {', '.join(_EFFECTS)}")
         found.append(Taint(taint_key, effect, fields.item_string(item, "value", at)))
@@ -143,9 +167,10 @@ def parse_template(spec: dict, where: str, *, labels: dict, annotations: dict, r
 
 
 def machine(obj: dict) -> MachineSpec:
+    _name(obj, "parent")
     spec = fields.mapping(obj, "spec")
-    return parse_template(spec, "parent.spec", labels=_string_map(spec, "labels", "parent.spec"),
-                          annotations=_string_map(spec, "annotations", "parent.spec"),
+    return parse_template(spec, "parent.spec", labels=_node_map(spec, "labels", "parent.spec"),
+                          annotations=_node_map(spec, "annotations", "parent.spec"),
                           registration_ttl=spec.get("registrationTTL"), drain_timeout=spec.get("drainTimeout"))
 
 
@@ -158,6 +183,7 @@ class PoolSpec:
 
 
 def pool(obj: dict) -> PoolSpec:
+    _name(obj, "parent")
     spec = fields.mapping(obj, "spec")
     replicas = bounds.whole_number(spec.get("replicas"), "parent.spec.replicas", minimum=0, maximum=MAX_REPLICAS,
                                    default=0)
@@ -165,8 +191,8 @@ def pool(obj: dict) -> PoolSpec:
     meta = fields.mapping(template, "metadata", where="parent.spec.template")
     inner = fields.mapping(template, "spec", where="parent.spec.template")
     where = "parent.spec.template"
-    labels = _string_map(meta, "labels", f"{where}.metadata")
-    annotations = _string_map(meta, "annotations", f"{where}.metadata")
+    labels = _node_map(meta, "labels", f"{where}.metadata")
+    annotations = _node_map(meta, "annotations", f"{where}.metadata")
     parsed = parse_template(inner, f"{where}.spec", labels=labels, annotations=annotations,
                             registration_ttl=spec.get("registrationTTL"), drain_timeout=spec.get("drainTimeout"))
     machine_spec = {k: inner[k] for k in TEMPLATE_FIELDS if inner.get(k) not in (None, [], {}, "")}

@@ -10,22 +10,32 @@
    is left or ``drainTimeout`` has passed since termination began.
 4. Wait for the Node's VolumeAttachments to go, at most
    NODEWARDEN_MACHINE_VOLUME_DETACH_TIMEOUT_SECONDS.
-5. TerminateInstances (only an instance still tagged with our UID), then
-   confirm ``terminated`` (an instance EC2 no longer knows counts), asking
-   again every NODEWARDEN_MACHINE_TERMINATE_RETRY_SECONDS.
-6. Delete the Node (only the uid joined), then ``finalized``.
+5. TerminateInstances, then confirm ``terminated``, asking again every
+   NODEWARDEN_MACHINE_TERMINATE_RETRY_SECONDS. The instance must be the
+   Machine's: tagged with its UID, or the one its status records and tagged
+   for this cluster. One that is neither is left running (Warning
+   ``InstanceNotOwned``) once NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS have
+   passed since termination began. EC2 not knowing an instance counts as
+   terminated only once it was launched longer ago than the launch-visibility
+   window: right after RunInstances, DescribeInstances may not show it yet.
+6. Delete the Node (only the uid joined), then ``finalized``, once every
+   other instance tagged with the Machine's UID is gone too and none can
+   still appear: the recorded instance was launched longer ago than the
+   launch-visibility window (a launch whose result was lost came before it),
+   or, with none recorded, the last launch request is older than the call
+   window plus the launch-visibility window.
 
-A Machine that never launched is finalized once no instance with its UID can
-still appear: no launch request recorded, or the last one older than the
-launch-visibility window.
+The Node is the one the Machine recorded when it joined (by name and uid,
+whatever its labels), else the only labelled Node naming the instance. When
+the Node cannot be read, nothing goes on: a Node not seen is not a Node gone.
 """
 from __future__ import annotations
 
 from hooks import events, objects, timefmt
 from hooks.detacher import names as detacher
 from hooks.detacher import shutdown
-from hooks.machines import names
-from hooks.machines.launch import CALL_WINDOW_SECONDS
+from hooks.machines import launch, names
+from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf, SameObject
 
@@ -61,7 +71,7 @@ def _done(term: dict, key: str) -> bool:
     return bool(term.get(key))
 
 
-def step(view: MachineView, progress: Progress, node: dict | None, settings) -> None:
+def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
     status = view.status
     term = dict(status.get("termination") or {})
     status["termination"] = term
@@ -72,22 +82,32 @@ def step(view: MachineView, progress: Progress, node: dict | None, settings) -> 
     if observed.get("instanceError"):
         progress.error(f"instance look-up: {observed['instanceError']}", settings.error_backoff_seconds)
         return
-    if not view.instance_id and view.instance is None:
-        requested = view.since("launchRequestedAt")
-        window = CALL_WINDOW_SECONDS + settings.machine_launch_visibility_seconds
-        if requested is not None and 0 <= requested < window:
-            progress.again_in(max(0.5, window - requested))  # a launch may yet show up
-            return
-        progress.finalized = _node_gone(view, progress, node, settings, term)
+    if observed.get("nodeError"):
+        progress.error(f"Node: {observed['nodeError']}", settings.error_backoff_seconds)
         return
-    instance_id = view.instance_id or view.instance["instanceID"]
-    if node is not None and not _node_phase(view, progress, node, settings, term, started):
+    if seen.unseen:
+        progress.error(f"Node {status.get('nodeName')} not confirmed by the API server", settings.error_backoff_seconds)
         return
-    if not _done(term, "instanceTerminatedAt"):
-        _terminate(view, progress, settings, term, instance_id)
-        if not _done(term, "instanceTerminatedAt"):
+    launch.terminate_duplicates(view, progress, settings)
+    node = seen.node
+    instance_id = view.instance_id or (view.instance or {}).get("instanceID")
+    if instance_id:
+        if node is not None and not _node_phase(view, progress, node, settings, term, started):
             return
-    progress.finalized = _node_gone(view, progress, node, settings, term)
+        if not (_done(term, "instanceTerminatedAt") or _done(term, "instanceReleasedAt")):
+            _terminate(view, progress, settings, term, instance_id)
+            if not (_done(term, "instanceTerminatedAt") or _done(term, "instanceReleasedAt")):
+                return
+    if not _node_gone(view, progress, node, settings, term):
+        return
+    if any(d.get("state") != "terminated" for d in observed.get("duplicates") or []):
+        progress.again_in(settings.machine_poll_seconds)  # a second instance of the Machine is still going
+        return
+    left = _recently_launched(view, settings)
+    if left is not None:
+        progress.again_in(max(0.5, left))  # an instance of a lost launch may yet show up
+        return
+    progress.finalized = True
 
 
 def _node_phase(view: MachineView, progress: Progress, node: dict, settings, term: dict, started: str) -> bool:
@@ -153,30 +173,70 @@ def _still_waiting(progress: Progress, settings, left: list, waited: float | Non
     return False
 
 
+def _recently_launched(view: MachineView, settings) -> float | None:
+    """Seconds left of the window in which EC2 may not show an instance of the Machine yet (None when past).
+
+    Counted from the recorded instance's launch: any launch whose result was
+    lost came before it. With none recorded, from the last launch request,
+    which a launch follows within the call window.
+    """
+    visible = settings.machine_launch_visibility_seconds
+    launched = view.since("launchedAt") if view.instance_id else None
+    if launched is not None:
+        left = visible - launched
+    else:
+        requested = view.since("launchRequestedAt")
+        left = launch.CALL_WINDOW_SECONDS + visible - requested if requested is not None else 0.0
+    return left if left > 0 else None
+
+
+def _owned(view: MachineView, settings, found: dict) -> bool:
+    """The instance is the Machine's: its UID tag, or our record of it and this cluster's tag."""
+    tags = found.get("tags") or {}
+    if tags.get(names.TAG_MACHINE_UID) == view.uid:
+        return True
+    return bool(settings.cluster_name) and found.get("instanceID") == view.instance_id and \
+        tags.get(names.cluster_tag(settings.cluster_name)) == names.CLUSTER_TAG_VALUE
+
+
 def _terminate(view: MachineView, progress: Progress, settings, term: dict, instance_id: str) -> None:
     found = view.instance
+    if found is None:
+        left = _recently_launched(view, settings)
+        if left is not None:
+            progress.again_in(max(0.5, min(left, settings.machine_poll_seconds)))  # not shown yet is not gone
+            return
     if found is None or found.get("state") == "terminated":
         progress.stamp("instanceTerminatedAt", term)
         progress.events.append(events.normal(events.INSTANCE_TERMINATED, f"instance {instance_id} is terminated"))
         progress.actions.append(Action("metric.machine", view.pool, {"event": "terminated"}))
         return
+    if not _owned(view, settings, found):
+        waited = view.since("startedAt", term) or 0.0
+        message = (f"instance {instance_id} carries neither {names.TAG_MACHINE_UID}={view.uid} nor this cluster's "
+                   f"tag: not terminated")
+        if waited < settings.leaked_instance_grace_seconds:
+            progress.error(message, settings.error_backoff_seconds)
+            return
+        progress.stamp("instanceReleasedAt", term)
+        progress.events.append(events.warning(events.INSTANCE_NOT_OWNED, f"{message}; left running"))
+        return
     asked = view.since("terminateRequestedAt", term)
     if found.get("state") == "shutting-down" and asked is not None and asked < settings.machine_terminate_retry_seconds:
         progress.again_in(settings.machine_poll_seconds)
         return
+    recorded = found.get("instanceID") == view.instance_id
     progress.actions.append(Action(
         "ec2.terminate", instance_id, {"region": settings.aws_region},
         record=(Change(("status", "termination", "terminateRequestedAt"), timefmt.fmt(view.now)),),
-        requires=(InstanceOf(instance_id, view.uid, settings.aws_region or None),),
+        requires=(InstanceOf(instance_id, view.uid, settings.aws_region or None,
+                             settings.cluster_name if recorded else ""),),
         reports=events.normal(events.INSTANCE_TERMINATE_REQUESTED, f"terminating instance {instance_id}")))
     progress.again_in(settings.machine_poll_seconds)
 
 
 def _node_gone(view: MachineView, progress: Progress, node: dict | None, settings, term: dict) -> bool:
     """Delete the joined Node; True once the API server says it is gone or going."""
-    if view.observed.get("nodeError"):
-        progress.error(f"Node: {view.observed['nodeError']}", settings.error_backoff_seconds)
-        return False
     if node is None:
         if not view.verified:
             progress.verify = True  # only a fresh read proves it gone

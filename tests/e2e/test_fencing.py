@@ -17,7 +17,7 @@ import time
 import pytest
 
 from devcluster import failover, fleet, kwok
-from devcluster.api import wait_for
+from devcluster.api import STRATEGIC, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -190,3 +190,78 @@ def test_storm_guard_holds_fencing_back(api, cloud):
         api.delete(f"{failover.POLICIES}/{scenario}")
         for name in names:
             api.delete(f"/api/v1/nodes/{name}")
+
+
+UNHEALTHY_NODES = "/apis/nodewarden.io/v1alpha1/unhealthynodes"
+
+
+def test_a_record_saying_ready_does_not_hide_a_dead_node_from_the_storm_guard(api, cloud):
+    """Three of four nodes of a policy (maxUnhealthy 1) die together. Two of them have UnhealthyNode records
+    saying Ready (stale, or forged by anyone who may write them): the count list still sees them NotReady,
+    so the guard holds, and the third, recorded by node-fencing, is not fenced either."""
+    scenario = f"stale-{fleet.launch_instances(cloud, 1)[0][-6:]}"
+    instances = fleet.launch_instances(cloud, 4)
+    names = [f"{scenario}-{i}" for i in range(4)]
+    for name, instance_id in zip(names, instances):
+        failover.create_node(api, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
+    hidden, dead = names[:2], names[:3]
+    for name in hidden:
+        api.create(UNHEALTHY_NODES, {
+            "apiVersion": "nodewarden.io/v1alpha1", "kind": "UnhealthyNode",
+            "metadata": {"name": name, "labels": {failover.SCENARIO_LABEL: scenario}},
+            "spec": {"conditions": [{"type": "Ready", "status": "True",
+                                     "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]}})
+    try:
+        failover.kill(api, dead)
+        api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="5s", max_unhealthy=1))
+
+        def holding():
+            status = api.get(f"{failover.POLICIES}/{scenario}").get("status") or {}
+            guard = next((c for c in status.get("conditions") or [] if c["type"] == "StormGuard"), {})
+            return guard.get("status") == "True" and guard.get("reason") == "TooManyUnhealthy" and status
+
+        status = wait_for(holding, "the storm guard holding on the list's word", timeout=30, interval=0.5)
+        assert status["unhealthyNodes"] == 3 and status["observedNodes"] == 4
+        time.sleep(15)  # past the 5 s duration of every dead node
+        assert all(api.get_or_none(f"{failover.REQUESTS}/fence-{n}") is None for n in dead)
+        states = {i["InstanceId"]: i["State"]["Name"] for r in cloud.ec2.describe_instances(
+            InstanceIds=instances)["Reservations"] for i in r["Instances"]}
+        assert set(states.values()) == {"running"}, states
+    finally:
+        api.delete(f"{failover.POLICIES}/{scenario}")
+        for name in names:
+            api.delete(f"/api/v1/nodes/{name}")
+        for name in hidden:
+            api.delete(f"{UNHEALTHY_NODES}/{name}")
+
+
+def test_a_fencing_required_condition_written_by_anyone_starts_nothing(api, cloud):
+    """A nodes/status writer sets FencingRequired=True on a NotReady node 10 minutes before its policy's
+    duration is up, while the storm guard holds: only a FencingRequest of ours proves fencing in flight, so
+    none is made, and node-fencing writes the condition back as it stands."""
+    (instance,) = fleet.launch_instances(cloud, 1)
+    scenario = f"claim-{instance[-6:]}"
+    name = f"{scenario}-0"
+    api.create("/api/v1/nodes", fleet.node_manifest(name, instance, {failover.SCENARIO_LABEL: scenario}, alive=False))
+    try:
+        api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="10m", max_unhealthy=0))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        api.patch(f"/api/v1/nodes/{name}/status", {"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "x",
+             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp},
+            {"type": "FencingRequired", "status": "True", "reason": "FencingRequested",
+             "message": f"FencingRequest nodewarden-system/fence-{name} powers the node off",
+             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}, content_type=STRATEGIC)
+
+        def written_back():
+            cond = _condition(api.get(f"/api/v1/nodes/{name}"), "FencingRequired")
+            return cond.get("status") == "False" and cond
+        cond = wait_for(written_back, "node-fencing's own FencingRequired", timeout=30, interval=0.5)
+        assert cond["reason"] in ("WaitingForDuration", "StormGuard", "PolicyCountPending"), cond
+        time.sleep(10)
+        assert api.get_or_none(f"{failover.REQUESTS}/fence-{name}") is None
+        assert cloud.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0][
+            "State"]["Name"] == "running"
+    finally:
+        api.delete(f"{failover.POLICIES}/{scenario}")
+        api.delete(f"/api/v1/nodes/{name}")

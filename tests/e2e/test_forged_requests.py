@@ -11,6 +11,8 @@ counts. moto is checked after each forged request: nothing changed.
 from __future__ import annotations
 
 import copy
+import re
+import time
 import uuid
 
 import pytest
@@ -18,7 +20,7 @@ import requests
 
 import gc_world as w
 from support import hook_request
-from devcluster import fleet
+from devcluster import failover, fleet
 from devcluster.api import ApiError, wait_for
 from test_cluster_gc import FINALIZER, GC, LAST_ERROR, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
 
@@ -167,4 +169,94 @@ def test_a_request_without_credentials_changes_nothing(api, cluster, cloud, name
         with pytest.raises(requests.exceptions.ConnectionError):  # plain HTTP is not served at all
             requests.post(f"http://127.0.0.1:{cluster.ports.hooks}/fencing-request/sync", json=body, timeout=10)
     finally:
+        api.delete(f"/api/v1/nodes/{name}")
+
+
+def _node_fencing_body(node: dict, policy: dict) -> dict:
+    return hook_request("node-fencing", node, related=[policy])  # as Metacontroller v4 sends it (hook v2)
+
+
+def test_a_forged_node_fencing_sync_taints_no_ready_node(api, cluster, cloud):
+    """A Ready node, a real policy selecting it; bodies claiming the node has been NotReady for ten minutes
+    with every fencing condition already written (so only the taints would be left to lay), and the
+    policy's count admitting it: the node keeps its taints and conditions, no FencingRequest is made."""
+    (instance,) = fleet.launch_instances(cloud, 1)
+    name = f"forged-ready-{instance[-6:]}"
+    real = failover.create_node(api, name, instance, labels={failover.SCENARIO_LABEL: name})
+    api.create(failover.POLICIES, failover.policy_manifest(name, name, duration="30s"))
+    try:
+        policy = wait_for(lambda: (p := api.get(f"{failover.POLICIES}/{name}")).get("status", {}).get("countedAt") and p,
+                          "the policy counted", timeout=30, interval=0.5)
+        before = api.get(f"/api/v1/nodes/{name}")
+        long_ago = "2026-01-01T00:00:00Z"
+        forged = copy.deepcopy(real)
+        forged["status"]["conditions"] = [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "x",
+             "lastHeartbeatTime": long_ago, "lastTransitionTime": long_ago},
+            {"type": "FencingTriaged", "status": "True", "reason": "UnhealthyCondition",
+             "message": f"Ready=Unknown since {long_ago}", "lastTransitionTime": long_ago},
+            {"type": "FencingRequired", "status": "True", "reason": "FencingRequested",
+             "message": f"FencingRequest nodewarden-system/fence-{name} powers the node off",
+             "lastTransitionTime": long_ago},
+            {"type": "FencingComplete", "status": "False", "reason": "FencingInProgress",
+             "message": "waiting for the power-off to be confirmed", "lastTransitionTime": long_ago}]
+        counted = copy.deepcopy(policy)
+        counted["status"].update(unhealthyNodeNames=[name], countedAt=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        for uid in (real["metadata"]["uid"], str(uuid.uuid4())):
+            forged["metadata"]["uid"] = uid
+            for _ in range(3):
+                _post(cluster, "node-fencing/sync", _node_fencing_body(forged, counted))
+        after = api.get(f"/api/v1/nodes/{name}")
+        assert not {t["key"] for t in after["spec"].get("taints") or []} & {
+            "node.kubernetes.io/fencingtriaged", "node.kubernetes.io/fencingrequired"}
+        assert after["spec"].get("taints") == before["spec"].get("taints")
+        assert not any(c["type"].startswith("Fencing") for c in after["status"]["conditions"])
+        assert api.get_or_none(f"{failover.REQUESTS}/fence-{name}") is None
+        assert _state(cloud, instance) == "running"
+    finally:
+        api.delete(f"{failover.POLICIES}/{name}")
+        api.delete(f"/api/v1/nodes/{name}")
+
+
+def _storm_guard_series(cluster) -> dict[str, float]:
+    text = requests.get(f"{cluster.hooks_metrics_url}/metrics", timeout=10).text
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r'^nodewarden_fencing_storm_guard_active\{policy="([^"]*)"\} (\S+)$', text, re.M)}
+
+
+def test_forged_policy_syncs_count_nothing_and_write_no_metric(api, cluster, cloud):
+    """A real policy holds its guard (its one node is NotReady, maxUnhealthy 0). Bodies naming invented
+    policies, and the real one with a made-up uid or with its uid and a spec selecting nothing: no metric
+    series appears, the real policy's gauge stays 1, no Event is written."""
+    (instance,) = fleet.launch_instances(cloud, 1)
+    name = f"forged-policy-{instance[-6:]}"
+    api.create("/api/v1/nodes", fleet.node_manifest(name, instance, {failover.SCENARIO_LABEL: name}, alive=False))
+    api.create(failover.POLICIES, failover.policy_manifest(name, name, duration="10m", max_unhealthy=0))
+    try:
+        wait_for(lambda: _storm_guard_series(cluster).get(name) == 1.0, "the real policy's guard holding",
+                 timeout=30, interval=0.5)
+        real = api.get(f"{failover.POLICIES}/{name}")
+        invented = [f"{name}-invented-{i}" for i in range(3)]
+        bodies = []
+        for other in invented:
+            fake = copy.deepcopy(real)
+            fake["metadata"].update(name=other, uid=str(uuid.uuid4()))
+            bodies.append(fake)
+        for uid, selector in ((str(uuid.uuid4()), None), (real["metadata"]["uid"], {"matchLabels": {"none": "x"}})):
+            fake = copy.deepcopy(real)
+            fake["metadata"]["uid"] = uid
+            if selector:
+                fake["spec"]["nodeSelector"] = selector
+            bodies.append(fake)
+        for body in bodies:
+            for _ in range(2):
+                _post(cluster, "node-fencing-policy/sync", hook_request("node-fencing-policy", body))
+        series = _storm_guard_series(cluster)
+        assert not any(other in series for other in invented), series
+        assert series[name] == 1.0, "the real policy's gauge follows the real policy"
+        for other in invented:
+            assert api.get("/api/v1/namespaces/default/events",
+                           params={"fieldSelector": f"involvedObject.name={other}"})["items"] == []
+    finally:
+        api.delete(f"{failover.POLICIES}/{name}")
         api.delete(f"/api/v1/nodes/{name}")

@@ -168,6 +168,36 @@ def test_a_nodepool_template_needs_exactly_one_image_source(api):
                                                                                          template=template))
 
 
+def test_a_name_longer_than_a_label_value_is_refused(api, made):
+    """A NodePool's name is its Machines' and Nodes' nodewarden.io/nodepool label, a Machine's its Node's
+    nodewarden.io/machine: at most 63 characters."""
+    too_long = "e2e-" + "x" * 60
+    assert "at most 63 characters" in _refused(api, NODEPOOLS, _pool(too_long))
+    assert "at most 63 characters" in _refused(api, MACHINES, _machine(too_long))
+    made(_pool(too_long[:63]))
+
+
+@pytest.mark.parametrize("where", ["pool-label", "pool-annotation", "machine-label", "machine-annotation",
+                                   "pool-taint", "machine-startup-taint"])
+def test_keys_in_nodewardens_domain_are_refused(api, where):
+    """nodewarden.io/machine on a Node is how its Machine finds it: no spec may set a key of ours."""
+    ours = {names.MACHINE_LABEL: "another"}
+    taint = [{"key": names.UNREGISTERED_TAINT, "effect": "NoExecute"}]
+    if where.startswith("pool"):
+        pool = _pool(unique("e2e-np"))
+        template = pool["spec"]["template"]
+        if where == "pool-taint":
+            template["spec"]["taints"] = taint
+        else:
+            template["metadata"] = {"labels" if where == "pool-label" else "annotations": ours}
+        path, obj = NODEPOOLS, pool
+    elif where == "machine-startup-taint":
+        path, obj = MACHINES, _machine(unique("e2e-m"), startupTaints=taint)
+    else:
+        path, obj = MACHINES, _machine(unique("e2e-m"), **{"labels" if where == "machine-label" else "annotations": ours})
+    assert "nodewarden.io/ domain" in _refused(api, path, obj)
+
+
 @pytest.mark.parametrize("field", ["registrationTTL", "drainTimeout"])
 @pytest.mark.parametrize("value, why", [
     ("0s", "must be longer than 0s"),

@@ -7,12 +7,15 @@ Machine's Node leaves its target group first.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from devcluster import fleet
 from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from hooks.machines import names
+from support import hook_request
 from tests.e2e.conftest import unique
 
 pytestmark = pytest.mark.e2e
@@ -157,3 +160,55 @@ def test_a_machine_that_never_registers_is_replaced_after_its_ttl(api, cloud, po
              "a replacement Machine", timeout=30)
     reasons = {e["reason"] for e in api.get(f"/api/v1/events?fieldSelector=involvedObject.name%3D{first_name}")["items"]}
     assert "RegistrationTimedOut" in reasons
+
+
+def _one_initialized(api, cloud, pools, prefix: str, **spec) -> dict:
+    """A pool of one Machine, once that Machine is Initialized: the Machine as the API server has it."""
+    name = unique(prefix)
+    api.create(POOLS, _pool(name, _subnet(cloud), 1, **spec))
+    pools.append(name)
+    return wait_for(lambda: next((m for m in _live(_machines(api, name)) if _condition(m, names.INITIALIZED) == "True"),
+                                 None), "a Machine Initialized", timeout=90)
+
+
+def _untouched(api, cloud, machine: dict) -> None:
+    """The Machine is live and Registered, its Node schedulable and untainted, its instance running."""
+    now = api.get(f"{MACHINES}/{machine['metadata']['name']}")
+    assert now["metadata"]["uid"] == machine["metadata"]["uid"] and not now["metadata"].get("deletionTimestamp")
+    assert _condition(now, names.REGISTERED) == "True" and _condition(now, names.TERMINATING) is None
+    node = api.get(f"/api/v1/nodes/{machine['status']['nodeName']}")
+    assert not node["spec"].get("unschedulable")
+    assert names.DISRUPTED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+    pool = machine["metadata"]["labels"][names.POOL_LABEL]
+    assert _pool_instances(cloud, pool)[machine["status"]["instanceID"]] == "running"
+
+
+def test_a_forged_finalize_of_a_live_machine_changes_nothing(api, cloud, cluster, pools):
+    """The API server's own copy of a live Machine, with only finalizing: true invented, sent with the hook
+    credentials: the Machine is not being deleted, so nothing is cordoned, drained or terminated."""
+    machine = _one_initialized(api, cloud, pools, "forged")
+    live = api.get(f"{MACHINES}/{machine['metadata']['name']}")
+    answers = []
+    for _ in range(3):
+        reply = cluster.hook_session().post(f"{cluster.hooks_url}/machine/finalize",
+                                            json=hook_request("machine", live, finalizing=True), timeout=10)
+        assert reply.status_code == 200, reply.text
+        answers.append(reply.json())
+        time.sleep(0.5)
+    time.sleep(2)
+    _untouched(api, cloud, live)
+    for answer in answers:
+        assert answer.get("finalized") is False and "not verified" in answer["status"].get("lastError", ""), answer
+
+
+def test_a_node_that_loses_its_machine_label_keeps_its_machine(api, cloud, pools):
+    """A label is the kubelet's and users' to change: the Machine knows its Node by name and uid. Its
+    registrationTTL has long passed by then; the Machine stays, and so do its Node and instance."""
+    machine = _one_initialized(api, cloud, pools, "relabel", registrationTTL="20s")
+    launched = time.monotonic()
+    api.patch(f"/api/v1/nodes/{machine['status']['nodeName']}", {"metadata": {"labels": {names.MACHINE_LABEL: None}}})
+    # Past the TTL, and past a resync (30 s) of the Machine whatever its watch saw.
+    while time.monotonic() < launched + 40:
+        _untouched(api, cloud, machine)
+        time.sleep(2)
+    _untouched(api, cloud, machine)
