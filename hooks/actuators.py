@@ -147,12 +147,8 @@ def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
         return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
     if found is None:
         return ""  # EC2 no longer knows it: acting on it cannot harm anything
-    tags = found["tags"]
-    if tags.get(machine_names.TAG_MACHINE_UID) == requirement.machine_uid:
+    if machine_names.machines_instance(found["tags"], requirement.machine_uid, requirement.cluster_name):
         return ""
-    if requirement.cluster_name and \
-            tags.get(machine_names.cluster_tag(requirement.cluster_name)) == machine_names.CLUSTER_TAG_VALUE:
-        return ""  # the Machine's own record names it, and it is this cluster's
     return f"instance {requirement.instance_id} is not tagged for Machine uid {requirement.machine_uid}"
 
 

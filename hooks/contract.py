@@ -159,9 +159,6 @@ class HookRequest:
     controller: dict = field(default_factory=dict)
     # Set by the pipeline once the parent (and what the actions rest on) was re-read from the API server.
     verified: bool = False
-    # What gather looked up on the body before it was verified; a controller may reuse a look-up
-    # whose inputs the verified copy left unchanged (see the machine controller).
-    prior: dict = field(default_factory=dict, compare=False, repr=False)
     # Readings of this request computed once per call (see ``reading``); a replaced request starts empty.
     _readings: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -87,7 +87,7 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
     if plan.actions or plan.events or controller.needs_verification(request, plan):
         try:
             request, released = _being_deleted(dataclasses.replace(
-                controller.verify(request, ctx), verified=True, prior=observed))
+                controller.verify(request, ctx), verified=True))
             plan = controller.decide(request, ctx.settings, now, controller.gather(request, ctx, now))
         except fresh.Unverified as exc:
             # The response is the controller's to say; nothing is done or said on a body alone.
@@ -179,7 +179,7 @@ def as_is(request: HookRequest, ctx: runtime.Context) -> HookRequest:
 
 
 def refuse(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-    """``unverified`` of a controller that never needs verification: nothing is done."""
+    """``unverified`` that answers what was decided on the body (the pipeline adds no action or Event to it)."""
     return Plan(plan.response)
 
 

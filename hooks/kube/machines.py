@@ -79,11 +79,6 @@ def listed(kube, pool: str | None = None) -> list[dict]:
     return [fresh.as_dict(m) for m in kube.list(fresh.resource(names.MACHINE_KIND), labels=labels)]
 
 
-def machine_uids(kube, pool: str | None = None) -> set[str]:
-    """The uid of every Machine the API server has now (of one pool, or all: a uid is unique anyway)."""
-    return {(m.get("metadata") or {}).get("uid") for m in listed(kube, pool)}
-
-
 def claims(kube) -> tuple[set[str], set[str]]:
     """(every Machine's uid, every instance a Machine records in status.instanceID), from the API server now."""
     uids, recorded = set(), set()

@@ -41,6 +41,15 @@ def cluster_tag(cluster_name: str) -> str:
 
 CLUSTER_TAG_VALUE = "owned"
 
+
+def machines_instance(tags: dict, machine_uid: str, cluster_name: str = "") -> bool:
+    """Whether an instance's tags make it the Machine's to act on: its UID tag, or (given ``cluster_name``
+    only for the instance the Machine itself records) this cluster's tag: a user's edit of the UID tag
+    does not make our own record someone else's instance."""
+    if tags.get(TAG_MACHINE_UID) == machine_uid:
+        return True
+    return bool(cluster_name) and tags.get(cluster_tag(cluster_name)) == CLUSTER_TAG_VALUE
+
 # Machine conditions.
 LAUNCHED = "Launched"
 REGISTERED = "Registered"

@@ -192,11 +192,8 @@ def _recently_launched(view: MachineView, settings) -> float | None:
 
 def _owned(view: MachineView, settings, found: dict) -> bool:
     """The instance is the Machine's: its UID tag, or our record of it and this cluster's tag."""
-    tags = found.get("tags") or {}
-    if tags.get(names.TAG_MACHINE_UID) == view.uid:
-        return True
-    return bool(settings.cluster_name) and found.get("instanceID") == view.instance_id and \
-        tags.get(names.cluster_tag(settings.cluster_name)) == names.CLUSTER_TAG_VALUE
+    recorded = found.get("instanceID") == view.instance_id
+    return names.machines_instance(found.get("tags") or {}, view.uid, settings.cluster_name if recorded else "")
 
 
 def _terminate(view: MachineView, progress: Progress, settings, term: dict, instance_id: str) -> None:
