@@ -45,13 +45,14 @@ down: setup
 # docs/performance.md are named there. BENCH=<name> (or several) picks which,
 # BENCH_ARGS replaces the picked benchmarks' settings:
 #   make bench BENCH=fencing_failover BENCH_ARGS="--trials 10 --baseline-trials 5"
-BENCHES := hook_throughput lb_discovery cluster_gc machines policy_count cordon_to_deregister fencing_failover
+BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover
 BENCH ?= $(BENCHES)
 BENCH_ARGS ?=
 BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3
 BENCH_ARGS_lb_discovery := --target-groups 100 --instances 20 --latency 0.05
 BENCH_ARGS_cluster_gc := --load-balancers 50 --target-groups 50 --security-groups 50 --latency 0.05
 BENCH_ARGS_machines := --launches 100 --samples 20
+BENCH_ARGS_disruption := storm --machines 100 --drifted 40 --fenced 10 --spot 10
 BENCH_ARGS_policy_count := --nodes 5000 --unhealthy 10 --repeat 5
 BENCH_ARGS_cordon_to_deregister := --trials 20
 BENCH_ARGS_fencing_failover := --trials 3 --baseline-trials 1 --baseline-seconds 120

@@ -35,6 +35,9 @@ class Aws:
         self.ec2 = boto3.client("ec2", **self._kwargs)
         self.elbv2 = boto3.client("elbv2", **self._kwargs)
         self.elb = boto3.client("elb", **self._kwargs)
+        # Interruptions: the queue EventBridge sends EC2's events to (docs/interruptions.md).
+        self.sqs = boto3.client("sqs", **self._kwargs)
+        self.events = boto3.client("events", **self._kwargs)
 
 
 def cluster_tag(cluster_name: str) -> list[dict]:

@@ -13,15 +13,15 @@ import logging
 from typing import Callable
 
 from hooks import runtime, timefmt
-from hooks.aws import elb, gc, instances, power
+from hooks.aws import elb, gc, instances, power, sqs
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, nodes, pods, taints
+from hooks.kube import fresh, interruptions, nodes, pods, taints
 from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
-from hooks.metrics import MACHINE_EVENTS, STORM_GUARD, record_action
+from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
 from hooks.plan import Action, ClusterInstance, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,24 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                         a.target),
     "kube.register-node": lambda ctx, a: kube_machines.register_node(
         ctx.kube, a.target, a.params["uid"], a.params["labels"], a.params["annotations"], a.params["taints"]),
-    "kube.cordon-disrupted": lambda ctx, a: kube_machines.cordon_disrupted(ctx.kube, a.target, a.params["uid"]),
+    "kube.cordon-disrupted": lambda ctx, a: kube_machines.cordon_disrupted(ctx.kube, a.target, a.params["uid"],
+                                                                           a.params.get("reason", "")),
     "kube.delete-node": lambda ctx, a: kube_machines.delete_node(ctx.kube, a.target, a.params["uid"]),
     "kube.delete-machine": lambda ctx, a: kube_machines.delete_machine(ctx.kube, a.target, a.params["uid"]),
+    "kube.mark-disrupted": lambda ctx, a: kube_machines.mark_disrupted(ctx.kube, a.target, a.params["uid"],
+                                                                       a.params["value"]),
+    # Interruptions: the signal on the Machine (only over none or a weaker one), then the message off the queue.
+    "kube.annotate-machine": lambda ctx, a: interruptions.record(ctx.kube, a.target, a.params["uid"],
+                                                                 a.params["interruption"]),
+    "sqs.delete": lambda ctx, a: sqs.delete(ctx.aws.client("sqs", a.params.get("region") or None),
+                                            a.params["queueURL"], a.params["receipt"]),
     # Metrics that follow a decision.
     "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
     "metric.machine": lambda ctx, a: MACHINE_EVENTS.labels(a.target, a.params["event"]).inc(),
+    "metric.interruption": lambda ctx, a: INTERRUPTION_MESSAGES.labels(a.target, a.params["outcome"]).inc(),
+    "metric.disrupted": lambda ctx, a: MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc(),
+    "metric.replaced": lambda ctx, a: REPLACEMENT_SECONDS.labels(a.target, a.params["reason"]).observe(
+        a.params["seconds"]),
 }
 
 
@@ -89,7 +101,7 @@ def _launch(ctx: runtime.Context, a: Action) -> dict:
         candidates=[instances.Candidate(c["instanceType"], c.get("subnetID")) for c in p["candidates"]],
         tag_list=p["tags"], image_id=p.get("imageId"), launch_template=p.get("launchTemplate"),
         security_groups=p.get("securityGroups") or [], instance_profile=p.get("instanceProfile"),
-        user_data=p["userData"])
+        user_data=p["userData"], spot=p.get("capacityType") == "spot")
 
 
 class Gate:

@@ -101,6 +101,15 @@ MACHINE_ACTION_FAILED = "MachineActionFailed"
 MACHINE_CREATED = "MachineCreated"
 MACHINE_REMOVED = "MachineRemoved"
 LEAKED_INSTANCE_TERMINATED = "LeakedInstanceTerminated"
+# interruption
+INTERRUPTION_RECORDED = "InterruptionRecorded"
+INTERRUPTION_POLL_FAILED = "InterruptionPollFailed"
+INTERRUPTION_ACTION_FAILED = "InterruptionActionFailed"
+# Disruption: a Machine chosen to go (on the Machine), its pool starting it and its replacement ready.
+MACHINE_DISRUPTED = "MachineDisrupted"
+MACHINE_INTERRUPTED = "MachineInterrupted"
+DISRUPTION_STARTED = "DisruptionStarted"
+REPLACEMENT_INITIALIZED = "ReplacementInitialized"
 
 MESSAGE_LIMIT = 1024
 AGGREGATE_SECONDS = 600.0

@@ -60,6 +60,27 @@ MACHINE_EVENTS = Counter(
     ["nodepool", "event"],
 )
 
+MACHINES_DISRUPTED = Counter(
+    "nodewarden_machines_disrupted_total",
+    "Machines a NodePool started to disrupt, by reason: Repair, Drifted, Expired, SpotInterruption,"
+    " InstanceStopping, RebalanceRecommendation, ScheduledChange, StatusImpaired.",
+    ["nodepool", "reason"],
+)
+REPLACEMENT_SECONDS = Histogram(
+    "nodewarden_machine_replacement_seconds",
+    "Time from a disruption's signal (the EC2 notice, the fence confirmed, drift or expiry seen) to its"
+    " replacement Machine Initialized.",
+    ["nodepool", "reason"],
+    buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 3600),
+)
+INTERRUPTION_MESSAGES = Counter(
+    "nodewarden_interruption_messages_total",
+    "Interruption messages and status checks by kind (SpotInterruption, RebalanceRecommendation,"
+    " ScheduledChange, InstanceStopping, StatusImpaired, unknown) and outcome (recorded, duplicate, ignored,"
+    " unknown, malformed, foreign, unconfirmed); see docs/interruptions.md.",
+    ["kind", "outcome"],
+)
+
 
 def record_action(controller: str, kind: str, ok: bool) -> None:
     ACTIONS.labels(controller, kind, "ok" if ok else "error").inc()

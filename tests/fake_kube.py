@@ -207,6 +207,15 @@ class FakeKube:
     def json_patch(self, res, name, ops, namespace=None):
         ops = list(ops)
         self._check("json_patch", _kind(res), name, ops)
+        key = (_kind(res), namespace or "", name)
+        if _kind(res) != "Node" and key in self.objects:  # a custom resource (a Machine's annotations)
+            try:
+                patched = jsonpatch.apply_patch(self.objects[key], ops)
+            except jsonpatch.JsonPatchTestFailed:
+                raise api_error(422, "the server rejected our request: test failed") from None
+            patched["metadata"]["resourceVersion"] = str(next(_rv))
+            self.objects[key] = patched
+            return
         if _kind(res) != "Node" or name not in self.nodes:
             return  # recorded only: the test did not give the API server this object
         try:

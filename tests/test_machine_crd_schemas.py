@@ -19,7 +19,7 @@ from hooks.machines import names
 CRDS = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds"
 
 TEMPLATE_FIELDS = {
-    "taints": "array", "startupTaints": "array", "instanceTypes": "array", "subnets": "array",
+    "taints": "array", "startupTaints": "array", "instanceTypes": "array", "capacityType": "string", "subnets": "array",
     "subnetSelector": "object", "securityGroups": "array", "imageId": "string", "launchTemplate": "object",
     "instanceProfile": "string", "userData": "string",
 }
@@ -147,7 +147,11 @@ def test_durations_are_checked_like_the_fencing_request_ones(crd_name):
 def test_the_nodepool_status_has_the_contract_fields(nodepool):
     status = _schema(nodepool)["properties"]["status"]["properties"]
     assert set(status) == {"observedGeneration", "replicas", "machines", "leakedInstancesTerminated",
-                           "lastLeakCheck", "conditions"}
+                           "lastLeakCheck", "conditions", "disruption", "disruptions"}
+    # The API server prunes what the schema lacks: every field of a disruption record must be in it.
+    from hooks.machines import disruption
+    assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
+    assert set(status["disruption"]["properties"]) == {"disrupting", "allowed", "blocked"}
     assert tuple(status["machines"]["properties"]) == names.PHASES
     assert all(v["type"] == "integer" for v in status["machines"]["properties"].values())
     assert status["lastLeakCheck"]["format"] == "date-time"

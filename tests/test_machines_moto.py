@@ -534,7 +534,10 @@ def test_a_leak_whose_machine_appears_on_the_api_server_is_kept(aws, make_ctx):
 
 
 def _owned(obj: dict, pool: dict) -> dict:
-    """A Machine as Metacontroller creates it for the pool: with the pool as its controller."""
+    """A Machine as Metacontroller creates it for the pool: with the pool as its controller, made from the
+    pool's template as it is (not drifted)."""
+    from hooks.machines import spec
+    obj["metadata"]["annotations"][names.TEMPLATE_HASH] = spec.pool(pool).template_hash
     obj["metadata"]["ownerReferences"] = [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
                                            "name": pool["metadata"]["name"], "uid": pool["metadata"]["uid"],
                                            "controller": True}]
@@ -545,6 +548,7 @@ def test_scale_down_removes_unregistered_machines_first(make_ctx):
     from fake_kube import FakeKube
 
     pool = _pool(replicas=1)
+    pool["spec"]["disruption"] = {"budgets": [{"nodes": "100%"}]}  # the order, not the budget, is under test
     def m(name, created, registered):
         obj = machine_object(name, f"uid-{name}", {}, created=T0 + dt.timedelta(minutes=created))
         obj["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True" if registered else "False"}]}
@@ -606,3 +610,55 @@ def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_be
     second = serve("nodepool", "sync", hook_request("nodepool", pool, children=stale), ctx)
     assert {c["metadata"]["name"] for c in second["children"]} == {"web-old", "web-newer", "web-launching"}
     assert kube.reasons().count("MachineRemoved") == 1
+
+
+def _fenced_pool_world(make_ctx, request_namespace: str):
+    """A pool of two Initialized Machines, and a FencingRequest that powered off web-b's instance (confirmed)."""
+    from fake_kube import FakeKube
+
+    pool = _pool(replicas=2)
+    machines = []
+    for name in ("web-a", "web-b"):
+        obj = _owned(machine_object(name, f"uid-{name}", machine_spec("subnet-1")), pool)
+        obj["status"] = {"nodeName": f"node-{name}", "nodeUID": f"nuid-{name}", "instanceID": f"i-{name}",
+                         "conditions": [{"type": names.INITIALIZED, "status": "True"}]}
+        machines.append(obj)
+    fence = {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
+             "metadata": {"name": "node-web-b", "namespace": request_namespace, "uid": "fr-1"},
+             "spec": {"nodeRef": {"name": "node-web-b"}, "action": "Off"},
+             "status": {"phase": "Recovering", "providerStatus": {"instanceID": "i-web-b", "nodeUID": "nuid-web-b"},
+                        "conditions": [{"type": "FencingSucceeded", "status": "True",
+                                        "lastTransitionTime": fmt(T0)}]}}
+    kube = FakeKube([pool] + machines)
+    kube.add_object(fence)
+    ctx = make_ctx({"NODEWARDEN_CLUSTER_NAME": ""}, kube=kube)
+    return pool, machines, ctx
+
+
+def test_a_machine_fenced_by_our_request_gets_its_replacement_at_once_and_is_marked(make_ctx):
+    pool, machines, ctx = _fenced_pool_world(make_ctx, "nodewarden-system")
+    response = serve("nodepool", "sync", hook_request("nodepool", pool, children=copy.deepcopy(machines)), ctx)
+    children = [c["metadata"]["name"] for c in response["children"]]
+    assert "web-b" in children and len(children) == 3, children  # the replacement, and web-b until recovered
+    [record] = response["status"]["disruptions"]
+    assert (record["machine"], record["reason"]) == ("web-b", "Repair") and record["replacement"] in children
+    marked = ctx.kube.objects[(names.MACHINE_KIND, "", "web-b")]["metadata"]["annotations"]
+    assert '"reason":"Repair"' in marked["nodewarden.io/disruption"]
+    untouched = ctx.kube.objects[(names.MACHINE_KIND, "", "web-a")]["metadata"]["annotations"]
+    assert "nodewarden.io/disruption" not in untouched
+
+
+def test_a_fencing_request_in_a_tenants_namespace_repairs_nothing(make_ctx):
+    pool, machines, ctx = _fenced_pool_world(make_ctx, "tenant")
+    response = serve("nodepool", "sync", hook_request("nodepool", pool, children=copy.deepcopy(machines)), ctx)
+    assert [c["metadata"]["name"] for c in response["children"]] == ["web-a", "web-b"]
+    assert response["status"]["disruptions"] == []
+
+
+def test_the_pool_relates_our_fencing_requests_so_a_confirmed_fence_syncs_it(make_ctx):
+    """Relating them is what makes Metacontroller sync the pool when a power-off is confirmed; the sync itself
+    lists them from the API server."""
+    ctx = make_ctx({"NODEWARDEN_NAMESPACE": "fencing-ops"})
+    answer = serve("nodepool", "customize", {"controller": {}, "parent": _pool()}, ctx)
+    assert answer == {"relatedResources": [{"apiVersion": "nodewarden.io/v1alpha1", "resource": "fencingrequests",
+                                            "namespace": "fencing-ops"}]}

@@ -178,10 +178,12 @@ def test_nodepool_scales_through_the_scale_subresource(aws_objects):
 
 @pytest.mark.parametrize("name, columns", [
     ("nodepools.nodewarden.io", [("Replicas", ".spec.replicas", 0), ("Ready", ".status.machines.Initialized", 0),
+                                 ("Disrupting", ".status.disruption.disrupting", 0),
                                  ("Age", ".metadata.creationTimestamp", 0)]),
     ("machines.nodewarden.io", [("Type", ".status.instanceType", 0), ("Zone", ".status.zone", 0),
                                 ("Node", ".status.nodeName", 0),
                                 ("Ready", '.status.conditions[?(@.type=="Initialized")].status', 0),
+                                ("Disruption", '.status.conditions[?(@.type=="Disrupted")].reason', 0),
                                 ("Age", ".metadata.creationTimestamp", 0),
                                 ("Instance", ".status.instanceID", 1),
                                 ("Pool", r".metadata.labels.nodewarden\.io/nodepool", 1)]),
@@ -200,7 +202,7 @@ def test_nodepool_controller_owns_machines_and_never_updates_them(aws_objects):
     # No updateStrategy: Metacontroller's default, OnDelete, leaves existing Machines alone.
     assert child == {"apiVersion": "nodewarden.io/v1alpha1", "resource": "machines"}
     assert c["spec"]["generateSelector"] is True and c["spec"]["resyncPeriodSeconds"] == 60
-    assert set(c["spec"]["hooks"]) == {"sync", "finalize"}
+    assert set(c["spec"]["hooks"]) == {"customize", "sync", "finalize"}
     assert "updateStrategy" not in c["spec"]  # no rolling update: sync would see hypothetical parents
 
 
@@ -229,12 +231,13 @@ def test_the_hook_server_may_do_what_the_machine_controllers_need(aws_objects, g
 
 
 def test_the_hook_server_never_writes_machines_or_nodepools(aws_objects):
-    """Metacontroller creates Machines and writes both kinds' status; the hooks only delete an expired Machine."""
+    """Metacontroller creates Machines and writes both kinds' status; the hooks only delete an expired Machine
+    and patch a Machine's interruption annotation (hooks/kube/interruptions.py)."""
     deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
     account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
     writes = {(r, v) for g, r, v in _granted(aws_objects, account) if g == "nodewarden.io"
               and r.split("/")[0] in ("nodepools", "machines") and v not in ("get", "list", "watch")}
-    assert writes == {("machines", "delete")}
+    assert writes == {("machines", "delete"), ("machines", "patch")}
 
 
 # -- only Metacontroller may call the hooks ------------------------------------------------------
@@ -290,7 +293,7 @@ def test_every_controller_sends_the_token_the_server_reads_and_verifies_its_cert
     tls_secret, _ = _secret_of_file(env["NODEWARDEN_TLS_CERT_FILE"], mounts, secrets)
     assert _secret_of_file(env["NODEWARDEN_TLS_KEY_FILE"], mounts, secrets) == (tls_secret, "tls.key")
     controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
-    assert len(controllers) == 8
+    assert len(controllers) == 9
     for c in controllers:
         [entry] = c["spec"]["endpointConfigs"]
         assert _conforms(entry, V4_ENDPOINT_CONFIG) == [], c["metadata"]["name"]

@@ -24,6 +24,7 @@ from hooks.machines import names
 CAPACITY_ERRORS = frozenset({
     "InsufficientInstanceCapacity", "Unsupported", "InsufficientCapacity", "UnsupportedOperation",
     "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity", "VcpuLimitExceeded",
+    "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
 })
 # Most RunInstances calls one launch makes before it gives up until the next hook call.
 MAX_LAUNCH_ATTEMPTS = 8
@@ -190,7 +191,7 @@ def tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
 
 def launch(ec2, *, uid: str, launch_request: str, candidates: list[Candidate], tag_list: list[dict],
            image_id: str | None, launch_template: dict | None, security_groups: list[str],
-           instance_profile: str | None, user_data: str) -> dict:
+           instance_profile: str | None, user_data: str, spot: bool = False) -> dict:
     """RunInstances for the first candidate with capacity; the instance's summary.
 
     Instance and volumes are tagged at creation, in the same call, so no
@@ -220,6 +221,10 @@ def launch(ec2, *, uid: str, launch_request: str, candidates: list[Candidate], t
             request["SecurityGroupIds"] = list(security_groups)
         if instance_profile:
             request["IamInstanceProfile"] = {"Name": instance_profile}
+        if spot:
+            # A one-time spot request: EC2 reclaims it with a two-minute warning, never restarts it.
+            request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
         try:
             response = ec2.run_instances(**request)
         except ClientError as exc:

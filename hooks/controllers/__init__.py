@@ -20,6 +20,7 @@ CONTROLLERS: dict[str, tuple[str, str]] = {
     "cluster-gc": (DECORATOR, "hooks.controllers.cluster_gc"),
     "nodepool": (COMPOSITE, "hooks.controllers.nodepool"),
     "machine": (COMPOSITE, "hooks.controllers.machine"),
+    "interruption": (COMPOSITE, "hooks.controllers.interruption"),
 }
 
 

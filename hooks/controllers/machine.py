@@ -12,6 +12,8 @@ in the order of a Machine's life:
   initialization  Node Ready, startup taints gone, extended resources there
   liveness        never registered within registrationTTL, Node or instance gone: delete
   drift           the pool's template changed since the Machine was made
+  disrupted       why it is going (the pool's choice, or EC2's notice); a spot
+                  warning or a stop outside fencing deletes it at once
   termination     (finalize) cordon, detach, drain, volumes, terminate, delete the Node
 
 A request body is a hint: every call is decided on the Machine read fresh
@@ -33,10 +35,12 @@ from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods
 from hooks.kube.client import describe_error as kube_error
-from hooks.machines import (drift, initialization, launch, liveness, names, registration, spec, termination,
-                            userdata)
+from hooks.machines import (disrupted, drift, initialization, launch, liveness, names, registration, repair, signals,
+                            spec, termination, userdata)
+from hooks.machines import pool as pool_rules
 from hooks.machines.view import MachineView, Progress, own_status
 from hooks.plan import Outcome, Plan
 
@@ -78,6 +82,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     observed: dict = {}
     _aws_readings(request, ctx, now, observed)
     _fresh_nodes(request, ctx, observed)
+    _fencing(request, ctx, observed)
     if request.finalizing:
         _node_contents(request, ctx, observed)
     return observed
@@ -148,6 +153,20 @@ def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> 
         observed["nodeError"] = kube_error(exc) if not isinstance(exc, fresh.Unverified) else str(exc)
 
 
+def _fencing(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
+    """For a notice that the instance stopped: whether fencing stopped it (its FencingRequest is under way)."""
+    notice = signals.of(request.parent, signals.INTERRUPTION_ANNOTATION)
+    if notice is None or notice.reason != signals.INSTANCE_STOPPING or request.finalizing:
+        return
+    try:
+        requests = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
+    except Exception as exc:  # noqa: BLE001 - not known: the notice waits
+        observed["fencingError"] = kube_error(exc)
+        return
+    machine = pool_rules.machines_of([request.parent])[0]
+    observed["fencingInFlight"] = repair.in_flight(machine, requests, ctx.settings.namespace)
+
+
 def _node_contents(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
     """What is still on the Machine's Node: pods and VolumeAttachments (the API filters by node)."""
     node = _sight(request, observed).node
@@ -205,6 +224,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     progress = Progress(view)
     seen = _sight(request, observed)
     if request.finalizing:
+        disrupted.step(view, progress, deleting=True)
         termination.step(view, progress, seen, settings)
     else:
         launch.step(view, progress, settings, settings.cluster_name)
@@ -212,6 +232,8 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         initialization.step(view, progress, seen.node, settings)
         liveness.step(view, progress, seen, settings)
         drift.step(view, progress, request.related.get(names.NODEPOOL_KIND, view.pool) if view.pool else None)
+        if not any(a.kind == "kube.delete-machine" for a in progress.actions):
+            disrupted.step(view, progress, deleting=False)
     status = view.status
     status["observedGeneration"] = generation
     if progress.errors:

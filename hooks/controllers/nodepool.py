@@ -30,14 +30,24 @@ from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.kube import fresh
+from hooks.kube import fencing as kube_fencing
 from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
-from hooks.machines import names, pool, spec
-from hooks.plan import Action, Change, Orphaned, Outcome, Plan
+from hooks.machines import budgets, disruption, names, pool, repair, signals, spec
+from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject
 
 NAME = "nodepool"
 FAILURE_REASON = events.MACHINE_ACTION_FAILED
 log = logging.getLogger(__name__)
+
+
+def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
+    """The FencingRequests of nodewarden's namespace: not read from the request (each call lists them from the
+    API server), but related so that Metacontroller syncs the pool when one changes, and a fenced Machine's
+    replacement starts as soon as the power-off is confirmed rather than at the next resync."""
+    namespace = (ctx.settings.namespace if ctx is not None else "") or "nodewarden-system"
+    return {"relatedResources": [{"apiVersion": f"{names.GROUP}/v1alpha1", "resource": "fencingrequests",
+                                  "namespace": namespace}]}
 
 
 def _machines(request: HookRequest) -> list[dict]:
@@ -69,6 +79,11 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         observed["machines"] = [m for m in listed if _owned_by(m, request.meta.get("uid") or "")]
     except Exception as exc:  # noqa: BLE001
         observed["machinesError"] = kube_error(exc)
+    try:
+        # Repair rests on nodewarden's own FencingRequests, read now: the Nodes' conditions prove nothing.
+        observed["fencingRequests"] = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
+    except Exception as exc:  # noqa: BLE001
+        observed["fencingError"] = kube_error(exc)
     if not ctx.settings.cluster_name or not _check_due(request, ctx.settings, now):
         return observed
     try:
@@ -122,17 +137,18 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         return Plan(composite_response(status=status, children=[pool.keep(m) for m in machines],
                                        resync_after=settings.error_backoff_seconds),
                     events=[events.warning(events.MACHINE_ACTION_FAILED, f"Machines: {observed['machinesError']}")])
+    actions: list[Action] = []
     if request.finalizing:
         children, created, removed = [], [], [m["metadata"]["name"] for m in machines
                                               if not m["metadata"]["deletionTimestamp"]]
     else:
-        children, created, removed = pool.desired(request.name, str(request.meta.get("uid") or ""), pool_spec,
-                                                  machines, current)
+        children, created, removed = _disrupt(request, settings, now, observed, pool_spec, machines, current,
+                                              status, actions, said)
     for name in created:
         said.append(events.normal(events.MACHINE_CREATED, f"Machine {name} created"))
     for name in removed:
         said.append(events.normal(events.MACHINE_REMOVED, f"Machine {name} removed"))
-    actions = _leaks(request, settings, now, observed, machines + (current or []), status, said)
+    actions += _leaks(request, settings, now, observed, machines + (current or []), status, said)
     ready = counts["Initialized"] >= pool_spec.replicas and not request.finalizing
     kept, _ = conditions.set(previous, "Ready", "True" if ready else "False",
                              "MachinesInitialized" if ready else "MachinesPending",
@@ -143,10 +159,68 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         # Done once no Machine is left and EC2 (asked just now) has no instance of the pool.
         finalized = not machines and "instances" in observed and not observed["instances"] \
             and not observed.get("machineUIDs") and not observed.get("machinesError")
-    resync = settings.machine_poll_seconds if (request.finalizing or created or removed) \
-        else settings.leaked_instance_check_seconds
+    resync = settings.machine_poll_seconds if (request.finalizing or created or removed or status.get("disruptions")) \
+        else min(settings.leaked_instance_check_seconds, _next_expiry(pool_spec, current or [], now))
     return Plan(composite_response(status=status, children=children, resync_after=resync, finalized=finalized),
                 actions, said)
+
+
+def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, pool_spec: spec.PoolSpec,
+             machines: list[dict], fresh_list: list[dict] | None, status: dict, actions: list[Action],
+             said: list) -> tuple[list[dict], list[str], list[str]]:
+    """The pool's children after its disruptions and scale-down, within the budgets; records and Events."""
+    current = fresh_list if fresh_list is not None else machines
+    fencing_known = "fencingRequests" in observed
+    fenced = repair.fenced_machines(current, observed.get("fencingRequests") or [], settings.namespace)
+    if "fencingError" in observed:
+        said.append(events.warning(events.MACHINE_ACTION_FAILED, f"FencingRequests: {observed['fencingError']}"))
+    previous = disruption.records_of(request.parent.get("status") if isinstance(request.parent.get("status"), dict)
+                                     else {})
+    out = disruption.decide(current, previous, pool_spec.budgets, pool_spec.expire_after, fenced,
+                            pool_spec.replicas, now, pool_spec.template_hash)
+    if not fencing_known:
+        # Without the FencingRequests a repaired Machine's recovery is not known: it stays.
+        by_name = {r["machine"]: r for r in out.records}
+        out.leaving = {n for n in out.leaving if by_name[n]["reason"] != signals.REPAIR}
+    size = disruption.budget_size(current, out.records)
+    scale_down = budgets.allowed(pool_spec.budgets, signals.SCALE_DOWN, size, now)
+    children, created, removed = pool.desired(
+        request.name, str(request.meta.get("uid") or ""), pool_spec, machines, fresh_list, held=out.held,
+        leaving=out.leaving, scale_down_limit=None if scale_down is None else scale_down - out.disrupting)
+    disruption.assign_replacements(out.records, created, current)
+    by_name = {m["metadata"]["name"]: m for m in current}
+    for record in out.started:
+        said.append(events.normal(events.DISRUPTION_STARTED,
+                                  f"Machine {record['machine']}: {record['reason']} since {record['at']}"
+                                  + (f"; replacement {record['replacement']}" if record.get("replacement") else "")))
+        actions.append(Action("metric.disrupted", request.name, {"reason": record["reason"]}))
+    for record in out.ready:
+        seconds = max(0.0, (now - timefmt.parse(record["at"])).total_seconds())
+        said.append(events.normal(events.REPLACEMENT_INITIALIZED,
+                                  f"Machine {record['replacement']} replacing {record['machine']} ({record['reason']}) "
+                                  f"initialized {seconds:.1f}s after the signal"))
+        actions.append(Action("metric.replaced", request.name, {"reason": record["reason"], "seconds": seconds}))
+    for record in out.records:
+        machine = by_name.get(record["machine"])
+        if machine is None or machine["metadata"]["uid"] != record["uid"] or record["reason"] in signals.FORCEFUL:
+            continue
+        shown = signals.of(machine, signals.DISRUPTION_ANNOTATION)
+        if shown is None or shown.reason != record["reason"]:
+            # The pool's choice, on the Machine: its controller shows it as Disrupted and on the Node.
+            value = signals.Signal(record["reason"], timefmt.parse(record["at"])).encode()
+            actions.append(Action("kube.mark-disrupted", record["machine"], {"uid": record["uid"], "value": value},
+                                  requires=(SameObject(names.MACHINE_KIND, record["machine"], record["uid"]),)))
+    status["disruptions"] = out.records
+    status["disruption"] = disruption.budget_status(pool_spec.budgets, size, out.disrupting, now, out.blocked)
+    return children, created, removed
+
+
+def _next_expiry(pool_spec: spec.PoolSpec, machines: list[dict], now: dt.datetime) -> float:
+    """Seconds until the next Machine of the pool expires (infinity when none will; one expired already and
+    held by a budget is looked at again when a Machine changes, or at the pool's resync)."""
+    times = [disruption.expires_at(m, pool_spec.expire_after) for m in machines if not m["metadata"]["deletionTimestamp"]]
+    left = [(t - now).total_seconds() for t in times if t is not None and t > now]
+    return max(1.0, min(left)) if left else float("inf")
 
 
 def _leaks(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, machines: list[dict],

@@ -36,6 +36,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "NodeFencingPolicy": ("nodewarden.io", "nodefencingpolicies", False),
     "Machine": ("nodewarden.io", "machines", False),
     "NodePool": ("nodewarden.io", "nodepools", False),
+    "InterruptionQueue": ("nodewarden.io", "interruptionqueues", False),
     "AWSCluster": ("infrastructure.cluster.x-k8s.io", "awsclusters", True),
     "AWSManagedControlPlane": ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes", True),
 }

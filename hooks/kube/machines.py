@@ -12,7 +12,7 @@ from lightkube.resources.core_v1 import Node
 from hooks.kube import fresh
 from hooks.kube.deletes import delete_exact
 from hooks.kube.taints import edit, pointer
-from hooks.machines import names
+from hooks.machines import names, signals
 
 
 def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, taints: list[dict]) -> bool:
@@ -50,10 +50,16 @@ def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, ta
     return edit(kube, name, change, uid)
 
 
-def cordon_disrupted(kube, name: str, uid: str) -> bool:
-    """Taint the Node disrupted and mark it unschedulable, in one patch."""
+def cordon_disrupted(kube, name: str, uid: str, reason: str = "") -> bool:
+    """Taint the Node disrupted and mark it unschedulable, with why on it, in one patch."""
     def change(node):
         ops = []
+        annotations = node.metadata.annotations or {}
+        if reason and annotations.get(names.DISRUPTION_REASON) != reason:
+            if node.metadata.annotations is None:
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+            ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(names.DISRUPTION_REASON)}",
+                        "value": reason})
         taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
         if not any(t.get("key") == names.DISRUPTED_TAINT for t in taints):
             ops.append({"op": "add", "path": "/spec/taints",
@@ -63,6 +69,20 @@ def cordon_disrupted(kube, name: str, uid: str) -> bool:
         return ops
 
     return edit(kube, name, change, uid)
+
+
+def mark_disrupted(kube, name: str, uid: str, value: str) -> bool:
+    """Write the pool's choice (``nodewarden.io/disruption``) on the Machine of ``uid``, in one patch that
+    tests the uid: a Machine replaced under the name is never written."""
+    res = fresh.resource(names.MACHINE_KIND)
+    ops = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+    machine = fresh.as_dict(kube.get(res, name))
+    if not isinstance((machine.get("metadata") or {}).get("annotations"), dict):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(signals.DISRUPTION_ANNOTATION)}",
+                "value": value})
+    kube.json_patch(res, name, ops)
+    return True
 
 
 def delete_node(kube, name: str, uid: str) -> bool:

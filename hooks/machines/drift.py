@@ -1,7 +1,7 @@
 """Drift: the Machine was made from a template its pool no longer has (pure).
 
-Reported, never acted on: replacing a drifted Machine is a disruption, and
-deciding when to disrupt is the user's (scale the pool, delete the Machine).
+Reported here; the pool replaces a drifted Machine, surge-first and within
+its disruption budgets (hooks.machines.disruption).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from hooks import events, timefmt
 from hooks.aws import instances
-from hooks.machines import capacity, names
+from hooks.machines import capacity, names, spec
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf
 
@@ -112,6 +112,8 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
         "securityGroups": list(view.spec.security_groups), "instanceProfile": view.spec.instance_profile,
         "userData": observed["userData"],
     }
+    if view.spec.capacity_type == spec.SPOT:
+        params["capacityType"] = spec.SPOT
     record = tuple(Change(("status", key), result=key) for key in _RECORDED) + (
         Change(("status", "launchedAt"), result="launchTime"),)
     progress.actions.append(Action("ec2.launch", view.name, params, record=record,

@@ -27,6 +27,8 @@ UNREGISTERED_EFFECT = "NoExecute"
 # A Machine being terminated: node-detacher takes the node out of its load balancers.
 DISRUPTED_TAINT = "nodewarden.io/disrupted"
 DISRUPTED_EFFECT = "NoSchedule"
+# On the Node, with the disrupted taint: why its Machine is going (a disruption reason, or Deleted).
+DISRUPTION_REASON = "nodewarden.io/disruption-reason"
 
 # EC2 tags on every instance and volume a Machine launches.
 TAG_POOL = "nodewarden.io/nodepool"
@@ -55,8 +57,9 @@ LAUNCHED = "Launched"
 REGISTERED = "Registered"
 INITIALIZED = "Initialized"
 DRIFTED = "Drifted"
+DISRUPTED = "Disrupted"
 TERMINATING = "Terminating"
-CONDITION_TYPES = (LAUNCHED, REGISTERED, INITIALIZED, DRIFTED, TERMINATING)
+CONDITION_TYPES = (LAUNCHED, REGISTERED, INITIALIZED, DRIFTED, DISRUPTED, TERMINATING)
 
 # Phases as counted in a NodePool's status.machines.
 PHASES = ("Launching", "Registered", "Initialized", "Terminating")

@@ -65,6 +65,11 @@ def phase(machine: dict) -> str:
     return "Launching"
 
 
+def has_node(machine: dict) -> bool:
+    """Whether the Machine ever joined a Node (pods may run there): disrupting it counts against a budget."""
+    return bool(machine["status"].get("nodeName")) or phase(machine) in ("Registered", "Initialized")
+
+
 def by_phase(machines: list[dict]) -> dict[str, int]:
     counts = {p: 0 for p in names.PHASES}
     for machine in machines:
@@ -103,28 +108,47 @@ def removal_order(machines: list[dict]) -> list[dict]:
 
 
 def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
-            fresh: list[dict] | None = None) -> tuple[list[dict], list[str], list[str]]:
-    """(children, names created, names removed) for ``spec.replicas`` live Machines.
+            fresh: list[dict] | None = None, held: frozenset[str] | set[str] = frozenset(),
+            leaving: frozenset[str] | set[str] = frozenset(),
+            scale_down_limit: int | None = None) -> tuple[list[dict], list[str], list[str]]:
+    """(children, names created, names removed) for ``spec.replicas`` counted Machines.
 
     ``machines`` are the request's children (what Metacontroller can delete:
     only these are returned or left out); ``fresh`` the pool's Machines as the
     API server has them, which decide how many are live and which are already
-    leaving. Without ``fresh`` the children stand for it.
+    leaving. Without ``fresh`` the children stand for it. ``held`` are the
+    Machines being disrupted (not counted: their replacements are made),
+    ``leaving`` those the disruptions let go now, and ``scale_down_limit``
+    how many Machines with a Node a scale-down may remove in this call
+    (None: all the surplus); one that never had a Node is removed freely.
     """
     known = {m["metadata"]["name"] for m in machines}
     current = machines if fresh is None else fresh
     live = [m for m in current if not m["metadata"]["deletionTimestamp"]]
     going = [m for m in current if m["metadata"]["deletionTimestamp"]]
-    removed: list[str] = []
-    if len(live) > spec.replicas:
+    counted = [m for m in live if m["metadata"]["name"] not in held]
+    surplus: list[str] = []
+    if len(counted) > spec.replicas:
         # Only a Machine Metacontroller has seen can be left out; one it has not is counted, and removed later.
-        leaving = [m for m in removal_order(live) if m["metadata"]["name"] in known][:len(live) - spec.replicas]
-        removed = [m["metadata"]["name"] for m in leaving]
+        many = len(counted) - spec.replicas
+        # A Machine without a Node disrupts nothing: only those with one count against the limit.
+        limit = None if scale_down_limit is None else max(0, scale_down_limit)
+        for m in removal_order(counted):
+            if len(surplus) == many:
+                break
+            if m["metadata"]["name"] not in known:
+                continue
+            if has_node(m):
+                if limit == 0:
+                    break
+                limit = None if limit is None else limit - 1
+            surplus.append(m["metadata"]["name"])
+    removed = surplus + sorted(n for n in leaving if n in known and n not in surplus)
     children = [keep(m) for m in live + going if m["metadata"]["name"] in known and m["metadata"]["name"] not in removed]
     taken = {m["metadata"]["name"] for m in machines} | {m["metadata"]["name"] for m in current}
     created: list[str] = []
     slot = 0
-    while len(live) - len(removed) + len(created) < spec.replicas:
+    while len(counted) - len(surplus) + len(created) < spec.replicas:
         name = machine_name(pool_name, pool_uid, slot)
         slot += 1
         if name in taken:

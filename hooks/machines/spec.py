@@ -13,15 +13,20 @@ from dataclasses import dataclass
 
 from hooks import bounds, fields
 from hooks.contract import RequestError
+from hooks.machines import budgets as budget_rules
 from hooks.machines import names
 
 MAX_REPLICAS = 1000
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The template fields a Machine copies (and the CRD schema holds).
-TEMPLATE_FIELDS = ("taints", "startupTaints", "instanceTypes", "subnets", "subnetSelector", "securityGroups",
-                   "imageId", "launchTemplate", "instanceProfile", "userData")
+TEMPLATE_FIELDS = ("taints", "startupTaints", "instanceTypes", "capacityType", "subnets", "subnetSelector",
+                   "securityGroups", "imageId", "launchTemplate", "instanceProfile", "userData")
+ON_DEMAND, SPOT = "on-demand", "spot"
+CAPACITY_TYPES = (ON_DEMAND, SPOT)
 DEFAULT_REGISTRATION_TTL = "15m"
 DEFAULT_DRAIN_TIMEOUT = "10m"
+NEVER = "Never"
+MAX_EXPIRE_AFTER = 10 * 366 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class MachineSpec:
     user_data: str | None
     registration_ttl: float
     drain_timeout: float
+    capacity_type: str = ON_DEMAND
 
 
 def _strings(spec: dict, key: str, where: str, *, maximum: int) -> tuple[str, ...]:
@@ -144,6 +150,9 @@ def parse_template(spec: dict, where: str, *, labels: dict, annotations: dict, r
     selector = _string_map(spec, "subnetSelector", where)
     if not subnets and not selector:
         raise RequestError(where, "needs subnets or a subnetSelector")
+    capacity_type = fields.string(spec, "capacityType", where=where, default=ON_DEMAND)
+    if capacity_type not in CAPACITY_TYPES:
+        raise RequestError(f"{where}.capacityType", f"must be one of {', '.join(CAPACITY_TYPES)}")
     user_data = fields.string(spec, "userData", where=where)
     if user_data is not None and len(user_data) > 16384:
         raise RequestError(f"{where}.userData", "is longer than 16384 characters")
@@ -163,6 +172,7 @@ def parse_template(spec: dict, where: str, *, labels: dict, annotations: dict, r
                                          default=bounds.duration(DEFAULT_REGISTRATION_TTL, "default"), positive=True),
         drain_timeout=bounds.duration(drain_timeout, f"{where}.drainTimeout",
                                       default=bounds.duration(DEFAULT_DRAIN_TIMEOUT, "default")),
+        capacity_type=capacity_type,
     )
 
 
@@ -180,6 +190,16 @@ class PoolSpec:
     template: MachineSpec
     machine_spec: dict  # the spec every new Machine of the pool gets, as written
     template_hash: str
+    budgets: tuple = budget_rules.DEFAULT  # hooks.machines.budgets.Budget, most restrictive active one wins
+    expire_after: float | None = None  # seconds a Machine lives before it is replaced; None: never
+
+
+def expire_after(spec: dict) -> float | None:
+    """``expireAfter``: a duration, or Never (the default)."""
+    value = spec.get("expireAfter")
+    if value is None or value == NEVER:
+        return None
+    return bounds.duration(value, "parent.spec.expireAfter", positive=True, maximum=MAX_EXPIRE_AFTER)
 
 
 def pool(obj: dict) -> PoolSpec:
@@ -199,7 +219,8 @@ def pool(obj: dict) -> PoolSpec:
     machine_spec.update({"labels": labels, "annotations": annotations,
                          "registrationTTL": spec.get("registrationTTL") or DEFAULT_REGISTRATION_TTL,
                          "drainTimeout": spec.get("drainTimeout") or DEFAULT_DRAIN_TIMEOUT})
-    return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec))
+    return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec), budget_rules.parse(obj),
+                    expire_after(spec))
 
 
 def template_hash(machine_spec: dict) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from hooks import events, objects, timefmt
 from hooks.detacher import names as detacher
 from hooks.detacher import shutdown
-from hooks.machines import launch, names
+from hooks.machines import disrupted, launch, names
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf, SameObject
@@ -117,10 +117,13 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
     name, uid = meta["name"], meta.get("uid") or ""
     spec = node.get("spec") or {}
     tainted = any(isinstance(t, dict) and t.get("key") == names.DISRUPTED_TAINT for t in spec.get("taints") or [])
+    why = disrupted.reason(view)
+    because = why.reason if why is not None else "Deleted"
     if not (tainted and spec.get("unschedulable")):
         progress.actions.append(Action(
-            "kube.cordon-disrupted", name, {"uid": uid},
-            reports=events.normal(events.NODE_CORDONED, f"Node {name} cordoned and tainted {names.DISRUPTED_TAINT}")))
+            "kube.cordon-disrupted", name, {"uid": uid, "reason": because},
+            reports=events.normal(events.NODE_CORDONED, f"Node {name} cordoned and tainted {names.DISRUPTED_TAINT}: "
+                                                        f"{because}", about=events.node_ref(name, uid))))
         progress.again_in(settings.machine_poll_seconds)
         return False
     progress.stamp("cordonedAt", term)
@@ -128,17 +131,18 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
         annotations = meta.get("annotations") or {}
         waited = view.since("cordonedAt", term) or 0.0
         detached = bool(annotations.get(detacher.DETACHED_AT))
-        if not detached and waited < min(settings.machine_detach_wait_seconds, view.spec.drain_timeout):
+        drain_limit = disrupted.drain_limit(view, view.since("startedAt", term))
+        if not detached and waited < min(settings.machine_detach_wait_seconds, drain_limit):
             progress.again_in(settings.machine_poll_seconds)
             return False
         if observed.get("podsError"):
             progress.error(f"pods on {name}: {observed['podsError']}", settings.error_backoff_seconds)
             return False
         left = evictable(observed.get("pods") or [])
-        if _still_waiting(progress, settings, left, view.since("startedAt", term), view.spec.drain_timeout,
+        if _still_waiting(progress, settings, left, view.since("startedAt", term), drain_limit,
                           events.warning(events.DRAIN_TIMED_OUT,
-                                         f"{len(left)} pods still on {name} after the drainTimeout of "
-                                         f"{view.spec.drain_timeout:g}s: terminating anyway")):
+                                         f"{len(left)} pods still on {name} after draining for "
+                                         f"{drain_limit:g}s: terminating anyway")):
             for pod in eviction_order(left):
                 pmeta = pod["metadata"]
                 progress.actions.append(Action(

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Disruption: how many Machines go at once under a budget in a storm, and how long a replacement takes.
+
+``storm`` (nothing but the venv): the nodepool hook, called through the
+dispatcher as Metacontroller calls it, against tests/fake_kube.FakeKube as
+the API server, on a simulated clock. A pool of --machines Initialized
+Machines; at tick 1 a storm: --drifted of them drift, --fenced are fenced by
+our FencingRequests (recovered --recover-ticks later), --spot get a spot
+interruption warning and delete themselves. Each tick the pool is synced
+once, its answer applied as Metacontroller would (children created, the ones
+left out deleted), new Machines initialize after --init-ticks and deleted ones
+are gone after --drain-ticks. Every tick counts the Machines the pool is
+disrupting of its own choice (deleting, or recorded and waiting for their
+replacement) against the budget, and the run ends when every storm Machine is
+replaced. The budget must never be exceeded: the result says by how much it
+was at worst (0), and how many ticks the storm took.
+
+``signal`` (the local stack, `make controlplane-bins`): a NodePool of
+--machines Machines on the real control plane. Repair trials: a NodeFencingPolicy
+(--duration) selects the pool's Nodes, one Node dies (out of kwok's
+selector), and the times from its Ready turning Unknown to the power-off
+confirmed (FencingSucceeded) and to the replacement Machine Initialized are
+taken. Spot trials: a spot pool and an InterruptionQueue in moto; a spot
+interruption warning is put on EventBridge, and the times to the Node
+cordoned, the replacement Initialized and the instance terminated are taken.
+
+    .venv/bin/python bench/disruption.py storm [--machines 100] [--budget 10%] [--json out.json]
+    .venv/bin/python bench/disruption.py signal [--repair-trials 3] [--spot-trials 3] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+
+from measure import percentile, write_json  # noqa: E402
+
+T0 = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
+NS = "nodewarden-system"
+
+
+# --------------------------------------------------------------------------- storm (in process)
+
+
+def _fmt(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StormWorld:
+    """The pool, its Machines and FencingRequests as the API server has them; Metacontroller's part played."""
+
+    def __init__(self, machines: int, budget: str, init_ticks: int, drain_ticks: int, recover_ticks: int,
+                 tick_seconds: float):
+        from fake_kube import FakeKube
+        from hooks import runtime
+        from hooks.config import load_settings
+        from hooks.machines import names
+
+        self.names = names
+        self.tick_seconds, self.init_ticks, self.drain_ticks = tick_seconds, init_ticks, drain_ticks
+        self.recover_ticks = recover_ticks
+        self.tick = 0
+        self.pool = {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+                     "metadata": {"name": "storm", "uid": "uid-pool", "generation": 1, "creationTimestamp": _fmt(T0)},
+                     "spec": {"replicas": machines, "disruption": {"budgets": [{"nodes": budget}]},
+                              "template": {"spec": {"instanceTypes": ["m5.large"], "subnets": ["subnet-1"],
+                                                    "imageId": "ami-1"}}}}
+        from hooks.machines import spec
+        self.template_hash = spec.pool(self.pool).template_hash
+        self.kube = FakeKube([self.pool])
+        self.born: dict[str, int] = {}
+        self.deleted: dict[str, int] = {}
+        self.fenced_at: dict[str, int] = {}
+        self.serial = 0
+        for _ in range(machines):
+            self._create(f"storm-{self.serial:04d}", initialized=True)
+        self.ctx = runtime.Context(load_settings({"NODEWARDEN_CLUSTER_NAME": ""}), events_inline=True)
+        self.ctx._kube = self.kube
+        self.ctx.clock = self.now
+
+    def now(self) -> dt.datetime:
+        return T0 + dt.timedelta(seconds=self.tick * self.tick_seconds)
+
+    def machines(self) -> list[dict]:
+        return [o for (kind, _, _), o in self.kube.objects.items() if kind == self.names.MACHINE_KIND]
+
+    def _create(self, name: str, initialized: bool = False) -> None:
+        self.serial += 1
+        obj = {"apiVersion": self.names.API_VERSION, "kind": self.names.MACHINE_KIND,
+               "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": _fmt(self.now()),
+                            "labels": {self.names.POOL_LABEL: "storm"},
+                            "annotations": {self.names.TEMPLATE_HASH: self.template_hash},
+                            "ownerReferences": [{"apiVersion": self.names.API_VERSION, "kind": "NodePool",
+                                                 "name": "storm", "uid": "uid-pool", "controller": True}]},
+               "spec": copy.deepcopy(self.pool["spec"]["template"]["spec"]), "status": {"conditions": []}}
+        self.kube.add_object(obj)
+        self.born[name] = self.tick - (self.init_ticks if initialized else 0)
+        self._settle(obj)
+
+    def _settle(self, obj: dict) -> None:
+        """A Machine initializes once its launch and registration took init_ticks."""
+        name = obj["metadata"]["name"]
+        if self.tick - self.born[name] >= self.init_ticks and not obj["status"].get("nodeName"):
+            obj["status"].update(nodeName=f"node-{name}", nodeUID=f"nuid-{name}", instanceID=f"i-{name}")
+            obj["status"]["conditions"].append({"type": self.names.INITIALIZED, "status": "True",
+                                                "lastTransitionTime": _fmt(self.now())})
+
+    def storm(self, drifted: int, fenced: int, spot: int) -> set[str]:
+        from hooks.machines import signals
+
+        live = sorted(self.machines(), key=lambda m: m["metadata"]["name"])
+        hit = set()
+        for m in live[:drifted]:
+            m["metadata"]["annotations"][self.names.TEMPLATE_HASH] = "an-older-template"
+            m["status"]["conditions"].append({"type": self.names.DRIFTED, "status": "True",
+                                              "lastTransitionTime": _fmt(self.now())})
+            hit.add(m["metadata"]["name"])
+        for m in live[drifted:drifted + fenced]:
+            name = m["metadata"]["name"]
+            self.kube.add_object({
+                "apiVersion": self.names.API_VERSION, "kind": "FencingRequest",
+                "metadata": {"name": f"fr-{name}", "namespace": NS, "uid": f"fr-{name}"},
+                "spec": {"nodeRef": {"name": f"node-{name}"}, "action": "Off"},
+                "status": {"phase": "Recovering", "providerStatus": {"instanceID": f"i-{name}", "nodeUID": f"nuid-{name}"},
+                           "conditions": [{"type": "FencingSucceeded", "status": "True",
+                                           "lastTransitionTime": _fmt(self.now())}]}})
+            self.fenced_at[name] = self.tick
+            hit.add(name)
+        for m in live[drifted + fenced:drifted + fenced + spot]:
+            notice = signals.Signal(signals.SPOT_INTERRUPTION, self.now(), self.now() + dt.timedelta(minutes=2))
+            m["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION] = notice.encode()
+            m["metadata"]["deletionTimestamp"] = _fmt(self.now())  # the Machine deletes itself
+            self.deleted[m["metadata"]["name"]] = self.tick
+            hit.add(m["metadata"]["name"])
+        return hit
+
+    def step(self) -> dict:
+        """One tick: the world moves on, then one nodepool sync, applied as Metacontroller applies it."""
+        from hooks.dispatch import serve
+        from support import hook_request
+
+        self.tick += 1
+        for name, at in list(self.deleted.items()):
+            if self.tick - at >= self.drain_ticks:
+                self.kube.objects.pop((self.names.MACHINE_KIND, "", name), None)
+                del self.deleted[name]
+        for m in self.machines():
+            self._settle(m)
+        for fr in self.kube.fencing_requests:
+            name = fr["metadata"]["name"][len("fr-"):]
+            done = any(c["type"] == "Recovered" for c in fr["status"]["conditions"])
+            if not done and self.tick - self.fenced_at[name] >= self.recover_ticks:
+                fr["status"]["conditions"].append({"type": "Recovered", "status": "True"})
+        children = copy.deepcopy(self.machines())
+        response = serve("nodepool", "sync", hook_request("nodepool", copy.deepcopy(self.pool), children=children),
+                         self.ctx)
+        self.pool["status"] = response["status"]
+        self.kube.add_object(self.pool)
+        wanted = {c["metadata"]["name"] for c in response["children"]}
+        for m in self.machines():
+            name = m["metadata"]["name"]
+            if name not in wanted and not m["metadata"].get("deletionTimestamp"):
+                m["metadata"]["deletionTimestamp"] = _fmt(self.now())
+                self.deleted[name] = self.tick
+        for child in response["children"]:
+            if (self.names.MACHINE_KIND, "", child["metadata"]["name"]) not in self.kube.objects:
+                self._create(child["metadata"]["name"])
+        return response["status"]
+
+
+def storm(args) -> dict:
+    from hooks.machines import budgets, signals
+
+    world = StormWorld(args.machines, args.budget, args.init_ticks, args.drain_ticks, args.recover_ticks,
+                       args.tick_seconds)
+    world.step()
+    hit = world.storm(args.drifted, args.fenced, args.spot)
+    rules = budgets.parse(world.pool)
+    worst_over, most, ticks = 0, 0, 0
+    started = time.perf_counter()
+    while ticks < args.max_ticks:
+        status = world.step()
+        ticks += 1
+        machines = world.machines()
+        forced = sum(1 for m in machines if m["metadata"].get("deletionTimestamp")
+                     and (signals.of(m, signals.INTERRUPTION_ANNOTATION) or signals.Signal("x", T0)).forceful)
+        chosen = status["disruption"]["disrupting"] - forced
+        # The yardstick is the pool's size as asked for, whatever the hook counts.
+        limit = budgets.allowed(rules, signals.DRIFTED, args.machines, world.now())
+        most = max(most, chosen)
+        worst_over = max(worst_over, chosen - (limit if limit is not None else chosen))
+        left = hit & {m["metadata"]["name"] for m in machines}
+        ready = sum(1 for m in machines if not m["metadata"].get("deletionTimestamp")
+                    and any(c["type"] == "Initialized" and c["status"] == "True" for c in m["status"]["conditions"]))
+        if not left and ready == args.machines and not status.get("disruptions"):
+            break
+    return {"machines": args.machines, "budget": args.budget, "drifted": args.drifted, "fenced": args.fenced,
+            "spot": args.spot, "init_ticks": args.init_ticks, "drain_ticks": args.drain_ticks,
+            "most_disrupting_by_choice": most, "budget_limit_at_full_size": rules[0].limit(args.machines),
+            "worst_over_budget": worst_over, "ticks_to_replace_all": ticks,
+            "simulated_minutes": round(ticks * args.tick_seconds / 60, 1),
+            "hook_seconds_per_sync": round((time.perf_counter() - started) / max(1, ticks), 4)}
+
+
+# --------------------------------------------------------------------------- signal (the local stack)
+
+
+def signal(args) -> dict:
+    from devcluster import Cluster, Layout, failover, fleet, interruptions
+    from devcluster.api import AdminApi, wait_for
+    from hooks.fencing import names as fencing
+    from hooks.machines import names
+    from tests.e2e.test_disruption import _initialized
+    from tests.e2e.test_machines import POOLS, _condition, _live, _machines, _pool, _pool_instances, _subnet
+    from tests.fixtures import ec2_events as ev
+
+    layout = Layout(workdir=ROOT / ".local" / "bench" / f"disruption-{os.getpid()}")
+    repair, spot = [], []
+    with Cluster(layout, port_mode="dynamic") as cluster:
+        api = AdminApi(cluster.kubeconfig)
+        cloud = fleet.Aws(cluster.aws_env())
+        subnet = _subnet(cloud)
+
+        def watch(pool: str, originals: set, until: float, marks: dict, extra=None) -> None:
+            while time.time() < until and "replacement_initialized" not in marks:
+                new = [m for m in _live(_machines(api, pool)) if m["metadata"]["name"] not in originals]
+                if new and any(_condition(m, names.INITIALIZED) == "True" for m in new):
+                    marks["replacement_initialized"] = time.time()
+                if extra:
+                    extra(marks)
+                time.sleep(0.1)
+
+        for number in range(args.repair_trials):
+            pool = f"bench-repair-{number}"
+            api.create(POOLS, _pool(pool, subnet, args.machines))
+            machines = _initialized(api, pool, args.machines)
+            policy = f"bench-repair-{number}"
+            api.create(failover.POLICIES, failover.policy_manifest(policy, "", duration=args.duration, max_unhealthy=1,
+                                                                   selector={"e2e-pool": pool}))
+            node = machines[0]["status"]["nodeName"]
+            unknown = failover.kill(api, [node])[node]
+            marks: dict = {}
+
+            def fenced(marks, node=node):
+                if "fenced" in marks:
+                    return
+                for fr in api.get(f"/apis/nodewarden.io/v1alpha1/namespaces/{NS}/fencingrequests")["items"]:
+                    if fr["spec"]["nodeRef"]["name"] == node and _condition(fr, fencing.FENCING_SUCCEEDED) == "True":
+                        marks["fenced"] = time.time()
+            watch(pool, {m["metadata"]["name"] for m in machines}, time.time() + 180, marks, fenced)
+            sample = {k: round(v - unknown, 2) for k, v in marks.items()}
+            repair.append(sample)
+            print(f"repair trial {number + 1}: Unknown → {sample}", flush=True)
+            api.delete(f"{failover.POLICIES}/{policy}")
+            api.delete(f"{POOLS}/{pool}")
+
+        if args.spot_trials:
+            queue = "bench-spot"
+            url = interruptions.create_queue(cloud.sqs, cloud.events, queue)
+            api.create("/apis/nodewarden.io/v1alpha1/interruptionqueues", {
+                "apiVersion": names.API_VERSION, "kind": "InterruptionQueue", "metadata": {"name": queue},
+                "spec": {"queueURL": url}})
+        for number in range(args.spot_trials):
+            pool = f"bench-spot-{number}"
+            api.create(POOLS, _pool(pool, subnet, args.machines, template_spec={"capacityType": "spot"}))
+            machines = _initialized(api, pool, args.machines)
+            victim = machines[0]
+            node, instance = victim["status"]["nodeName"], victim["status"]["instanceID"]
+            sent = time.time()
+            interruptions.put(cloud.events, ev.spot_warning(instance, dt.datetime.now(dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")))
+            marks = {}
+
+            def cordoned(marks, node=node, instance=instance, pool=pool):
+                if "cordoned" not in marks:
+                    got = api.get_or_none(f"/api/v1/nodes/{node}")
+                    if got is None or got["spec"].get("unschedulable"):
+                        marks["cordoned"] = time.time()
+                if "terminated" not in marks and _pool_instances(cloud, pool).get(instance) == "terminated":
+                    marks["terminated"] = time.time()
+            watch(pool, {m["metadata"]["name"] for m in machines}, time.time() + 180, marks, cordoned)
+            wait_for(lambda: _pool_instances(cloud, pool).get(instance) == "terminated" or None, "terminated",
+                     timeout=180)
+            marks.setdefault("terminated", time.time())
+            sample = {k: round(v - sent, 2) for k, v in marks.items()}
+            spot.append(sample)
+            print(f"spot trial {number + 1}: warning sent → {sample}", flush=True)
+            api.delete(f"{POOLS}/{pool}")
+    return {"machines_per_pool": args.machines, "policy_duration": args.duration,
+            "repair": _summary(repair), "spot": _summary(spot)}
+
+
+def _summary(samples: list[dict]) -> dict:
+    out: dict = {"trials": len(samples), "samples": samples}
+    for key in sorted({k for s in samples for k in s}):
+        values = [s[key] for s in samples if key in s]
+        out[key] = {"p50": percentile(values, 50), "max": max(values), "n": len(values)}
+    if samples and all("fenced" in s and "replacement_initialized" in s for s in samples):
+        gaps = [s["replacement_initialized"] - s["fenced"] for s in samples]
+        out["initialized_after_fenced"] = {"p50": percentile(gaps, 50), "max": round(max(gaps), 2), "n": len(gaps)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("storm")
+    s.add_argument("--machines", type=int, default=100)
+    s.add_argument("--budget", default="10%")
+    s.add_argument("--drifted", type=int, default=40)
+    s.add_argument("--fenced", type=int, default=10)
+    s.add_argument("--spot", type=int, default=10)
+    s.add_argument("--init-ticks", type=int, default=3)
+    s.add_argument("--drain-ticks", type=int, default=4)
+    s.add_argument("--recover-ticks", type=int, default=6)
+    s.add_argument("--tick-seconds", type=float, default=10.0)
+    s.add_argument("--max-ticks", type=int, default=2000)
+    s.add_argument("--json", type=pathlib.Path)
+    g = sub.add_parser("signal")
+    g.add_argument("--machines", type=int, default=2)
+    g.add_argument("--repair-trials", type=int, default=3)
+    g.add_argument("--spot-trials", type=int, default=3)
+    g.add_argument("--duration", default="10s", help="the NodeFencingPolicy's unhealthy duration")
+    g.add_argument("--json", type=pathlib.Path)
+    args = parser.parse_args()
+    if args.mode == "storm":
+        import logging
+        logging.disable(logging.WARNING)
+        results = storm(args)
+    else:
+        from devcluster.cluster import configure_logging
+        configure_logging()
+        try:
+            results = signal(args)
+        finally:
+            shutil.rmtree(ROOT / ".local" / "bench" / f"disruption-{os.getpid()}", ignore_errors=True)
+    print(json.dumps(results, indent=2))
+    write_json(args.json, results)
+    return 0 if args.mode != "storm" or results["worst_over_budget"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""What EC2 says now about instances an interruption names: tags, state, lifecycle, impaired checks."""
+from __future__ import annotations
+
+import re
+
+from botocore.exceptions import ClientError
+
+from hooks.aws import instances
+from hooks.aws.clients import error_code
+
+# DescribeInstances takes at most 200 values per filter; DescribeInstanceStatus 100 ids per call.
+_FILTER_VALUES = 200
+_STATUS_IDS = 100
+_ID = re.compile(r"i-[0-9a-f]{8,17}")
+
+
+def describe(ec2, instance_ids: list[str]) -> dict[str, dict]:
+    """The instances EC2 knows among ``instance_ids``, by id: ``instances.summary`` and ``lifecycle``.
+
+    Filtered by instance-id, so an id EC2 does not know is simply absent (by
+    InstanceIds one unknown id fails the whole call).
+    """
+    found: dict[str, dict] = {}
+    ids = sorted(set(instance_ids))
+    for start in range(0, len(ids), _FILTER_VALUES):
+        batch = ids[start:start + _FILTER_VALUES]
+        for page in ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "instance-id", "Values": batch}]):
+            for reservation in page.get("Reservations") or []:
+                for instance in reservation.get("Instances") or []:
+                    if instance.get("InstanceId") in batch:
+                        summary = instances.summary(instance)
+                        summary["lifecycle"] = instance.get("InstanceLifecycle") or "on-demand"
+                        found[summary["instanceID"]] = summary
+    return found
+
+
+def impaired(ec2, instance_ids: list[str]) -> list[str]:
+    """The running instances among ``instance_ids`` whose instance or system status check is impaired."""
+    out: list[str] = []
+    ids = sorted(set(instance_ids))
+    for start in range(0, len(ids), _STATUS_IDS):
+        batch = ids[start:start + _STATUS_IDS]
+        for status in _statuses(ec2, batch):
+            if "impaired" in ((status.get("InstanceStatus") or {}).get("Status"),
+                              (status.get("SystemStatus") or {}).get("Status")):
+                out.append(status.get("InstanceId"))
+    return sorted(i for i in out if isinstance(i, str))
+
+
+def _statuses(ec2, batch: list[str]) -> list[dict]:
+    """One batch's statuses; ids EC2 no longer knows (named in the error) are left out and the rest asked again."""
+    try:
+        return ec2.describe_instance_status(InstanceIds=batch, IncludeAllInstances=False).get("InstanceStatuses") or []
+    except ClientError as exc:
+        if error_code(exc) not in instances.NOT_FOUND:
+            raise
+        unknown = set(_ID.findall(str(exc.response.get("Error", {}).get("Message", ""))))
+        rest = [i for i in batch if i not in unknown]
+        if not unknown or len(rest) == len(batch):
+            raise
+        if not rest:
+            return []
+        return ec2.describe_instance_status(InstanceIds=rest, IncludeAllInstances=False).get("InstanceStatuses") or []
