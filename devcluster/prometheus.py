@@ -14,6 +14,10 @@ import yaml
 from .layout import REPO
 
 PROMETHEUS_RULE = REPO / "kustomize" / "components" / "prometheus-rules" / "prometheusrule.yaml"
+# What the dashboards read from Metacontroller: controller-runtime's work-queue
+# metrics (sigs.k8s.io/controller-runtime/pkg/metrics/workqueue.go), one queue
+# per controller, named "DecoratorController-<name>" or "CompositeController-<name>".
+METACONTROLLER_SERIES = ("workqueue_depth", "workqueue_retries_total", "workqueue_queue_duration_seconds_bucket")
 # Quick enough for a test to see a series, an alert pending, within seconds.
 SCRAPE_INTERVAL = "2s"
 

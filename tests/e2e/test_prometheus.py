@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from devcluster import failover, fleet
+from devcluster import failover, fleet, prometheus
 from devcluster.api import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -47,8 +47,10 @@ def test_prometheus_scrapes_the_hook_server_and_metacontroller_with_the_alerts_l
         return {t["labels"]["job"]: t["health"] for t in targets}
 
     wait_for(lambda: healthy() == {"nodewarden": "up", "metacontroller": "up"}, "both targets up", timeout=30)
-    # Metacontroller's own series: its controller-runtime work queues, one per controller.
-    assert prom.at_least('count(workqueue_adds_total{job="metacontroller"})', 1, "Metacontroller's work queues")
+    # Metacontroller's own series, those the dashboards read: its work queues, one per controller.
+    for series in prometheus.METACONTROLLER_SERIES:
+        prom.at_least(f'count({series}{{job="metacontroller", name="DecoratorController-node-detacher"}})', 1,
+                      f"Metacontroller's {series}")
     rules = {r["name"] for g in prom.get("/api/v1/rules", type="alert")["groups"] for r in g["rules"]}
     assert {"NodewardenNodeDetachOverdue", "NodewardenFencingRequestOverdue",
             "NodewardenFencingStormGuardHolding", "NodewardenHookErrors"} <= rules
@@ -123,3 +125,21 @@ def test_the_storm_guard_alert_goes_pending_in_prometheus(api, cloud, prom):
         api.delete(f"{failover.POLICIES}/{scenario}")
         for name in names:
             api.delete(f"/api/v1/nodes/{name}")
+
+
+def test_every_dashboard_query_runs_on_prometheus(prom):
+    """Each panel's query, with the dashboard's variables set as for the local stack, is valid PromQL
+    that Prometheus answers."""
+    import json
+    from pathlib import Path
+
+    variables = {"$__rate_interval": "1m", "$metacontroller_job": "metacontroller", "$job": "nodewarden"}
+    folder = Path(prometheus.PROMETHEUS_RULE).parents[1] / "grafana-dashboards"
+    for path in sorted(folder.glob("*.json")):
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets") or []:
+                query = target["expr"]
+                for name, value in variables.items():
+                    query = query.replace(name, value)
+                assert "$" not in query, (path.name, panel["title"], query)
+                prom.get("/api/v1/query", query=query)  # asserts status "success"
