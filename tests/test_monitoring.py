@@ -245,3 +245,9 @@ def test_the_monitoring_components_are_opt_in_and_point_at_the_hook_server(tmp_p
     (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics"
     assert {"action": "replace", "targetLabel": "job", "replacement": "nodewarden"} in endpoint["relabelings"]
+
+
+def test_the_zeroed_drop_reasons_are_the_recorders():
+    import inspect
+
+    assert set(re.findall(r'self\._drop\("([^"]+)"', inspect.getsource(events.Recorder))) == set(metrics.DROP_REASONS)
