@@ -1,12 +1,13 @@
 # syntax=docker/dockerfile:1
-# Build stage: wheels for the pinned requirements and nodewarden itself.
+# Build stage: the hook server's pinned runtime (requirements/runtime.txt, no
+# test tools) and nodewarden itself.
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-COPY requirements.txt pyproject.toml ./
+COPY requirements/runtime.txt pyproject.toml ./
 COPY hooks ./hooks
 RUN python -m venv /opt/nodewarden \
  && /opt/nodewarden/bin/pip install --no-cache-dir --upgrade pip==25.3 \
- && /opt/nodewarden/bin/pip install --no-cache-dir -r requirements.txt \
+ && /opt/nodewarden/bin/pip install --no-cache-dir -r runtime.txt \
  && /opt/nodewarden/bin/pip install --no-cache-dir --no-deps .
 
 # Runtime stage: the virtualenv only, as a non-root user, read-only friendly.

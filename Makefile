@@ -17,10 +17,13 @@ help:
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+# Runtime dependencies are declared in pyproject.toml; requirements/runtime.txt
+# pins them for the image, requirements/test.txt adds the tests' and the local
+# stack's (hack/lock-requirements.sh writes both).
+$(VENV)/.installed: requirements/runtime.txt requirements/test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet -r requirements/test.txt
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
@@ -28,13 +31,19 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # are built from the Go module proxy by hack/controlplane/controlplane.mk.
 -include hack/controlplane/controlplane.mk
 
-test: setup controlplane-bins
+# Prometheus and promtool (Debian's package, unpacked into .bin/ without root):
+# the local stack's Prometheus and the alert-rule tests.
+.PHONY: prometheus-bins
+prometheus-bins:
+	@bash hack/prometheus/install.sh $(CONTROLPLANE_BIN)
+
+test: setup controlplane-bins prometheus-bins
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: setup
+test-unit: setup prometheus-bins
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
 
-up: setup controlplane-bins
+up: setup controlplane-bins prometheus-bins
 	$(PY) -m devcluster up
 
 down: setup
@@ -70,7 +79,7 @@ bench:
 	done; echo "bench: $(words $(BENCH)) benchmark(s) in $$((SECONDS - start)) s"
 
 # These two start their own local control plane (docs/local-stack.md).
-bench-cordon_to_deregister bench-fencing_failover: controlplane-bins
+bench-cordon_to_deregister bench-fencing_failover: controlplane-bins prometheus-bins
 
 $(BENCH_TARGETS): bench-%: setup
 	@echo "bench: $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*))"
@@ -81,7 +90,7 @@ $(BENCH_TARGETS): bench-%: setup
 # tens of minutes together on a 2-core machine). SCALE_NODES sets the node count.
 SCALE_NODES ?= 5000
 .PHONY: bench-scale
-bench-scale: setup controlplane-bins
+bench-scale: setup controlplane-bins prometheus-bins
 	$(PY) bench/scale.py resync --nodes 1000 --json .local/bench/resync-1000.json
 	$(PY) bench/scale.py resync --nodes $(SCALE_NODES) --json .local/bench/resync-$(SCALE_NODES).json
 	$(PY) bench/scale.py detach-wave --nodes 500 --target-groups 20 --json .local/bench/wave-500.json

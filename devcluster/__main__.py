@@ -107,6 +107,7 @@ def targets(_args: argparse.Namespace) -> int:
 def _write_env_file(cluster: Cluster) -> None:
     lines = [f"export KUBECONFIG={cluster.kubeconfig}"]
     lines += [f"export {k}={v}" for k, v in cluster.aws_env().items()]
+    lines.append(f"export PROMETHEUS_URL={cluster.prometheus_url}")
     lines.append(f"export PATH={cluster.layout.bin_dir}:$PATH")
     cluster.layout.env_file.write_text("\n".join(lines) + "\n")
 
@@ -119,7 +120,9 @@ def _print_summary(cluster: Cluster, *, with_demo: bool) -> None:
 devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(cluster.layout.logs)}/
   API server   {cluster.api_server}   kubeconfig {kc}
   moto (AWS)   {cluster.moto_endpoint}
-  hook server  {cluster.hooks_url}
+  hook server  {cluster.hooks_url}   metrics {cluster.hooks_metrics_url}/metrics
+  Prometheus   {cluster.prometheus_url}   (API; scrapes the hook server and Metacontroller, nodewarden's alerts loaded:
+               {cluster.prometheus_url}/api/v1/alerts, promtool query instant {cluster.prometheus_url} 'nodewarden_events_total')
   {cluster.metacontroller.describe()}
   kwok {cluster.kwok.release} keeps the Nodes labelled {kwok.SELECTOR} alive (docs/local-stack.md)
   `source {env}` sets KUBECONFIG, AWS_* and PATH (kubectl, kustomize) for this shell.

@@ -1,5 +1,5 @@
 """A local control plane: etcd, the Kubernetes control plane, Metacontroller,
-kwok, moto, the hook server and the kubelet stand-in, started in order, each
+kwok, moto, the hook server, the kubelet stand-in and Prometheus, started in order, each
 waited for, all stopped on exit.
 
     with Cluster(Layout(workdir=...)) as cluster:
@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Mapping
 
 import requests
+import yaml
 
 from hooks import credentials
 
-from . import components, kubeconfig, kwok, manifests, pki
+from . import components, kubeconfig, kwok, manifests, pki, prometheus
 from . import metacontroller as mc
 from .api import AdminApi
 from .components import Ports
@@ -94,6 +95,11 @@ class Cluster:
         """/metrics, /healthz and /readyz of the hook server: plain HTTP, open."""
         return f"http://127.0.0.1:{self.ports.hooks_metrics}"
 
+    @property
+    def prometheus_url(self) -> str:
+        """Prometheus' HTTP API; it scrapes the hook server and Metacontroller, with the alerts loaded."""
+        return f"http://127.0.0.1:{self.ports.prometheus}"
+
     def hook_session(self) -> requests.Session:
         """A client that calls the hooks as Metacontroller does: with the token, trusting the hook CA."""
         session = requests.Session()
@@ -159,6 +165,7 @@ class Cluster:
         self._step("kwok", self._start_kwok)
         self._step("hook server", self._start_hooks)
         self._step("kubelet stand-in", self._start_kubelet_standin)
+        self._step("prometheus", self._start_prometheus)
         self._step("health", self._wait_all_healthy)
         self._write_state()
 
@@ -188,7 +195,7 @@ class Cluster:
     def _fresh_workdir(self) -> None:
         self.layout.workdir.mkdir(parents=True, exist_ok=True)
         for stale in (self.layout.etcd_data, self.layout.pki_dir, self.layout.logs,
-                      self.layout.workdir / "metrics"):
+                      self.layout.workdir / "metrics", self.layout.prometheus_dir):
             shutil.rmtree(stale, ignore_errors=True)
         self.layout.logs.mkdir(parents=True)
 
@@ -331,6 +338,19 @@ class Cluster:
             AdminApi(self.kubeconfig), self.aws_env(), CLUSTER_NAME,
             boot_delay=self.kubelet_boot_delay, log_path=self.layout.logs / KUBELET_LOG).start()
 
+    def _start_prometheus(self) -> None:
+        where = self.layout.prometheus_dir
+        rules = prometheus.write_rules(where / "rules.yaml")
+        config = prometheus.config(rules, {
+            "nodewarden": f"127.0.0.1:{self.ports.hooks_metrics}",
+            "metacontroller": f"127.0.0.1:{self.ports.metacontroller_metrics}",
+        })
+        config_file = where / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+        child = self._start("prometheus", prometheus.command(
+            self.layout.binary("prometheus"), config_file, where / "data", self.ports.prometheus))
+        wait_until(http_ok(f"{self.prometheus_url}/-/ready"), "prometheus", timeout=60, watch=[child])
+
     def _wait_all_healthy(self) -> None:
         for name, port in (("kube-controller-manager", self.ports.controller_manager),
                            ("kube-scheduler", self.ports.scheduler)):
@@ -349,6 +369,7 @@ class Cluster:
             "hooks": self.hooks_url,
             "hooks_metrics": self.hooks_metrics_url,
             "hooks_auth": "bearer token over TLS" if self.hook_credentials else "off",
+            "prometheus": self.prometheus_url,
             "children": {c.name: c.pid for c in self.supervisor.children},
         }
         self.layout.state_file.write_text(json.dumps(state, indent=2))

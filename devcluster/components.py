@@ -49,13 +49,15 @@ class Ports:
     metacontroller_health: int
     # kwok's server: /healthz once its controllers run.
     kwok: int
+    # Prometheus: its API (and /-/ready); it scrapes the hook server and Metacontroller.
+    prometheus: int = 0
 
     # `make up` prefers these, so a user's AWS_ENDPOINT_URL or bookmarks keep working.
     PREFERRED = {
         "etcd_client": 2379, "etcd_peer": 2380, "apiserver": 6443,
         "controller_manager": 10257, "scheduler": 10259,
         "metacontroller_metrics": 9999, "moto": 5000, "hooks": 8080, "hooks_metrics": 8082,
-        "metacontroller_health": 8081, "kwok": 10247,
+        "metacontroller_health": 8081, "kwok": 10247, "prometheus": 9090,
     }
 
 

@@ -58,7 +58,8 @@ def pool_manifest() -> dict:
             "template": {
                 # userData left out: the Machines render the default template,
                 # whose kubelet flags the stand-in reads.
-                "metadata": {"labels": {"nodewarden.io/demo": "pool"}},
+                # Not in the nodewarden.io/ domain: the CRD keeps that for nodewarden itself.
+                "metadata": {"labels": {"example.com/demo": "pool"}},
                 "spec": {
                     "instanceTypes": ["m5.large", "t3.large"],
                     "subnetSelector": {key: value},

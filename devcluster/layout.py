@@ -9,10 +9,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every binary the launcher runs; hack/controlplane/build.sh makes them.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-            "kubectl", "kustomize", "kwok", "metacontroller")
+            "kubectl", "kustomize", "kwok", "metacontroller", "prometheus")
 # What build.sh records next to a binary whose module the launcher reads
-# (key=value lines: release, module, source = its directory in the Go module cache).
-RECORDS = {"kwok": "kwok.version", "metacontroller": "metacontroller.version"}
+# (key=value lines: release, module, source = its directory in the Go module cache);
+# hack/prometheus/install.sh records which Debian package Prometheus came from.
+RECORDS = {"kwok": "kwok.version", "metacontroller": "metacontroller.version",
+           "prometheus": "prometheus.version"}
 
 
 def parse_record(text: str) -> dict[str, str]:
@@ -52,6 +54,11 @@ class Layout:
     def hooks_kubeconfig(self) -> Path:
         """The hook server's kubeconfig: the nodewarden ServiceAccount's token."""
         return self.workdir / "hooks.kubeconfig"
+
+    @property
+    def prometheus_dir(self) -> Path:
+        """The local Prometheus' configuration, rules and data."""
+        return self.workdir / "prometheus"
 
     @property
     def pid_file(self) -> Path:

@@ -68,6 +68,7 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
         ctx = runtime.Context(load_settings())
     runtime.install(ctx)
     logs.configure(ctx.settings.log_level)
+    metrics.zero_alerted_series()
 
     app = Flask("nodewarden")
     app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes

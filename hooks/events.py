@@ -188,6 +188,10 @@ class Recorder:
 
     # -- the request path: never blocks, never raises
     def record(self, component: str, about: dict, event: Event) -> None:
+        from hooks.metrics import EVENTS
+
+        # Counted as decided, whether it is then sent, folded into an earlier one or dropped.
+        EVENTS.labels(component, event.reason, "Warning" if event.warning else "Normal").inc()
         item = (component, about, event)
         if self._inline:
             try:

@@ -10,6 +10,8 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess
 
+from hooks import events
+
 HOOK_LATENCY = Histogram(
     "nodewarden_hook_duration_seconds",
     "Time to serve one Metacontroller hook call.",
@@ -39,6 +41,12 @@ ACTIONS = Counter(
     "nodewarden_actions_total",
     "Side effects carried out by controllers.",
     ["controller", "kind", "outcome"],
+)
+EVENTS = Counter(
+    "nodewarden_events_total",
+    "Kubernetes Events the controllers reported, by controller, reason and type (Normal, Warning);"
+    " the alerts on detaching, fencing and cluster-gc read their reasons.",
+    ["controller", "reason", "type"],
 )
 EVENTS_DROPPED = Counter(
     "nodewarden_events_dropped_total",
@@ -80,6 +88,31 @@ INTERRUPTION_MESSAGES = Counter(
     " unknown, malformed, foreign, unconfirmed); see docs/interruptions.md.",
     ["kind", "outcome"],
 )
+
+
+# The Events the alerts count (kustomize/components/prometheus-rules), as
+# (controller, reason, type). Their series exist at 0 from the start, so the
+# first one after a restart is an increase Prometheus sees, not a new series.
+ALERTED_EVENTS = (
+    ("node-detacher", events.DETACHED, "Warning"),
+    ("node-detacher", events.DETACH_ABANDONED, "Warning"),
+    ("node-detacher", events.DETACH_FAILED, "Warning"),
+    ("fencing-request", events.FENCING_FAILED, "Warning"),
+    ("fencing-request", events.RECOVERY_TIMED_OUT, "Warning"),
+    ("node-fencing-policy", events.STORM_GUARD_HOLDING, "Warning"),
+    ("machine", events.REGISTRATION_TIMED_OUT, "Warning"),
+    ("nodepool", events.LEAKED_INSTANCE_TERMINATED, "Warning"),
+    ("cluster-gc", events.GC_BLOCKED, "Warning"),
+    ("cluster-gc", events.GC_RETRYING, "Warning"),
+)
+DROP_REASONS = ("rate limited", "queue full")
+
+
+def zero_alerted_series() -> None:
+    for labels in ALERTED_EVENTS:
+        EVENTS.labels(*labels)
+    for why in DROP_REASONS:
+        EVENTS_DROPPED.labels(why)
 
 
 def record_action(controller: str, kind: str, ok: bool) -> None:

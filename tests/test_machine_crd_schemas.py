@@ -258,3 +258,17 @@ def test_keys_in_nodewardens_domain_are_refused(crd_name):
     for path, sub in found.items():
         [rule] = _rules(sub)
         assert "startsWith('nodewarden.io/')" in rule and names.OWN_KEY_PREFIX == "nodewarden.io/", path
+
+
+def test_the_demo_pool_of_make_up_is_one_the_api_server_accepts(nodepool):
+    """`make up` creates devcluster/demo.py's NodePool: it must fit the schema and keep off nodewarden's own
+    label domain, which the CRD's CEL rule refuses (a 422, and `make up` stops)."""
+    from devcluster import demo
+
+    pool = demo.pool_manifest()
+    jsonschema.validate(pool, _plain(_schema(nodepool)))
+    metadata = _schema(nodepool)["properties"]["spec"]["properties"]["template"]["properties"]["metadata"]
+    for field in ("labels", "annotations"):
+        assert "self.all(k, !k.startsWith('nodewarden.io/'))" in _rules(metadata["properties"][field])
+        keys = pool["spec"]["template"].get("metadata", {}).get(field, {})
+        assert not [k for k in keys if k.startswith("nodewarden.io/")], keys
