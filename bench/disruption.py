@@ -306,7 +306,8 @@ def _summary(samples: list[dict]) -> dict:
         out[key] = {"p50": percentile(values, 50), "max": max(values), "n": len(values)}
     if samples and all("fenced" in s and "replacement_initialized" in s for s in samples):
         gaps = [s["replacement_initialized"] - s["fenced"] for s in samples]
-        out["initialized_after_fenced"] = {"p50": percentile(gaps, 50), "max": round(max(gaps), 2), "n": len(gaps)}
+        out["initialized_after_fenced"] = {"p50": round(percentile(gaps, 50), 2), "max": round(max(gaps), 2),
+                                           "n": len(gaps)}
     return out
 
 

@@ -115,11 +115,14 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
     pool["spec"]["disruption"] = {"budgets": [{"nodes": "1"}]}
     api.create(POOLS, pool)
     pools.append(name)
-    originals = {m["metadata"]["name"]: m for m in _initialized(api, name, 3)}
+    # By uid: a replacement may take the name of an original Machine already gone (the pool's free slot).
+    originals = {m["metadata"]["uid"]: m["metadata"]["name"] for m in _initialized(api, name, 3)}
     api.patch(f"{POOLS}/{name}", {"spec": {"template": {"metadata": {"labels": {"e2e-drift": "v2"}}}}})
     deleting_at: dict[str, float] = {}
     ready_at: dict[str, float] = {}
     replaced_by: dict[str, str] = {}
+    leaving_for: dict[str, str | None] = {}  # the replacement a Machine's record named when it began to go
+    history: list = []
     most_disrupting = 0
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -131,25 +134,33 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
                 replaced_by[record["machine"]] = record["replacement"]
         going = 0
         for m in listed:
-            mname = m["metadata"]["name"]
-            if m["metadata"].get("deletionTimestamp"):
-                deleting_at.setdefault(mname, stamp)
-            if mname not in originals and _condition(m, names.INITIALIZED) == "True":
+            mname, original = m["metadata"]["name"], m["metadata"]["uid"] in originals
+            if original and m["metadata"].get("deletionTimestamp") and mname not in deleting_at:
+                deleting_at[mname] = stamp
+                leaving_for[mname] = replaced_by.get(mname)
+            if not original and _condition(m, names.INITIALIZED) == "True":
                 ready_at.setdefault(mname, stamp)
             marked = signals.of(m, signals.DISRUPTION_ANNOTATION) is not None
-            if mname in originals and (m["metadata"].get("deletionTimestamp") or marked):
+            if original and (m["metadata"].get("deletionTimestamp") or marked):
                 going += 1
         most_disrupting = max(most_disrupting, going)
+        state = ([(r["machine"], r.get("replacement"), bool(r.get("replacementReadyAt")))
+                  for r in (pool.get("status") or {}).get("disruptions") or []],
+                 sorted((m["metadata"]["name"], bool(m["metadata"].get("deletionTimestamp")),
+                         _condition(m, names.INITIALIZED)) for m in listed))
+        if not history or history[-1][1:] != state:
+            history.append((round(stamp, 1), *state))
         live = _live(listed)
-        if len(live) == 3 and not any(m["metadata"]["name"] in originals for m in listed) \
+        if len(live) == 3 and not any(m["metadata"]["uid"] in originals for m in listed) \
                 and all(_condition(m, names.INITIALIZED) == "True" for m in live):
             break
         time.sleep(0.25)
-    assert set(deleting_at) >= set(originals), f"every drifted Machine replaced: {deleting_at}"
+    assert set(deleting_at) >= set(originals.values()), f"every drifted Machine replaced: {deleting_at}"
     assert most_disrupting == 1, "the budget of 1 held throughout"
-    for old in originals:
-        new = replaced_by[old]
-        assert ready_at[new] <= deleting_at[old], f"{new} Initialized before {old} began to go"
+    for old in originals.values():
+        new = leaving_for[old]
+        assert new in ready_at and ready_at[new] <= deleting_at[old], \
+            f"{old} began to go before its replacement {new} was Initialized: {history}"
     assert all(_reason(m) is None for m in _live(_machines(api, name)))
 
 
