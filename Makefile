@@ -20,10 +20,10 @@ setup: $(VENV)/.installed
 # Runtime dependencies are declared in pyproject.toml; requirements/runtime.txt
 # pins them for the image, requirements/test.txt adds the tests' and the local
 # stack's (hack/lock-requirements.sh writes both).
-$(VENV)/.installed: requirements/runtime.txt requirements/test.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements/runtime.txt requirements/test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements/test.txt
+	$(VENV)/bin/pip install --quiet -r requirements.txt
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 

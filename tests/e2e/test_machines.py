@@ -73,7 +73,10 @@ def pools(api):
 
 def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     name = unique("pool")
-    api.create(POOLS, _pool(name, _subnet(cloud), 3))
+    pool = _pool(name, _subnet(cloud), 3)
+    # The template changes below: drift is reported, not replaced (tests/e2e/test_disruption.py replaces it).
+    pool["spec"]["disruption"] = {"budgets": [{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "100%"}]}
+    api.create(POOLS, pool)
     pools.append(name)
 
     def initialized():
@@ -89,8 +92,9 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
         assert node["metadata"]["labels"]["e2e-pool"] == name
         assert node["metadata"]["labels"][names.POOL_LABEL] == name
         assert names.UNREGISTERED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
-    listed = api.get(f"{POOLS}/{name}")
-    assert listed["status"]["machines"]["Initialized"] == 3
+    # The pool's status follows its Machines' at its next sync.
+    wait_for(lambda: ((api.get(f"{POOLS}/{name}").get("status") or {}).get("machines") or {}).get("Initialized") == 3,
+             "the pool counting 3 Initialized", timeout=30)
 
     # One Machine goes: its Node leaves the target group, loses its pod, and the instance ends.
     group = fleet.create_target_group(cloud, unique("mtg"), CLUSTER_NAME)
