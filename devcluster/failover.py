@@ -77,6 +77,18 @@ def kill(api: AdminApi, names: list[str], heartbeat: kwok.Heartbeat = kwok.FAST)
     return {name: epoch(kwok.wait_unknown(api, name, heartbeat)["lastTransitionTime"]) for name in names}
 
 
+def scenario_nodes(api: AdminApi, cloud: fleet.Aws, prefix: str,
+                   count: int) -> tuple[str, list[str], list[str]]:
+    """``count`` Ready Nodes backed by moto instances, labelled with a scenario of their own (a policy's
+    selector): (the scenario, the Node names, their instance ids)."""
+    scenario = f"{prefix}-{fleet.launch_instances(cloud, 1)[0][-6:]}"
+    names = [f"{scenario}-{i}" for i in range(count)]
+    instances = fleet.launch_instances(cloud, count)
+    for name, instance_id in zip(names, instances):
+        create_node(api, name, instance_id, labels={SCENARIO_LABEL: scenario})
+    return scenario, names, instances
+
+
 def epoch(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 

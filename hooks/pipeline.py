@@ -183,6 +183,18 @@ def refuse(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) 
     return Plan(plan.response)
 
 
+def in_status(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
+    """``unverified`` of a controller that owns its parent's status: the reason in ``status.lastError``, a
+    retry after the error backoff, and nothing finalized."""
+    response = dict(plan.response)
+    response["status"] = {**(response.get("status") or {}),
+                          "lastError": f"not verified with the API server: {reason}"[:2000]}
+    response["resyncAfterSeconds"] = float(ctx.settings.error_backoff_seconds)
+    if request.finalizing:
+        response["finalized"] = False
+    return Plan(response)
+
+
 def failures_only(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
                   now: dt.datetime) -> Plan:
     """``settle`` of a controller whose response does not depend on what failed."""

@@ -45,7 +45,6 @@ from hooks.interruption import judge, messages, queue
 from hooks.kube import fresh
 from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
-from hooks.machines import signals
 from hooks.plan import Action, Change, Outcome, Plan
 
 NAME = "interruption"
@@ -264,12 +263,8 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     return fresh.same_parent(request, ctx.kube)
 
 
-def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-    """Nothing received, nothing written: the status says why, and the next call tries again."""
-    response = dict(plan.response)
-    response["status"] = {**response["status"], "lastError": f"not verified with the API server: {reason}"[:2000]}
-    response["resyncAfterSeconds"] = float(ctx.settings.error_backoff_seconds)
-    return Plan(response)
+# Nothing received, nothing written: the status says why, and the next call tries again.
+unverified = pipeline.in_status
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,

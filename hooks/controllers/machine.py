@@ -258,14 +258,8 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     return fresh.same_parent(request, ctx.kube)
 
 
-def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-    """Nothing is done and nothing finalized on a body the API server did not confirm."""
-    response = dict(plan.response)
-    response["status"] = {**response["status"], "lastError": f"not verified with the API server: {reason}"[:2000]}
-    response["resyncAfterSeconds"] = float(ctx.settings.error_backoff_seconds)
-    if request.finalizing:
-        response["finalized"] = False
-    return Plan(response)
+# Nothing is done and nothing finalized on a body the API server did not confirm.
+unverified = pipeline.in_status
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,

@@ -157,11 +157,7 @@ def test_storm_guard_holds_fencing_back(api, cloud):
     expire a few seconds apart (each was renewed on its own schedule); a policy
     already in place with a 3 s duration could fence the first alone, rightly.
     So the policy comes once both are Unknown."""
-    scenario = f"storm-{fleet.launch_instances(cloud, 1)[0][-6:]}"
-    instances = fleet.launch_instances(cloud, 3)
-    names = [f"{scenario}-{i}" for i in range(3)]
-    for name, instance_id in zip(names, instances):
-        failover.create_node(api, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
+    scenario, names, instances = failover.scenario_nodes(api, cloud, "storm", 3)
     try:
         failover.kill(api, names[:2])
         api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="3s", max_unhealthy=1))
@@ -199,11 +195,7 @@ def test_a_record_saying_ready_does_not_hide_a_dead_node_from_the_storm_guard(ap
     """Three of four nodes of a policy (maxUnhealthy 1) die together. Two of them have UnhealthyNode records
     saying Ready (stale, or forged by anyone who may write them): the count list still sees them NotReady,
     so the guard holds, and the third, recorded by node-fencing, is not fenced either."""
-    scenario = f"stale-{fleet.launch_instances(cloud, 1)[0][-6:]}"
-    instances = fleet.launch_instances(cloud, 4)
-    names = [f"{scenario}-{i}" for i in range(4)]
-    for name, instance_id in zip(names, instances):
-        failover.create_node(api, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
+    scenario, names, instances = failover.scenario_nodes(api, cloud, "stale", 4)
     hidden, dead = names[:2], names[:3]
     for name in hidden:
         api.create(UNHEALTHY_NODES, {

@@ -99,11 +99,7 @@ def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
 def test_the_storm_guard_alert_goes_pending_in_prometheus(api, cloud, prom):
     """Two of three nodes of a policy (maxUnhealthy 1) die: the guard holds, its gauge reads 1, and the
     alert is pending (it fires after 5 minutes, longer than a test waits)."""
-    scenario = f"prom-storm-{fleet.launch_instances(cloud, 1)[0][-6:]}"
-    instances = fleet.launch_instances(cloud, 3)
-    names = [f"{scenario}-{i}" for i in range(3)]
-    for name, instance_id in zip(names, instances):
-        failover.create_node(api, name, instance_id, labels={failover.SCENARIO_LABEL: scenario})
+    scenario, names, instances = failover.scenario_nodes(api, cloud, "prom-storm", 3)
     try:
         failover.kill(api, names[:2])
         api.create(failover.POLICIES, failover.policy_manifest(scenario, scenario, duration="3s", max_unhealthy=1))
