@@ -229,7 +229,7 @@ def test_kubectl_scale_nodepool_goes_through_the_scale_subresource(api, cluster,
     refused = cluster.kubectl("scale", f"nodepool/{name}", "--replicas=1001", check=False)
     assert refused.returncode != 0 and "1000" in refused.stderr, refused.stderr
     header = cluster.kubectl("get", "nodepools", name).stdout.splitlines()[0].split()
-    assert header == ["NAME", "REPLICAS", "READY", "AGE"]
+    assert header == ["NAME", "REPLICAS", "READY", "DISRUPTING", "AGE"]
 
 
 def test_kubectl_get_machines_shows_the_machine_columns(cluster, made):
@@ -237,10 +237,10 @@ def test_kubectl_get_machines_shows_the_machine_columns(cluster, made):
     name = unique("e2e-m")
     made(_machine(name, pool=pool))
     lines = cluster.kubectl("get", "machines", name).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "TYPE", "ZONE", "NODE", "READY", "AGE"]
+    assert lines[0].split() == ["NAME", "TYPE", "ZONE", "NODE", "READY", "DISRUPTION", "AGE"]
     assert lines[1].split()[0] == name
     wide = cluster.kubectl("get", "machines", name, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "TYPE", "ZONE", "NODE", "READY", "AGE", "INSTANCE", "POOL"]
+    assert wide[0].split() == ["NAME", "TYPE", "ZONE", "NODE", "READY", "DISRUPTION", "AGE", "INSTANCE", "POOL"]
     assert wide[1].split()[-1] == pool  # the POOL column reads the label, whatever the status says
     # The nodewarden category lists both kinds.
     assert name in cluster.kubectl("get", "nodewarden", "-o", "name").stdout
@@ -258,7 +258,8 @@ def _can_i(cluster, verb: str, resource: str, subresource: str = "") -> bool:
 
 @pytest.mark.parametrize("verb, resource, subresource", [
     ("get", "nodepools.nodewarden.io", ""), ("watch", "machines.nodewarden.io", ""),
-    ("delete", "machines.nodewarden.io", ""), ("delete", "nodes", ""), ("patch", "nodes", ""),
+    ("delete", "machines.nodewarden.io", ""), ("patch", "machines.nodewarden.io", ""),
+    ("list", "fencingrequests.nodewarden.io", ""), ("delete", "nodes", ""), ("patch", "nodes", ""),
     ("create", "pods", "eviction"), ("list", "volumeattachments.storage.k8s.io", ""),
 ])
 def test_the_hook_server_may_do_what_the_machine_hooks_do(cluster, verb, resource, subresource):
