@@ -89,6 +89,15 @@ def scenario_nodes(api: AdminApi, cloud: fleet.Aws, prefix: str,
     return scenario, names, instances
 
 
+def fence_by_hand(api: AdminApi, name: str) -> None:
+    """An operator's FencingRequest for the Node; returns once the out-of-service taint is on it."""
+    api.create(REQUESTS, {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
+                          "metadata": {"name": name}, "spec": {"nodeRef": {"name": name}}})
+    wait_for(lambda: any(t["key"] == "node.kubernetes.io/out-of-service"
+                         for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or []),
+             "out-of-service taint", timeout=30, interval=0.5)
+
+
 def epoch(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 

@@ -272,8 +272,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     """A failed write or delete: the message comes back after its visibility timeout; the error is lastError."""
     response = dict(plan.response)
     status = dict(response["status"])
-    failed = "; ".join(f"{o.action.kind} {o.action.target}: {o.error}" for o in outcomes
-                       if not o.ok and o.code != HELD)[:2000]
+    failed = actuators.failure_text([o for o in outcomes if o.code != HELD])
     status["lastError"] = "; ".join(x for x in (status.get("lastError"), failed) if x)[:2000]
     response["status"] = status
     response["resyncAfterSeconds"] = min(float(response.get("resyncAfterSeconds") or settings.error_backoff_seconds),

@@ -135,11 +135,7 @@ def test_deleting_a_request_half_way_leaves_no_taint(api, cloud, healthy_nodes, 
     failover.create_node(api, name, instance_id)
     try:
         failover.kill(api, [name])
-        api.create(failover.REQUESTS, {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
-                                       "metadata": {"name": name}, "spec": {"nodeRef": {"name": name}}})
-        wait_for(lambda: any(t["key"] == "node.kubernetes.io/out-of-service"
-                             for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or []),
-                 "out-of-service taint", timeout=30, interval=0.5)
+        failover.fence_by_hand(api, name)
         assert cloud.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0][
             "State"]["Name"] == "stopped"
         api.delete(f"{failover.REQUESTS}/{name}")

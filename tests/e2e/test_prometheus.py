@@ -82,11 +82,7 @@ def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
     before = {q: prom.value(q) or 0 for q in (stops, powered_off, tainted)}
     try:
         failover.kill(api, [name])
-        api.create(failover.REQUESTS, {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
-                                       "metadata": {"name": name}, "spec": {"nodeRef": {"name": name}}})
-        wait_for(lambda: any(t["key"] == "node.kubernetes.io/out-of-service"
-                             for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or []),
-                 "out-of-service taint", timeout=30, interval=0.5)
+        failover.fence_by_hand(api, name)
         prom.at_least(stops, before[stops] + 1, "the StopInstances call counted")
         prom.at_least(powered_off, before[powered_off] + 1, "the PoweredOff Event counted")
         prom.at_least(tainted, before[tainted] + 1, "the taint's Event counted")
