@@ -307,9 +307,14 @@ class Trial:
         mark("statefulset_pod_gone", lambda: not any(
             p["metadata"]["uid"] == wl.original_uids[wl.statefulset] for p in wl.pods(wl.statefulset)))
         if self.fenced:
-            mark("instance_stopped", lambda: self.instance_state() in ("stopped", "terminated"))
+            stopped = lambda: self.instance_state() in ("stopped", "terminated")  # noqa: E731
+            mark("instance_stopped", stopped)
             mark("out_of_service_taint", lambda: any(
                 t["key"] == "node.kubernetes.io/out-of-service" for t in self.node_taints()))
+            # The stop and the taint can both land between this loop's two looks; the taint follows a confirmed
+            # stop, so a stop seen right after the taint is dated with it, never after it.
+            if "out_of_service_taint" in marks and "instance_stopped" not in marks and stopped():
+                marks["instance_stopped"] = marks["out_of_service_taint"]
         mark("volume_attachment_gone", lambda: wl.volume_attachment() is None)
 
     def fencing_request(self) -> dict | None:
