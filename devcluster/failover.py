@@ -308,13 +308,17 @@ class Trial:
             p["metadata"]["uid"] == wl.original_uids[wl.statefulset] for p in wl.pods(wl.statefulset)))
         if self.fenced:
             stopped = lambda: self.instance_state() in ("stopped", "terminated")  # noqa: E731
+            tainted = lambda: any(t["key"] == "node.kubernetes.io/out-of-service"  # noqa: E731
+                                  for t in self.node_taints())
             mark("instance_stopped", stopped)
-            mark("out_of_service_taint", lambda: any(
-                t["key"] == "node.kubernetes.io/out-of-service" for t in self.node_taints()))
-            # The stop and the taint can both land between this loop's two looks; the taint follows a confirmed
-            # stop, so a stop seen right after the taint is dated with it, never after it.
-            if "out_of_service_taint" in marks and "instance_stopped" not in marks and stopped():
-                marks["instance_stopped"] = marks["out_of_service_taint"]
+            mark("out_of_service_taint", tainted)
+            # Two steps can both land between one loop's looks, and be seen in the wrong order. Fencing takes
+            # them in order (stop confirmed, then the taint, then the pod goes): a step seen only right after
+            # the one it comes before is dated with that one, never after it; one not there at all stays unmarked.
+            for first, then, seen in (("out_of_service_taint", "statefulset_pod_gone", tainted),
+                                      ("instance_stopped", "out_of_service_taint", stopped)):
+                if then in marks and first not in marks and seen():
+                    marks[first] = marks[then]
         mark("volume_attachment_gone", lambda: wl.volume_attachment() is None)
 
     def fencing_request(self) -> dict | None:
