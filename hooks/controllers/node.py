@@ -72,11 +72,13 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
             answer = module.sync(view, ctx) if not view.finalizing else module.finalize(view, ctx)
             answers.append((module, kinds, _kept_while_deleted(view, module, answer)))
         except RequestError as exc:
+            log.warning("a node concern refused the request",
+                        extra={"controller": module.NAME, "node": request.name, "reason": str(exc)})
             refused.append(exc)
-            answers.append((module, kinds, _as_it_is(view, ctx, f"{exc}")))
-        except Exception as exc:  # noqa: BLE001 - one concern's failure must not stop the other
+            answers.append((module, kinds, _as_it_is(view, ctx)))
+        except Exception:  # noqa: BLE001 - one concern's failure must not stop the other
             log.exception("a node concern failed", extra={"controller": module.NAME, "node": request.name})
-            answers.append((module, kinds, _as_it_is(view, ctx, f"{type(exc).__name__}: {exc}")))
+            answers.append((module, kinds, _as_it_is(view, ctx)))
     if len(refused) == len(CONCERNS):
         raise refused[0]
     return merge(request, [a for _, _, a in answers])
@@ -113,7 +115,7 @@ def _kept_while_deleted(view: HookRequest, module, answer: dict) -> dict:
     return dict(answer, attachments=[node_fencing.as_it_is(child) for child in view.children.all()])
 
 
-def _as_it_is(view: HookRequest, ctx: runtime.Context, why: str) -> dict:
+def _as_it_is(view: HookRequest, ctx: runtime.Context) -> dict:
     """A failed concern's part: its attachments exactly as they exist, nothing else changed, a retry soon."""
     kept = [node_fencing.as_it_is(child) for child in view.children.all()]
     return decorator_response(attachments=kept, resync_after=backoff(ctx.settings, 1),
