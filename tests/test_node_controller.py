@@ -123,7 +123,8 @@ def test_old_finalizer_comes_off_and_attachments_are_claimed_once_the_old_decora
     kube = FakeKube([_api(obj), _owned("Attachment", name, uid, "nodewarden-system"),
                      _owned("UnhealthyNode", name, uid, claimed_by="node-fencing"),
                      _owned("Attachment", "someone-else", "other-uid", "nodewarden-system")])
-    migrated = decorator_migration.migrate(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    migrated, holds = decorator_migration.migrate(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    assert not holds
     assert kube.nodes[name]["metadata"]["finalizers"] == [NEW]
     assert migrated.meta["finalizers"] == [NEW]
     claimed = {(kind, n): p["metadata"]["annotations"][decorator_migration.CLAIM] for kind, _, n, p in kube.patches}
@@ -174,3 +175,23 @@ def test_nothing_is_made_for_a_node_being_deleted_by_node_fencing(make_ctx, monk
     monkeypatch.setattr(node_fencing, "sync", lambda request, ctx=None: {"attachments": [made]})
     response = node.finalize(_request(case), make_ctx(now=NOW, kube=kube))
     assert [a["kind"] for a in response["attachments"]] == ["Attachment"]
+
+
+def test_a_node_deleted_before_the_hand_over_is_finalized_under_the_old_finalizer(make_ctx):
+    """Metacontroller adds no finalizer to a Node already being deleted: the old one holds it until the
+    finalize answer lets it go, then comes off; until then it stays."""
+    case, obj = _node_with([OLD])
+    obj["metadata"]["deletionTimestamp"] = "2026-11-21T11:59:58Z"
+    kube = FakeKube([_api(obj)])
+    request = _request_for(case, obj)
+    migrated, holds = decorator_migration.migrate(request, make_ctx(now=NOW, kube=kube), "node")
+    assert holds and migrated.finalizing
+    response = node.sync(request, make_ctx(now=NOW, kube=kube))  # the detach of a deleting node begins
+    assert response["finalized"] is False
+    assert kube.nodes[obj["metadata"]["name"]]["metadata"]["finalizers"] == [OLD]
+    # A node node-detacher lets go at once (control plane: not its to detach).
+    obj["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""
+    kube.nodes[obj["metadata"]["name"]]["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""
+    response = node.sync(_request_for(case, obj), make_ctx(now=NOW, kube=kube))
+    assert response["finalized"] is True
+    assert kube.nodes[obj["metadata"]["name"]]["metadata"]["finalizers"] == []

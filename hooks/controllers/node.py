@@ -63,7 +63,7 @@ def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
 
 
 def _both(request: HookRequest, ctx: runtime.Context) -> dict:
-    request = decorator_migration.migrate(request, ctx, NAME)
+    request, old_holds = decorator_migration.migrate(request, ctx, NAME)
     answers = []
     refused = []
     for module, kinds in CONCERNS:
@@ -81,7 +81,10 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
             answers.append((module, kinds, _as_it_is(view, ctx)))
     if len(refused) == len(CONCERNS):
         raise refused[0]
-    return merge(request, [a for _, _, a in answers])
+    response = merge(request, [a for _, _, a in answers])
+    if old_holds and response.get("finalized") is True:
+        decorator_migration.release_old(request, ctx)
+    return response
 
 
 def gather(request: HookRequest, ctx: runtime.Context, now) -> dict:

@@ -81,32 +81,59 @@ def pending(request: HookRequest) -> bool:
     return isinstance(finalizers, list) and any(f in OLD_FINALIZERS for f in finalizers)
 
 
-def migrate(request: HookRequest, ctx: runtime.Context, controller: str) -> HookRequest:
-    """The request, with the node's attachments adopted and the old finalizers off when their time has come."""
+def migrate(request: HookRequest, ctx: runtime.Context, controller: str) -> tuple[HookRequest, bool]:
+    """The request with the node's attachments adopted and the old finalizers off when their time has come,
+    and whether an old finalizer still holds the Node's deletion for ``controller``.
+
+    Metacontroller adds no finalizer to an object already being deleted, so a
+    Node deleted before the hand-over never gets ``controller``'s: its old
+    finalizer then holds the deletion in its place. The request is decided
+    as a finalize, and ``release_old`` takes the old finalizer off once the
+    answer lets the Node go.
+    """
     if not pending(request):
-        return request
+        return request, False
     try:
         if not OLD_GONE(ctx.kube):
-            return request
+            return request, False
         node = fresh.same_parent(request, ctx.kube).parent
         finalizers = node["metadata"].get("finalizers") or []
-        if finalizer(controller) not in finalizers:
-            return request  # Metacontroller adds ours before it calls; until then the old one holds the node
+        holds = finalizer(controller) not in finalizers
+        if holds and not node["metadata"].get("deletionTimestamp"):
+            return request, False  # Metacontroller adds ours before it calls; until then the old one holds the node
         adopted = _adopt(ctx, node, controller)
-        ops = []
-        for index in sorted((i for i, f in enumerate(finalizers) if f in OLD_FINALIZERS), reverse=True):
-            ops += [{"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
-                    {"op": "remove", "path": f"/metadata/finalizers/{index}"}]
-        if ops:
-            ctx.kube.json_patch(fresh.resource("Node"), request.name, ops)
+        if not holds:
+            _remove_old(ctx, request.name, finalizers)
     except (fresh.Unverified, Exception) as exc:  # noqa: BLE001 - the next call tries again
         log.warning("node not handed over yet", extra={"node": request.name, "reason": describe_error(exc)})
-        return request
+        return request, False
+    children = request.children.with_objects(adopted)
+    if holds:
+        return dataclasses.replace(request, parent=node, children=children, finalizing=True), True
     kept = [f for f in finalizers if f not in OLD_FINALIZERS]
     parent = dict(request.parent, metadata=dict(request.meta, finalizers=kept))
     log.info("node handed over from the old decorators",
              extra={"node": request.name, "adopted": [o["kind"] for o in adopted]})
-    return dataclasses.replace(request, parent=parent, children=request.children.with_objects(adopted))
+    return dataclasses.replace(request, parent=parent, children=children), False
+
+
+def release_old(request: HookRequest, ctx: runtime.Context) -> None:
+    """The old finalizers off a Node being deleted whose finalize answer let it go (see ``migrate``)."""
+    try:
+        node = fresh.same_parent(request, ctx.kube).parent
+        _remove_old(ctx, request.name, node["metadata"].get("finalizers") or [])
+    except (fresh.Unverified, Exception) as exc:  # noqa: BLE001 - the next call tries again
+        log.warning("old finalizer not released yet", extra={"node": request.name, "reason": describe_error(exc)})
+
+
+def _remove_old(ctx: runtime.Context, name: str, finalizers: list) -> None:
+    """One JSON patch removing every old finalizer entry, each tested first (the list may have moved)."""
+    ops = []
+    for index in sorted((i for i, f in enumerate(finalizers) if f in OLD_FINALIZERS), reverse=True):
+        ops += [{"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizers[index]},
+                {"op": "remove", "path": f"/metadata/finalizers/{index}"}]
+    if ops:
+        ctx.kube.json_patch(fresh.resource("Node"), name, ops)
 
 
 def _adopt(ctx: runtime.Context, node: dict, controller: str) -> list[dict]:
