@@ -14,7 +14,8 @@ beyond, the Lease is longer so that renewals stay within 100 a second, which
 is what this 2-core machine keeps up with (200 s at 5,000 Nodes).
 
 - ``resync``: once every Node has been synced, Metacontroller is restarted
-  and timed until node-detacher and node-fencing have each synced every Node
+  and timed until every DecoratorController on Nodes (``node``, which runs
+  node-detacher and node-fencing in one hook) has synced every Node
   again through the hooks (counted in the hook server's own metrics). Also:
   the hook server's CPU-seconds per node sync, its share of all the stack's
   CPU over that time, and each gunicorn worker's peak RSS.
@@ -278,6 +279,25 @@ def component_pids(cluster: Cluster) -> dict[str, list[int]]:
     return {child.name: descendants(child.pid) for child in cluster.supervisor.children}
 
 
+def node_decorators() -> list[str]:
+    """The DecoratorControllers on Nodes that metacontroller/*.yaml installs (their hook routes' names)."""
+    import yaml
+
+    found = []
+    for path in sorted((ROOT / "metacontroller").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "DecoratorController" and \
+                    any(r.get("resource") == "nodes" for r in doc["spec"].get("resources") or []):
+                found.append(doc["spec"]["hooks"]["sync"]["webhook"]["url"].rstrip("/").split("/")[-2])
+    return found
+
+
+def detacher_route() -> str:
+    """The hook route that runs node-detacher's Node sync: its own, or the node controller's."""
+    decorators = node_decorators()
+    return "node-detacher" if "node-detacher" in decorators else decorators[0]
+
+
 def restart_metacontroller(cluster: Cluster) -> None:
     child = next(c for c in cluster.supervisor.children if c.name == "metacontroller")
     procs.stop(child.popen, child.stop_timeout)
@@ -295,11 +315,12 @@ def resync(nodes: int) -> dict:
         started = time.monotonic()
         create_nodes(api, names)
         created = time.monotonic() - started
-        for controller in ("node-detacher", "node-fencing"):
+        decorators = node_decorators()
+        for controller in decorators:
             wait_for(lambda c=controller: metrics.syncs(c) >= nodes, f"{controller} synced every node",
                      timeout=max(300, nodes * 0.5), interval=2)
         time.sleep(5)  # let the first wave's stragglers settle
-        before = {c: metrics.syncs(c) for c in ("node-detacher", "node-fencing")}
+        before = {c: metrics.syncs(c) for c in decorators}
         cpu_before = cpu_by_pid(cluster)
         t0 = time.monotonic()
         restart_metacontroller(cluster)
@@ -312,7 +333,7 @@ def resync(nodes: int) -> dict:
         hook_pids = component_pids(cluster).get("hooks", [])
         workers = [p for p in hook_pids if p != hook_pids[0]] if hook_pids else []
         syncs = sum(metrics.syncs(c) - before[c] for c in before)
-        return {"nodes": nodes, "createSeconds": round(created, 1), "resyncSeconds": round(elapsed, 1),
+        return {"nodes": nodes, "decorators": decorators, "createSeconds": round(created, 1), "resyncSeconds": round(elapsed, 1),
                 "hookSyncs": syncs, "hookCpuSecondsPerSync": hooks / syncs if syncs else None,
                 "hookCpuShare": hooks / sum(used.values()) if sum(used.values()) else None,
                 "cpuSeconds": {k: round(v, 1) for k, v in sorted(used.items())},
@@ -344,7 +365,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
             wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), warm, "Attachments (warming up)", interval=1)
         create_nodes(api, names[warm:], instances)
         wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), nodes, "Attachments", interval=2)
-        calls_before, latency_before = metrics.aws_calls(), metrics.latency("node-detacher")
+        calls_before, latency_before = metrics.aws_calls(), metrics.latency(detacher_route())
         began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})
         cordoned = time.monotonic() - t0
@@ -363,7 +384,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
         left = held & set(instance_ids)
         if left:
             raise AssertionError(f"recorded as deregistered but still in a target group: {sorted(left)[:10]}")
-        calls_after, latency_after = metrics.aws_calls(), metrics.latency("node-detacher")
+        calls_after, latency_after = metrics.aws_calls(), metrics.latency(detacher_route())
         last = last_logged_deregistration(cluster)
         calls = {op: calls_after[op] - calls_before.get(op, 0) for op in calls_after
                  if calls_after[op] - calls_before.get(op, 0)}

@@ -44,8 +44,10 @@ def _annotate_node(ctx: runtime.Context, a: Action) -> None:
 
 ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     # ELBv2 target groups: one batched call per group with every port.
-    "elbv2.deregister": lambda ctx, a: elb.deregister_targets(
-        ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"], a.params["ports"]),
+    # Coalesced per target group with the other nodes this process deregisters at the same time.
+    "elbv2.deregister": lambda ctx, a: elb.DEREGISTRATIONS.deregister(
+        ctx.aws.client("elbv2", a.params.get("region")), a.params.get("region") or "", a.target,
+        a.params["instance"], a.params["ports"], window=ctx.settings.deregister_batch_window_seconds),
     "elbv2.register": lambda ctx, a: elb.register_targets(
         ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"], a.params["ports"]),
     # Classic ELBs.

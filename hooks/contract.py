@@ -135,6 +135,27 @@ class ObjectGroups:
                 found.extend(objs)
         return sorted(found, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
 
+    def only(self, kinds) -> "ObjectGroups":
+        """The objects of these kinds (any version), grouped as here."""
+        kept = ObjectGroups()
+        kept._by_type = {key: objs for key, objs in self._by_type.items() if key.partition(".")[0] in kinds}
+        return kept
+
+    def all(self) -> list[dict]:
+        return [obj for objs in self._by_type.values() for obj in objs]
+
+    def with_objects(self, objs: list[dict]) -> "ObjectGroups":
+        """These groups with ``objs`` added (or replacing the object of the same kind, namespace and name)."""
+        grown = ObjectGroups()
+        grown._by_type = {key: list(found) for key, found in self._by_type.items()}
+        for obj in objs:
+            meta = obj["metadata"]
+            group = grown._by_type.setdefault(type_key(obj), [])
+            group[:] = [o for o in group if (o["metadata"].get("namespace"), o["metadata"]["name"])
+                        != (meta.get("namespace"), meta["name"])]
+            group.append(obj)
+        return grown
+
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         for obj in self.of_kind(kind):
             meta = obj["metadata"]

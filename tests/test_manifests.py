@@ -25,7 +25,7 @@ def aws_objects():
 
 def test_every_controller_uses_strict_v2_hooks_on_our_service(aws_objects):
     controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
-    assert {c["metadata"]["name"] for c in controllers} >= {"node-detacher", "node-detacher-pods"}
+    assert {c["metadata"]["name"] for c in controllers} >= {"node", "node-detacher-pods"}
     for c in controllers:
         for name, hook in c["spec"]["hooks"].items():
             assert hook["version"] == "v2", (c["metadata"]["name"], name)
@@ -293,7 +293,7 @@ def test_every_controller_sends_the_token_the_server_reads_and_verifies_its_cert
     tls_secret, _ = _secret_of_file(env["NODEWARDEN_TLS_CERT_FILE"], mounts, secrets)
     assert _secret_of_file(env["NODEWARDEN_TLS_KEY_FILE"], mounts, secrets) == (tls_secret, "tls.key")
     controllers = [o for o in aws_objects if o["kind"] in ("DecoratorController", "CompositeController")]
-    assert len(controllers) == 9
+    assert len(controllers) == 8
     for c in controllers:
         [entry] = c["spec"]["endpointConfigs"]
         assert _conforms(entry, V4_ENDPOINT_CONFIG) == [], c["metadata"]["name"]

@@ -155,3 +155,130 @@ class HealthBoard:
 
 
 HEALTH = HealthBoard()
+
+
+class _Batch:
+    """The targets callers asked to deregister from one group, sent together in one call."""
+
+    def __init__(self):
+        self.parts: list[list[dict]] = []  # one list of targets per caller
+        self.done = threading.Event()
+        self.results: list = []  # per part: None, GONE, or the exception it failed with
+
+
+class DeregisterCoalescer:
+    """DeregisterTargets per target group, coalesced across the nodes a process deregisters at once.
+
+    A group nobody deregistered from within ``window`` seconds gets its call
+    at once: one node leaving waits for nothing but its own call. Otherwise
+    the caller joins the batch that goes out ``window`` after the group's
+    last call (or as soon as that call has returned, if later), so a group
+    gets at most one call per window per process, carrying every node that
+    asked meanwhile, as the AWS Load Balancer Controller batches per target
+    group. Each caller returns only once the call carrying its own targets
+    has answered, so a node's record of a deregistration is written only
+    after its own targets left. A call that fails fails every caller in it
+    (each retries on its next sync); one that names a target AWS does not
+    know (InvalidTarget) is redone one caller at a time, so no caller is
+    told its targets left on another's account. Every wait ends: the call's
+    own timeouts, and ``window``.
+    """
+
+    def __init__(self, window: float = 0.02):
+        self.window = window
+        self._lock = threading.Lock()
+        self._last: dict[tuple, float] = {}  # group -> when its last call went out (monotonic)
+        self._busy: set[tuple] = set()  # groups with a call in flight
+        self._pending: dict[tuple, _Batch] = {}  # group -> the batch callers are joining
+
+    def deregister(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
+                   window: float | None = None) -> str | None:
+        """Out of the target group; GONE when the group no longer exists (out all the same)."""
+        window = self.window if window is None else window
+        key = (region, target_group_arn)
+        targets = _targets(instance_id, ports)
+        with self._lock:
+            batch = self._pending.get(key)
+            lead = batch is None
+            if lead:
+                batch = self._pending[key] = _Batch()
+            index = len(batch.parts)
+            batch.parts.append(targets)
+        if lead:
+            self._send(elbv2, key, batch, window)
+        batch.done.wait()
+        result = batch.results[index]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _send(self, elbv2, key: tuple, batch: _Batch, window: float) -> None:
+        """As leader: wait for the group's turn, take the batch, make its call(s), and answer every part."""
+        while True:
+            with self._lock:
+                due = self._last.get(key, float("-inf")) + window
+                if key not in self._busy and time.monotonic() >= due:
+                    self._busy.add(key)
+                    self._last[key] = time.monotonic()
+                    del self._pending[key]  # later callers start the next batch
+                    break
+            time.sleep(max(0.001, min(window, due - time.monotonic())))
+        try:
+            batch.results = _deregister_parts(elbv2, key[1], batch.parts)
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
+            batch.results = [exc] * len(batch.parts)
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+            batch.done.set()
+
+
+def _deregister_parts(elbv2, target_group_arn: str, parts: list[list[dict]]) -> list:
+    """One DeregisterTargets per 200 targets (whole parts each); per part None, GONE or the exception."""
+    results: list = [None] * len(parts)
+    chunk: list[int] = []
+    size = 0
+    for i, part in enumerate(parts + [None]):
+        if part is None or (chunk and size + len(part) > BATCH):
+            _one_call(elbv2, target_group_arn, parts, chunk, results)
+            chunk, size = [], 0
+        if part is not None:
+            chunk.append(i)
+            size += len(part)
+    return results
+
+
+def _one_call(elbv2, target_group_arn: str, parts: list[list[dict]], chunk: list[int], results: list) -> None:
+    if not chunk:
+        return
+    targets = [t for i in chunk for t in parts[i]]
+    if len(targets) > BATCH:  # one caller with more ports than a call takes: its own calls, as ever
+        try:
+            results[chunk[0]] = deregister_targets(elbv2, target_group_arn, targets[0]["Id"],
+                                                   [t["Port"] for t in targets])
+        except Exception as exc:  # noqa: BLE001
+            results[chunk[0]] = exc
+        return
+    try:
+        outcome = _unless_gone(elbv2.deregister_targets, TargetGroupArn=target_group_arn, Targets=targets)
+        for i in chunk:
+            results[i] = outcome
+    except ClientError as exc:
+        if error_code(exc) == "InvalidTarget" and len(chunk) > 1:
+            for i in chunk:  # which target AWS did not know is not said: each part on its own
+                try:
+                    results[i] = deregister_targets(elbv2, target_group_arn, parts[i][0]["Id"],
+                                                    [t["Port"] for t in parts[i]])
+                except Exception as one:  # noqa: BLE001
+                    results[i] = one
+        elif error_code(exc) == "InvalidTarget":
+            results[chunk[0]] = None  # one caller's own targets: not registered, as deregister_targets says
+        else:
+            for i in chunk:
+                results[i] = exc
+    except Exception as exc:  # noqa: BLE001
+        for i in chunk:
+            results[i] = exc
+
+
+DEREGISTRATIONS = DeregisterCoalescer()

@@ -12,6 +12,7 @@ from types import ModuleType
 from hooks.contract import COMPOSITE, DECORATOR
 
 CONTROLLERS: dict[str, tuple[str, str]] = {
+    "node": (DECORATOR, "hooks.controllers.node"),
     "node-detacher": (DECORATOR, "hooks.controllers.node_detacher"),
     "node-detacher-pods": (DECORATOR, "hooks.controllers.node_detacher_pods"),
     "node-fencing": (DECORATOR, "hooks.controllers.node_fencing"),

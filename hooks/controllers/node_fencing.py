@@ -557,13 +557,13 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     # Said once per cause: the same failure again writes nothing.
     annotations = {names.ERROR_ANNOTATION: message} if request.annotations.get(names.ERROR_ANNOTATION) != message \
         else {}
-    kept = [_as_it_is(child) for kind in (names.REQUEST_KIND, records.KIND)
+    kept = [as_it_is(child) for kind in (names.REQUEST_KIND, records.KIND)
             for child in request.children.of_kind(kind, names.API_GROUP)]
     return Plan(decorator_response(annotations=annotations, attachments=kept,
                                    resync_after=backoff(ctx.settings, 1)))
 
 
-def _as_it_is(child: dict) -> dict:
+def as_it_is(child: dict) -> dict:
     """An attachment asked for exactly as it exists: Metacontroller neither changes nor deletes it.
     (Its own annotations, such as the last applied configuration, are Metacontroller's to write.)"""
     meta = child.get("metadata") if isinstance(child.get("metadata"), dict) else {}

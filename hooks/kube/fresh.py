@@ -39,9 +39,12 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "InterruptionQueue": ("nodewarden.io", "interruptionqueues", False),
     "AWSCluster": ("infrastructure.cluster.x-k8s.io", "awsclusters", True),
     "AWSManagedControlPlane": ("controlplane.cluster.x-k8s.io", "awsmanagedcontrolplanes", True),
+    "Attachment": ("nodewarden.io", "attachments", True),
+    "UnhealthyNode": ("nodewarden.io", "unhealthynodes", False),
+    "DecoratorController": ("metacontroller.k8s.io", "decoratorcontrollers", False),
 }
 _VERSION = re.compile(r"^v[0-9]{1,3}((alpha|beta)[0-9]{1,3})?$")
-_DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1"}
+_DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1", "metacontroller.k8s.io": "v1alpha1"}
 
 
 @lru_cache(maxsize=64)

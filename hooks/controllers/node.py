@@ -1,0 +1,196 @@
+"""node: one DecoratorController on Nodes whose hook runs both Node concerns.
+
+node-detacher (load balancers) and node-fencing (the fencing timeline) each
+stay their own module, decided and tested apart, each running its own
+pipeline (gather, decide, verify, act, settle, report) on its own view of
+the request: its own attachments, and the related objects it asked for.
+Metacontroller then makes one sync, one hook call and one set of writes per
+Node event instead of two (docs/performance.md).
+
+The two answers are merged here:
+
+- labels, annotations and attachments: the union (the concerns own
+  different keys and kinds);
+- status: the observed status with each concern's own condition changes
+  (a decorator's status replaces the whole status, so neither may write
+  over the other's);
+- ``resyncAfterSeconds``: the sooner;
+- ``finalized``: node-detacher's (node-fencing never holds a deletion).
+
+One concern failing (an exception, a request it cannot read) never stops
+the other: the failing one's part of the answer is "leave everything of
+mine as it is" (its attachments asked for as they exist, no label,
+annotation or status change) and a backoff. A request neither can read is
+refused (400).
+
+A Node still carrying the finalizer of the two DecoratorControllers this one
+replaces is migrated first (hooks/kube/decorator_migration.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from hooks import runtime
+from hooks.contract import HookRequest, RequestError, decorator_response
+from hooks.controllers import node_detacher, node_fencing
+from hooks.detacher import names as detacher_names
+from hooks.fencing import names as fencing_names
+from hooks.fencing import records
+from hooks.kube import decorator_migration
+from hooks.plan import Plan, backoff
+
+NAME = "node"
+log = logging.getLogger(__name__)
+
+# (module, the attachment kinds it owns); every attachment kind of this controller is in exactly one.
+DETACHER = (node_detacher, (detacher_names.ATTACHMENT_KIND,))
+FENCING = (node_fencing, (fencing_names.REQUEST_KIND, records.KIND))
+CONCERNS = (DETACHER, FENCING)
+
+
+def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
+    """Only node-fencing relates anything (the NodeFencingPolicies)."""
+    return node_fencing.customize(parent, ctx)
+
+
+def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _both(request, ctx or runtime.current())
+
+
+def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
+    return _both(request, ctx or runtime.current())
+
+
+def _both(request: HookRequest, ctx: runtime.Context) -> dict:
+    request, old_holds = decorator_migration.migrate(request, ctx, NAME)
+    answers = []
+    refused = []
+    for module, kinds in CONCERNS:
+        view = _view(request, module, kinds)
+        try:
+            answer = module.sync(view, ctx) if not view.finalizing else module.finalize(view, ctx)
+            answers.append((module, kinds, _kept_while_deleted(view, module, answer)))
+        except RequestError as exc:
+            log.warning("a node concern refused the request",
+                        extra={"controller": module.NAME, "node": request.name, "reason": str(exc)})
+            refused.append(exc)
+            answers.append((module, kinds, _as_it_is(view, ctx)))
+        except Exception:  # noqa: BLE001 - one concern's failure must not stop the other
+            log.exception("a node concern failed", extra={"controller": module.NAME, "node": request.name})
+            answers.append((module, kinds, _as_it_is(view, ctx)))
+    if len(refused) == len(CONCERNS):
+        raise refused[0]
+    response = merge(request, [a for _, _, a in answers])
+    if old_holds and response.get("finalized") is True:
+        decorator_migration.release_old(request, ctx)
+    return response
+
+
+def gather(request: HookRequest, ctx: runtime.Context, now) -> dict:
+    """Each concern's look-ups, under its name (for ``nodewarden replay`` and the fixtures)."""
+    return {module.NAME: module.gather(_view(request, module, kinds), ctx, now) for module, kinds in CONCERNS}
+
+
+def decide(request: HookRequest, settings, now, observed: dict) -> Plan:
+    """Both concerns' pure decisions on their views, merged: what the hook answers once both are verified."""
+    views = [(module, _view(request, module, kinds)) for module, kinds in CONCERNS]
+    plans = [module.decide(view, settings, now, observed.get(module.NAME) or {}) for module, view in views]
+    return Plan(merge(request, [_kept_while_deleted(view, module, p.response)
+                                for (module, view), p in zip(views, plans)]), [a for p in plans for a in p.actions],
+                [e for p in plans for e in p.events])
+
+
+def _view(request: HookRequest, module, kinds: tuple[str, ...]) -> HookRequest:
+    """The request as the concern's own DecoratorController would have sent it."""
+    finalizing = request.finalizing and module is node_detacher
+    return dataclasses.replace(request, children=request.children.only(kinds),
+                               related=request.related if module is node_fencing else request.related.only(()),
+                               finalizing=finalizing)
+
+
+def _kept_while_deleted(view: HookRequest, module, answer: dict) -> dict:
+    """node-fencing's attachments of a Node being deleted, asked for as they exist: nothing is made for a
+    Node on its way out (as when node-fencing was a decorator without a finalize hook, whose attachments
+    Metacontroller left alone once the Node was being deleted)."""
+    if module is not node_fencing or not view.deleting:
+        return answer
+    return dict(answer, attachments=[node_fencing.as_it_is(child) for child in view.children.all()])
+
+
+def _as_it_is(view: HookRequest, ctx: runtime.Context) -> dict:
+    """A failed concern's part: its attachments exactly as they exist, nothing else changed, a retry soon."""
+    kept = [node_fencing.as_it_is(child) for child in view.children.all()]
+    return decorator_response(attachments=kept, resync_after=backoff(ctx.settings, 1),
+                              finalized=False if view.finalizing else None)
+
+
+def merge(request: HookRequest, answers: list[dict]) -> dict:
+    """One decorator response from the concerns' answers (see the module docstring)."""
+    labels: dict = {}
+    annotations: dict = {}
+    attachments: list = []
+    resyncs = []
+    for answer in answers:
+        labels.update(answer.get("labels") or {})
+        annotations.update(answer.get("annotations") or {})
+        attachments.extend(answer.get("attachments") or [])
+        resync = _resync(answer.get("resyncAfterSeconds"))
+        if resync:
+            resyncs.append(resync)
+    response = decorator_response(labels=labels, annotations=annotations,
+                                  status=merge_status(request.parent.get("status"),
+                                                      [a.get("status") for a in answers]),
+                                  attachments=attachments, resync_after=min(resyncs) if resyncs else None)
+    finalized = answers[0].get("finalized")  # node-detacher's: the only concern that holds a deletion
+    if finalized is not None:
+        response["finalized"] = finalized
+    return response
+
+
+def _resync(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def merge_status(observed, statuses: list) -> dict | None:
+    """The observed status with every concern's condition changes; None when no concern changes it.
+
+    Each concern answers the complete status (its own conditions upserted or
+    removed) or None. What a concern changed is read against the observed
+    conditions, by type, and applied in order.
+    """
+    changed = [s for s in statuses if isinstance(s, dict)]
+    if not changed:
+        return None
+    observed = observed if isinstance(observed, dict) else {}
+    before = _by_type(observed.get("conditions"))
+    merged = dict(before)
+    for status in changed:
+        after = _by_type(status.get("conditions"))
+        for ctype, cond in after.items():
+            if before.get(ctype) != cond:
+                merged[ctype] = cond
+        for ctype in before:
+            if ctype not in after:
+                merged.pop(ctype, None)
+    base = dict(changed[0]) if len(changed) == 1 else dict(observed)
+    base["conditions"] = [merged[t] for t in _order(observed.get("conditions"), changed) if t in merged]
+    return base
+
+
+def _by_type(conditions) -> dict:
+    if not isinstance(conditions, list):
+        return {}
+    return {c["type"]: c for c in conditions if isinstance(c, dict) and isinstance(c.get("type"), str)}
+
+
+def _order(observed, statuses: list) -> list[str]:
+    """Condition types in the order they first appear: the observed ones, then the new ones."""
+    seen: list[str] = []
+    for conditions in [observed, *(s.get("conditions") for s in statuses)]:
+        for ctype in _by_type(conditions):
+            if ctype not in seen:
+                seen.append(ctype)
+    return seen
+
+

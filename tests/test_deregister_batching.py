@@ -1,0 +1,107 @@
+"""DeregisterTargets coalesced per target group across the nodes a process deregisters at once (moto)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from botocore.exceptions import ClientError
+
+from hooks.aws import elb
+from tests.test_node_detacher_moto import _instances, _members, _tg
+
+pytestmark = pytest.mark.moto
+
+
+class _Counted:
+    """An elbv2 client whose DeregisterTargets calls are counted (and may be refused once)."""
+
+    def __init__(self, client, refuse: str | None = None):
+        self._client, self.calls, self._refuse = client, [], refuse
+        self._lock = threading.Lock()
+
+    def deregister_targets(self, **params):
+        with self._lock:
+            self.calls.append([t["Id"] for t in params["Targets"]])
+            refuse, self._refuse = self._refuse, None if len(params["Targets"]) > 1 else self._refuse
+        if refuse and len(params["Targets"]) > 1:
+            raise ClientError({"Error": {"Code": refuse, "Message": "refused"}}, "DeregisterTargets")
+        return self._client.deregister_targets(**params)
+
+
+def _group_of(aws, count):
+    vpc, ids = _instances(aws("ec2"), count)
+    elbv2 = aws("elbv2")
+    arn = _tg(elbv2, vpc, "wave", {})
+    elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": 30080} for i in ids])
+    return elbv2, arn, ids
+
+
+def _wave(coalescer, client, arn, ids) -> list:
+    results, threads = {}, []
+    start = threading.Barrier(len(ids))
+
+    def leave(instance):
+        start.wait()
+        try:
+            results[instance] = coalescer.deregister(client, "us-east-1", arn, instance, [30080], window=0.05)
+        except Exception as exc:  # noqa: BLE001
+            results[instance] = exc
+    for instance in ids:
+        threads.append(threading.Thread(target=leave, args=(instance,)))
+        threads[-1].start()
+    for t in threads:
+        t.join(30)
+    return [results[i] for i in ids]
+
+
+def test_nodes_leaving_together_share_one_call_per_group_and_window(aws):
+    elbv2, arn, ids = _group_of(aws, 12)
+    counted = _Counted(elbv2)
+    assert _wave(elb.DeregisterCoalescer(), counted, arn, ids) == [None] * 12
+    assert _members(elbv2, arn) == []
+    assert sorted(i for call in counted.calls for i in call) == sorted(ids)
+    # The first node's call goes at once; every node asking while it is under way joins the next one.
+    assert len(counted.calls) <= 3, counted.calls
+
+
+def test_a_lone_node_waits_for_no_window(aws, monkeypatch):
+    elbv2, arn, (instance,) = _group_of(aws, 1)
+    slept = []
+    monkeypatch.setattr(elb.time, "sleep", lambda s: slept.append(s))
+    assert elb.DeregisterCoalescer().deregister(elbv2, "us-east-1", arn, instance, [30080], window=0.05) is None
+    assert slept == [] and _members(elbv2, arn) == []
+
+
+def test_a_batch_naming_a_target_aws_does_not_know_is_redone_node_by_node(aws):
+    """InvalidTarget says nothing about which target: nobody is told their targets left on another's account."""
+    elbv2, arn, ids = _group_of(aws, 6)
+    counted = _Counted(elbv2, refuse="InvalidTarget")
+    coalescer = elb.DeregisterCoalescer()
+    coalescer.deregister(counted, "us-east-1", arn, ids[0], [30080], window=0.05)  # the group is busy now
+    assert _wave(coalescer, counted, arn, ids[1:]) == [None] * 5
+    assert _members(elbv2, arn) == []
+
+
+def test_a_failed_batch_fails_every_node_in_it(aws):
+    elbv2, arn, ids = _group_of(aws, 6)
+    counted = _Counted(elbv2, refuse="Throttling")
+    coalescer = elb.DeregisterCoalescer()
+    coalescer.deregister(counted, "us-east-1", arn, ids[0], [30080], window=0.05)
+    results = _wave(coalescer, counted, arn, ids[1:])
+    batched = [r for r in results if isinstance(r, ClientError)]
+    assert batched and all(r.response["Error"]["Code"] == "Throttling" for r in batched)
+    # What was refused is still registered: none of those nodes may record it as done.
+    left = {i for i, _ in _members(elbv2, arn)}
+    assert {i for i, r in zip(ids[1:], results) if isinstance(r, ClientError)} <= left
+
+
+def test_the_deregister_action_goes_through_the_coalescer(make_ctx, monkeypatch):
+    from hooks import actuators
+    from hooks.plan import Action
+
+    seen = []
+    monkeypatch.setattr(elb.DEREGISTRATIONS, "deregister", lambda *a, **k: seen.append((a[2:], k)))
+    ctx = make_ctx(env={"NODEWARDEN_DEREGISTER_BATCH_WINDOW_SECONDS": "0.03"})
+    action = Action("elbv2.deregister", "arn:tg", {"instance": "i-1", "region": "us-east-1", "ports": [80]})
+    assert actuators.act("node-detacher", [action], ctx)[0].ok
+    assert seen == [(("arn:tg", "i-1", [80]), {"window": 0.03})]
