@@ -44,6 +44,13 @@ def on_starting(server):
             stale.unlink()
 
 
+def post_worker_init(worker):
+    # Modules, AWS clients and the API server connection ready before the first hook call needs them.
+    from hooks import warmup
+
+    warmup.start()
+
+
 def child_exit(server, worker):
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess

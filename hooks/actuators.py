@@ -42,12 +42,18 @@ def _annotate_node(ctx: runtime.Context, a: Action) -> None:
     ctx.kube.merge_patch(Node, a.target, {"metadata": {"annotations": a.params["annotations"]}})
 
 
-ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
-    # ELBv2 target groups: one batched call per group with every port.
-    # Coalesced per target group with the other nodes this process deregisters at the same time.
-    "elbv2.deregister": lambda ctx, a: elb.DEREGISTRATIONS.deregister(
+# Actuators that hand their work over and return a ticket (a callable that waits for the result): a run of
+# such actions is handed over as a whole before any is waited on.
+SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]] = {
+    # ELBv2 target groups: one batched call per group with every port, coalesced per target group with the
+    # other nodes this process deregisters at the same time; a node's groups are called in parallel.
+    "elbv2.deregister": lambda ctx, a: elb.DEREGISTRATIONS.submit(
         ctx.aws.client("elbv2", a.params.get("region")), a.params.get("region") or "", a.target,
         a.params["instance"], a.params["ports"], window=ctx.settings.deregister_batch_window_seconds),
+}
+
+ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
+    "elbv2.deregister": lambda ctx, a: SUBMITTERS["elbv2.deregister"](ctx, a)(),  # handed over, then waited on
     "elbv2.register": lambda ctx, a: elb.register_targets(
         ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"], a.params["ports"]),
     # Classic ELBs.
@@ -192,32 +198,83 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     return ""
 
 
-def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
+def _unmet(ctx: runtime.Context, action: Action) -> Outcome | None:
     for requirement in action.requires:
         problem = _precondition_failure(ctx, requirement)
         if problem:
             return Outcome(action, False, f"not done: {problem}", code=PRECONDITION)
+    return None
+
+
+def _failed(action: Action, exc: Exception) -> Outcome:
+    message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
+    return Outcome(action, False, error=message, code=error_code(exc))
+
+
+def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
+    unmet = _unmet(ctx, action)
+    if unmet is not None:
+        return unmet
     try:
         return Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
     except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
-        message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
-        return Outcome(action, False, error=message, code=error_code(exc))
+        return _failed(action, exc)
+
+
+def _submitted(ctx: runtime.Context, action: Action):
+    """The action handed over: a callable answering its Outcome once its work is done."""
+    unmet = _unmet(ctx, action)
+    if unmet is not None:
+        return lambda: unmet
+    try:
+        ticket = SUBMITTERS[action.kind](ctx, action)
+    except Exception as exc:  # noqa: BLE001
+        failed = _failed(action, exc)
+        return lambda: failed
+
+    def outcome() -> Outcome:
+        try:
+            return Outcome(action, True, result=ticket())
+        except Exception as exc:  # noqa: BLE001
+            return _failed(action, exc)
+    return outcome
+
+
+def _report(controller: str, outcome: Outcome) -> None:
+    action = outcome.action
+    record_action(controller, action.kind, outcome.ok)
+    log.info("action", extra={"controller": controller, "kind": action.kind, "target": action.target,
+                              "ok": outcome.ok, "error": outcome.error or None})
 
 
 def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate | None = None,
         started: float = 0.0) -> list[Outcome]:
-    """Run the actions in order, each after its preconditions are read again; one Outcome each, errors as text."""
+    """Run the actions in order, each after its preconditions are read again; one Outcome each, errors as text.
+
+    A run of consecutive actions with a submitter is handed over whole, then waited on in order, before
+    the next action (or the gate's next look) sees their outcomes.
+    """
     outcomes: list[Outcome] = []
+    waiting: list = []
+
+    def collect() -> None:
+        for outcome in waiting:
+            outcomes.append(outcome())
+            _report(controller, outcomes[-1])
+        waiting.clear()
+
     for action in actions:
+        if action.kind in SUBMITTERS and gate is None:
+            waiting.append(_submitted(ctx, action))
+            continue
+        collect()
         held = gate.hold(action, outcomes, started) if gate is not None else None
         if held is not None:
             outcomes.append(held)
             continue
-        outcome = _run_one(ctx, action)
-        outcomes.append(outcome)
-        record_action(controller, action.kind, outcome.ok)
-        log.info("action", extra={"controller": controller, "kind": action.kind, "target": action.target,
-                                  "ok": outcome.ok, "error": outcome.error or None})
+        outcomes.append(_run_one(ctx, action))
+        _report(controller, outcomes[-1])
+    collect()
     return outcomes
 
 

@@ -52,7 +52,9 @@ def make_ctx():
     def build(env: dict | None = None, now: dt.datetime | None = None, kube=None) -> runtime.Context:
         base = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
         # No kube-controller-manager taints cordoned nodes here: never wait for it.
-        base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster", "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0"})
+        base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster", "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0",
+                     # Every test its own policies: no copy kept from the last test's API server.
+                     "NODEWARDEN_FENCING_POLICY_CACHE_SECONDS": "0"})
         base.update(env or {})
         ctx = runtime.Context(load_settings(base), events_inline=True)
         if now is not None:

@@ -100,8 +100,67 @@ def test_the_deregister_action_goes_through_the_coalescer(make_ctx, monkeypatch)
     from hooks.plan import Action
 
     seen = []
-    monkeypatch.setattr(elb.DEREGISTRATIONS, "deregister", lambda *a, **k: seen.append((a[2:], k)))
+    monkeypatch.setattr(elb.DEREGISTRATIONS, "submit", lambda *a, **k: seen.append((a[2:], k)) or (lambda: None))
     ctx = make_ctx(env={"NODEWARDEN_DEREGISTER_BATCH_WINDOW_SECONDS": "0.03"})
     action = Action("elbv2.deregister", "arn:tg", {"instance": "i-1", "region": "us-east-1", "ports": [80]})
     assert actuators.act("node-detacher", [action], ctx)[0].ok
     assert seen == [(("arn:tg", "i-1", [80]), {"window": 0.03})]
+
+
+class _Meeting:
+    """An elbv2 client whose DeregisterTargets waits until ``parties`` calls are under way at once."""
+
+    def __init__(self, parties: int):
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.groups = []
+
+    def deregister_targets(self, **params):
+        self.groups.append(params["TargetGroupArn"])
+        self.barrier.wait()  # BrokenBarrierError unless every group's call is in flight together
+
+
+def test_a_nodes_groups_are_all_handed_over_before_any_is_waited_on(make_ctx, monkeypatch):
+    """One after the other, the first call would wait alone at the barrier and fail."""
+    from hooks import actuators
+    from hooks.plan import Action
+
+    meeting = _Meeting(3)
+    ctx = make_ctx()
+    monkeypatch.setattr(ctx.aws, "client", lambda service, region=None: meeting)
+    actions = [Action("elbv2.deregister", f"arn:tg-{g}", {"instance": "i-1", "region": "us-east-1",
+                                                          "ports": [80]}) for g in range(3)]
+    outcomes = actuators.act("node-detacher", actions, ctx)
+    assert [o.ok for o in outcomes] == [True] * 3, [o.error for o in outcomes]
+    assert [o.action.target for o in outcomes] == ["arn:tg-0", "arn:tg-1", "arn:tg-2"]  # in plan order
+    assert sorted(meeting.groups) == ["arn:tg-0", "arn:tg-1", "arn:tg-2"]
+
+
+def test_a_call_that_never_answers_fails_its_ticket_at_the_deadline(monkeypatch):
+    stuck = threading.Event()
+
+    class _Hanging:
+        def deregister_targets(self, **params):
+            stuck.wait(10)
+
+    coalescer = elb.DeregisterCoalescer()
+    monkeypatch.setattr(coalescer, "TICKET_DEADLINE_SECONDS", 0.2)
+    ticket = coalescer.submit(_Hanging(), "us-east-1", "arn:tg", "i-1", [80])
+    with pytest.raises(TimeoutError, match="arn:tg"):
+        ticket()
+    stuck.set()
+
+
+def test_a_precondition_that_fails_keeps_only_its_own_deregistration_back(make_ctx, monkeypatch):
+    from hooks import actuators
+    from hooks.plan import Action, SameObject
+
+    calls = []
+    monkeypatch.setattr(elb.DEREGISTRATIONS, "submit", lambda *a, **k: calls.append(a[2]) or (lambda: None))
+    monkeypatch.setattr(actuators, "_precondition_failure", lambda ctx, r: "the Node was replaced")
+    ctx = make_ctx()
+    plain = Action("elbv2.deregister", "arn:a", {"instance": "i-1", "region": "us-east-1", "ports": [80]})
+    guarded = Action("elbv2.deregister", "arn:b", {"instance": "i-1", "region": "us-east-1", "ports": [80]},
+                     requires=(SameObject("Node", "n1", "u1"),))
+    outcomes = actuators.act("node-detacher", [guarded, plain], ctx)
+    assert [o.ok for o in outcomes] == [False, True] and outcomes[0].code == actuators.PRECONDITION
+    assert calls == ["arn:a"]

@@ -175,14 +175,23 @@ class DeregisterCoalescer:
     last call (or as soon as that call has returned, if later), so a group
     gets at most one call per window per process, carrying every node that
     asked meanwhile, as the AWS Load Balancer Controller batches per target
-    group. Each caller returns only once the call carrying its own targets
-    has answered, so a node's record of a deregistration is written only
-    after its own targets left. A call that fails fails every caller in it
-    (each retries on its next sync); one that names a target AWS does not
-    know (InvalidTarget) is redone one caller at a time, so no caller is
-    told its targets left on another's account. Every wait ends: the call's
-    own timeouts, and ``window``.
+    group.
+
+    ``submit`` hands one node's targets in one group over and returns at once
+    with a ticket; a node leaving many groups submits them all before it
+    waits on any ticket, so its groups are called in parallel and the nodes
+    leaving with it meet it in every group. Each ticket answers only once the
+    call carrying its own targets has answered, so a node's record of a
+    deregistration is written only after its own targets left. A call that
+    fails fails every caller in it (each retries on its next sync); one that
+    names a target AWS does not know (InvalidTarget) is redone one caller at a
+    time, so no caller is told its targets left on another's account. Every
+    wait ends: a ticket gives up after ``TICKET_DEADLINE_SECONDS`` (the call
+    itself goes on; deregistering again is harmless).
     """
+
+    # Longer than botocore's worst case for one call here (3 attempts of 2 s connect + 5 s read, and backoff).
+    TICKET_DEADLINE_SECONDS = 30.0
 
     def __init__(self, window: float = 0.02):
         self.window = window
@@ -194,6 +203,11 @@ class DeregisterCoalescer:
     def deregister(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
                    window: float | None = None) -> str | None:
         """Out of the target group; GONE when the group no longer exists (out all the same)."""
+        return self.submit(elbv2, region, target_group_arn, instance_id, ports, window)()
+
+    def submit(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
+               window: float | None = None):
+        """Join the group's next call; the returned ticket waits for it and answers as ``deregister`` does."""
         window = self.window if window is None else window
         key = (region, target_group_arn)
         targets = _targets(instance_id, ports)
@@ -204,9 +218,15 @@ class DeregisterCoalescer:
                 batch = self._pending[key] = _Batch()
             index = len(batch.parts)
             batch.parts.append(targets)
-        if lead:
-            self._send(elbv2, key, batch, window)
-        batch.done.wait()
+        if lead:  # the batch's call is made off the caller's thread, so one caller can lead many groups
+            threading.Thread(target=self._send, args=(elbv2, key, batch, window), daemon=True,
+                             name="deregister").start()
+        return lambda: self._answer(batch, index, target_group_arn)
+
+    def _answer(self, batch: _Batch, index: int, target_group_arn: str) -> str | None:
+        if not batch.done.wait(self.TICKET_DEADLINE_SECONDS):
+            raise TimeoutError(f"DeregisterTargets on {target_group_arn} did not answer within "
+                               f"{self.TICKET_DEADLINE_SECONDS:g}s")
         result = batch.results[index]
         if isinstance(result, BaseException):
             raise result
@@ -214,16 +234,16 @@ class DeregisterCoalescer:
 
     def _send(self, elbv2, key: tuple, batch: _Batch, window: float) -> None:
         """As leader: wait for the group's turn, take the batch, make its call(s), and answer every part."""
-        while True:
-            with self._lock:
-                due = self._last.get(key, float("-inf")) + window
-                if key not in self._busy and time.monotonic() >= due:
-                    self._busy.add(key)
-                    self._last[key] = time.monotonic()
-                    del self._pending[key]  # later callers start the next batch
-                    break
-            time.sleep(max(0.001, min(window, due - time.monotonic())))
         try:
+            while True:
+                with self._lock:
+                    due = self._last.get(key, float("-inf")) + window
+                    if key not in self._busy and time.monotonic() >= due:
+                        self._busy.add(key)
+                        self._last[key] = time.monotonic()
+                        del self._pending[key]  # later callers start the next batch
+                        break
+                time.sleep(max(0.001, min(window, due - time.monotonic())))
             batch.results = _deregister_parts(elbv2, key[1], batch.parts)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
             batch.results = [exc] * len(batch.parts)

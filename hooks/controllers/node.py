@@ -17,6 +17,10 @@ The two answers are merged here:
 - ``resyncAfterSeconds``: the sooner;
 - ``finalized``: node-detacher's (node-fencing never holds a deletion).
 
+The decorator relates nothing: node-fencing's policies come from a
+short-lived per-process copy (``with_policies``), because Metacontroller
+would enqueue every Node at each status write of a related policy.
+
 One concern failing (an exception, a request it cannot read) never stops
 the other: the failing one's part of the answer is "leave everything of
 mine as it is" (its attachments asked for as they exist, no label,
@@ -29,15 +33,17 @@ replaces is migrated first (hooks/kube/decorator_migration.py).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 
-from hooks import runtime
-from hooks.contract import HookRequest, RequestError, decorator_response
+from hooks import runtime, timefmt
+from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
 from hooks.controllers import node_detacher, node_fencing
 from hooks.detacher import names as detacher_names
 from hooks.fencing import names as fencing_names
-from hooks.fencing import records
+from hooks.fencing import policy_cache, records, storm
 from hooks.kube import decorator_migration
+from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Plan, backoff
 
 NAME = "node"
@@ -49,11 +55,6 @@ FENCING = (node_fencing, (fencing_names.REQUEST_KIND, records.KIND))
 CONCERNS = (DETACHER, FENCING)
 
 
-def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
-    """Only node-fencing relates anything (the NodeFencingPolicies)."""
-    return node_fencing.customize(parent, ctx)
-
-
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     return _both(request, ctx or runtime.current())
 
@@ -62,12 +63,37 @@ def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     return _both(request, ctx or runtime.current())
 
 
+def with_policies(request: HookRequest, ctx: runtime.Context) -> HookRequest:
+    """The request with the NodeFencingPolicies node-fencing reads as its related objects, from the process's
+    short-lived copy (hooks/fencing/policy_cache.py): this decorator relates nothing, so that a policy's
+    status write does not put every Node in Metacontroller's queue. A failed list raises."""
+    announced = timefmt.parse(request.annotations.get(fencing_names.COUNT_ANNOTATION))
+    if announced is not None and announced > ctx.now() + dt.timedelta(seconds=storm.MAX_SKEW_SECONDS):
+        announced = None  # a count from the future is nobody's: no re-list on its word
+    found = policy_cache.CACHE.policies(ctx.kube, ctx.settings.fencing_policy_cache_seconds, announced)
+    try:
+        related = ObjectGroups.parse({f"{fencing_names.POLICY_KIND}.{fencing_names.API_VERSION}": found}, "related")
+    except RequestError as exc:
+        raise RuntimeError(f"a NodeFencingPolicy as the API server has it: {exc}") from None
+    return dataclasses.replace(request, related=related)
+
+
 def _both(request: HookRequest, ctx: runtime.Context) -> dict:
     request, old_holds = decorator_migration.migrate(request, ctx, NAME)
     answers = []
     refused = []
+    try:
+        request = with_policies(request, ctx)
+        unread = None
+    except Exception as exc:  # noqa: BLE001 - node-fencing cannot judge without policies; node-detacher can
+        unread = exc
     for module, kinds in CONCERNS:
         view = _view(request, module, kinds)
+        if module is node_fencing and unread is not None:
+            log.warning("the NodeFencingPolicies could not be listed",
+                        extra={"node": request.name, "error": kube_error(unread)})
+            answers.append((module, kinds, _as_it_is(view, ctx)))
+            continue
         try:
             answer = module.sync(view, ctx) if not view.finalizing else module.finalize(view, ctx)
             answers.append((module, kinds, _kept_while_deleted(view, module, answer)))
@@ -88,7 +114,8 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
 
 
 def gather(request: HookRequest, ctx: runtime.Context, now) -> dict:
-    """Each concern's look-ups, under its name (for ``nodewarden replay`` and the fixtures)."""
+    """Each concern's look-ups, under its name (for ``nodewarden replay`` and the fixtures); the request's
+    own related policies stand for the cache's there."""
     return {module.NAME: module.gather(_view(request, module, kinds), ctx, now) for module, kinds in CONCERNS}
 
 

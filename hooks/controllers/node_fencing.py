@@ -345,6 +345,9 @@ def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.d
         said.append(events.normal(events.FENCING_CLEARED, f"Fencing conditions cleared: {why}"))
     else:
         actions.extend(_taint_actions(request, {}))
+    if sit.policy is None and not sit.health.ready:
+        # Policies are not related objects (no event when one is made): a node not Ready looks again for one.
+        resync = min(resync or settings.fencing_resync_seconds, settings.fencing_resync_seconds)
     if status is not None and any(t.get("key") in names.OUR_TAINTS for t in fields.objects(request.parent, "spec", "taints")):
         resync = min(resync or _TAINT_SETTLE_SECONDS, _TAINT_SETTLE_SECONDS)
     return Plan(decorator_response(annotations=_clear_error(request), status=status, attachments=attachments,

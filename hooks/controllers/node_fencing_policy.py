@@ -17,6 +17,7 @@ confirmation (verify), so a forged body does none of them.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import sys
@@ -29,7 +30,7 @@ from hooks.fencing import policy as policies
 from hooks.kube import fresh
 from hooks.kube import nodes as kube_nodes
 from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Plan, backoff
+from hooks.plan import Action, Outcome, Plan, backoff
 
 NAME = "node-fencing-policy"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -89,6 +90,10 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
     holds = guard[0] == "True"
     actions = [Action("metric.storm-guard", request.name, {"active": holds})]
+    announcing, announced = _announcements(previous, generation, request)
+    actions += announcing
+    if announced is not None:
+        status["announcedNodeNames"] = announced
     said = []
     was_holding = conditions.is_true(previous, names.STORM_GUARD)
     if holds and not was_holding:
@@ -101,8 +106,34 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         resync = storm.next_list(judged, listing, now, count_interval(settings))
     # A list is read only for a policy the API server confirmed (gather); the metric is an action, so
     # it too waits for that confirmation.
+    if set(status.get("unhealthyNodeNames") or ()) - set(announced or ()):
+        resync = min(resync, 1.0)  # admitted on this count: told on the next call, once the count is written
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said,
                 verify=not request.verified and _list_due(policy, judged, now, settings))
+
+
+def _announcements(previous: dict, generation, request: HookRequest) -> tuple[list[Action], list[str] | None]:
+    """The Nodes the written count admits for fencing and that were not told yet, each told with the count's
+    time (names.COUNT_ANNOTATION), so node-fencing looks at once instead of at its next resync: the Node
+    decorator does not relate the policies. Only a count Metacontroller has written (the status this call
+    observed, read again from the API server before any action) is announced, so the Node's own sync can
+    see it. Answers the actions, and the names told by now (None when the count admits none)."""
+    counted = previous.get("countedAt")
+    admitted = previous.get("unhealthyNodeNames")
+    if previous.get("observedGeneration") != generation or conditions.is_true(previous, names.STORM_GUARD) \
+            or timefmt.parse(counted) is None or not isinstance(admitted, list):
+        return [], None
+    told = previous.get("announcedNodeNames")
+    told = {n for n in told if isinstance(n, str)} if isinstance(told, list) else set()
+    uids = {}
+    for record in request.related.of_kind(records.KIND, names.API_GROUP):
+        spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
+        if isinstance(spec.get("nodeUID"), str):
+            uids[(record.get("metadata") or {}).get("name")] = spec["nodeUID"]
+    actions = [Action("kube.annotate-node", name, {"annotations": {names.COUNT_ANNOTATION: counted},
+                                                   "uid": uids[name]})
+               for name in admitted if isinstance(name, str) and name not in told and name in uids]
+    return actions, sorted({n for n in admitted if isinstance(n, str) and (n in told or n in uids)})
 
 
 def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple[str, str, str]]:
@@ -174,7 +205,17 @@ def needs_verification(request: HookRequest, plan: Plan) -> bool:
 
 
 unverified = pipeline.refuse  # the answer decided on the body, with no list, no metric and no Event
-settle = pipeline.failures_only
+
+
+def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
+           now: dt.datetime) -> Plan:
+    """A Node that could not be told stays untold, so the next call tells it again."""
+    untold = {o.action.target for o in outcomes if not o.ok and o.action.kind == "kube.annotate-node"}
+    status = plan.response.get("status")
+    if not untold or not isinstance(status, dict) or "announcedNodeNames" not in status:
+        return plan
+    status = dict(status, announcedNodeNames=[n for n in status["announcedNodeNames"] if n not in untold])
+    return dataclasses.replace(plan, response=dict(plan.response, status=status))
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:

@@ -27,6 +27,9 @@ FAILOVER_IMMEDIATE = "immediate"
 
 # On the Node: the last error of an action the node-fencing hook could not carry out.
 ERROR_ANNOTATION = "nodewarden.io/fencing-error"
+# On the Node: the countedAt of the policy count that admitted it for fencing (written by the policy
+# controller, so the Node is synced at once on a count it can see; a hint, never a permission).
+COUNT_ANNOTATION = "nodewarden.io/fencing-count"
 # On FencingRequests the node-fencing hook creates.
 POLICY_ANNOTATION = "nodewarden.io/fencing-policy"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
