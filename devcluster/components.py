@@ -1,6 +1,8 @@
 """Command lines of the control-plane components, all bound to 127.0.0.1."""
 from __future__ import annotations
 
+import os
+
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,8 +151,11 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
         # and add latency that a real deployment tunes away.
         "--client-go-qps=100",
         "--client-go-burst=200",
-        "--workers=5",
+        f"--workers={_whole_env('NODEWARDEN_DEV_METACONTROLLER_WORKERS', 5)}",
     ]
+    # 4 logs Metacontroller's calls to the API server (what the e2e tests are debugged with); a benchmark
+    # sets 0, a production install's level.
+    verbosity = _whole_env("NODEWARDEN_DEV_METACONTROLLER_VERBOSITY", 4)
     if build.legacy_flags:
         return [
             str(layout.binary("metacontroller")),
@@ -159,7 +164,7 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
             f"--client-config-path={layout.kubeconfig}",
             f"--debug-addr=127.0.0.1:{ports.metacontroller_metrics}",
             *common,
-            "--v=4",
+            f"--v={verbosity}",
         ]
     return [
         str(layout.binary("metacontroller")),
@@ -168,9 +173,19 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
         # Its default, :8081 on every interface, would collide between stacks.
         f"--health-probe-bind-address=127.0.0.1:{ports.metacontroller_health}",
         *common,
-        # 4: Metacontroller's calls to the API server, as --v=4 in v1.
-        "--zap-log-level=4",
+        # Metacontroller's calls to the API server at 4, as --v=4 in v1; "info" at 0.
+        f"--zap-log-level={verbosity if verbosity else 'info'}",
     ]
+
+
+def _whole_env(name: str, default: int) -> int:
+    """A small whole number from the environment (a local-stack knob), or the default when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) > 1000:
+        raise ValueError(f"{name}={raw!r} is not a whole number from 0 to 1000")
+    return int(raw)
 
 
 def kwok(layout: Layout, ports: Ports, stages: list[Path],

@@ -304,14 +304,17 @@ class Trial:
 
         mark("statefulset_bound_elsewhere", lambda: wl.replaced_elsewhere(wl.statefulset))
         mark("deployment_bound_elsewhere", lambda: wl.replaced_elsewhere(wl.deployment))
-        mark("statefulset_pod_gone", lambda: not any(
-            p["metadata"]["uid"] == wl.original_uids[wl.statefulset] for p in wl.pods(wl.statefulset)))
+        # Looked at in the order fencing takes the steps (stop confirmed, then the taint, then the pod goes), so a
+        # later step seen in this loop was looked at after every earlier one.
         if self.fenced:
             stopped = lambda: self.instance_state() in ("stopped", "terminated")  # noqa: E731
             tainted = lambda: any(t["key"] == "node.kubernetes.io/out-of-service"  # noqa: E731
                                   for t in self.node_taints())
             mark("instance_stopped", stopped)
             mark("out_of_service_taint", tainted)
+        mark("statefulset_pod_gone", lambda: not any(
+            p["metadata"]["uid"] == wl.original_uids[wl.statefulset] for p in wl.pods(wl.statefulset)))
+        if self.fenced:
             # Two steps can both land between one loop's looks, and be seen in the wrong order. Fencing takes
             # them in order (stop confirmed, then the taint, then the pod goes): a step seen only right after
             # the one it comes before is dated with that one, never after it; one not there at all stays unmarked.

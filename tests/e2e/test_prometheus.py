@@ -49,7 +49,7 @@ def test_prometheus_scrapes_the_hook_server_and_metacontroller_with_the_alerts_l
     wait_for(lambda: healthy() == {"nodewarden": "up", "metacontroller": "up"}, "both targets up", timeout=30)
     # Metacontroller's own series, those the dashboards read: its work queues, one per controller.
     for series in prometheus.METACONTROLLER_SERIES:
-        prom.at_least(f'count({series}{{job="metacontroller", name="DecoratorController-node-detacher"}})', 1,
+        prom.at_least(f'count({series}{{job="metacontroller", name="DecoratorController-node"}})', 1,
                       f"Metacontroller's {series}")
     rules = {r["name"] for g in prom.get("/api/v1/rules", type="alert")["groups"] for r in g["rules"]}
     assert {"NodewardenNodeDetachOverdue", "NodewardenFencingRequestOverdue",
@@ -69,7 +69,7 @@ def test_a_detach_shows_in_prometheus(make_world, prom):
     assert prom.value('sum(nodewarden_actions_total{controller="node-detacher", outcome="ok"})') > 0
     assert prom.value('sum(nodewarden_aws_calls_total{service="elbv2", operation="DeregisterTargets", '
                       'outcome="ok"})') > 0
-    assert prom.value('sum(nodewarden_hook_duration_seconds_count{controller="node-detacher", code="200"})') > 0
+    assert prom.value('sum(nodewarden_hook_duration_seconds_count{controller="node", code="200"})') > 0
 
 
 def test_a_fenced_node_shows_in_prometheus(api, cloud, prom):
