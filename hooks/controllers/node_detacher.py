@@ -47,6 +47,8 @@ _REASONS = {
     "daemonset-pod": "DaemonSetPodTerminating",
     "annotation": "DetachRequested",
 }
+# metacontroller/node.yaml's resyncPeriodSeconds: every Node is synced at least this often.
+NODE_RESYNC_SECONDS = 300
 # Pause before looking again for the label we just asked Metacontroller to apply.
 _LABEL_SETTLE_SECONDS = 1.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
@@ -108,6 +110,10 @@ def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings,
     if discovery is not None:
         memberships = [tuple(m) for m in discovery["memberships"]]
         discovered_at = discovery["discoveredAt"]
+        if sit.attachment is not None and sorted(memberships) == sorted(sit.memberships or []):
+            # The same load balancers: the Attachment as it is, so Metacontroller writes nothing (each write
+            # would also sync the Node again, its owner).
+            discovered_at = sit.attachment.get("discoveredAt")
     elif sit.attachment is not None:
         memberships = sit.memberships
         discovered_at = sit.attachment.get("discoveredAt")
@@ -180,10 +186,9 @@ def _idle(request, sit, settings, now, observed) -> Plan:
     _clear_error(annotations, request)
     if observed.get("discoveryError"):
         log.warning("discovery failed; keeping the cached Attachment", extra={"node": request.name})
-    resync = None
-    if attachments and "discoveredAt" in attachments[0]["spec"]:
-        age = timefmt.seconds_since(attachments[0]["spec"]["discoveredAt"], now) or 0
-        resync = max(1.0, settings.discovery_refresh_seconds - age)
+    # The decorator's own resync looks again every NODE_RESYNC_SECONDS; only a shorter refresh asks for more.
+    resync = max(1.0, settings.discovery_refresh_seconds) \
+        if attachments and settings.discovery_refresh_seconds < NODE_RESYNC_SECONDS else None
     return Plan(
         decorator_response(
             annotations=annotations,
