@@ -68,6 +68,7 @@ class Settings:
     managed_daemonsets: tuple[str, ...] = ()
     detacher_name: str = "node-detacher"
     discovery_refresh_seconds: float = 300
+    node_resync_seconds: float = 300
     discovery_cache_seconds: float = 30
     drain_poll_seconds: float = 5
     deregister_batch_window_seconds: float = 0.02
@@ -146,6 +147,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         managed_daemonsets=_list(env, "NODEWARDEN_MANAGED_DAEMONSETS"),
         detacher_name=env.get("NODEWARDEN_DETACHER_NAME", "").strip() or "node-detacher",
         discovery_refresh_seconds=_number(env, "NODEWARDEN_DISCOVERY_REFRESH_SECONDS", 300),
+        node_resync_seconds=_number(env, "NODEWARDEN_NODE_RESYNC_SECONDS", 300, minimum=10),
         discovery_cache_seconds=_number(env, "NODEWARDEN_DISCOVERY_CACHE_SECONDS", 30),
         drain_poll_seconds=_number(env, "NODEWARDEN_DRAIN_POLL_SECONDS", 5, minimum=0.1),
         deregister_batch_window_seconds=min(1.0, _number(env, "NODEWARDEN_DEREGISTER_BATCH_WINDOW_SECONDS",

@@ -6,7 +6,6 @@ import copy
 import json
 import pathlib
 
-from hooks.controllers import node_detacher
 from hooks.detacher import targets
 from tests.fixtures.writer import decide_case
 
@@ -46,8 +45,18 @@ def test_a_refresh_shorter_than_the_decorators_resync_asks_for_its_own():
     assert decide_case("node-detacher", case)["response"]["resyncAfterSeconds"] == 60
 
 
-def test_the_decorators_resync_is_what_the_hook_counts_on():
+def test_the_node_decorator_has_no_burst_resync_and_every_node_answer_asks_for_a_look_within_the_period(make_ctx):
+    """Metacontroller's resyncPeriodSeconds re-lists every Node at once; each Node's own timer replaces it."""
     import yaml
 
+    from hooks.controllers import node
+
     manifest = yaml.safe_load((pathlib.Path(__file__).parents[1] / "metacontroller" / "node.yaml").read_text())
-    assert manifest["spec"]["resyncPeriodSeconds"] == node_detacher.NODE_RESYNC_SECONDS
+    assert "resyncPeriodSeconds" not in manifest["spec"]
+    settings = make_ctx(env={"NODEWARDEN_NODE_RESYNC_SECONDS": "120"}).settings
+    assert node.merge(_Parent(), [{}, {}], settings.node_resync_seconds)["resyncAfterSeconds"] == 120
+    assert node.merge(_Parent(), [{"resyncAfterSeconds": 5}, {}], 120)["resyncAfterSeconds"] == 5
+
+
+class _Parent:
+    parent: dict = {}

@@ -14,7 +14,10 @@ The two answers are merged here:
 - status: the observed status with each concern's own condition changes
   (a decorator's status replaces the whole status, so neither may write
   over the other's);
-- ``resyncAfterSeconds``: the sooner;
+- ``resyncAfterSeconds``: the sooner, and never later than
+  NODEWARDEN_NODE_RESYNC_SECONDS: the decorator has no resyncPeriodSeconds
+  (Metacontroller implements it as an informer resync, every Node at once),
+  so each Node's own timer is its periodic look, spread over the period;
 - ``finalized``: node-detacher's (node-fencing never holds a deletion).
 
 The decorator relates nothing: node-fencing's policies come from a
@@ -107,7 +110,7 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
             answers.append((module, kinds, _as_it_is(view, ctx)))
     if len(refused) == len(CONCERNS):
         raise refused[0]
-    response = merge(request, [a for _, _, a in answers])
+    response = merge(request, [a for _, _, a in answers], ctx.settings.node_resync_seconds)
     if old_holds and response.get("finalized") is True:
         decorator_migration.release_old(request, ctx)
     return response
@@ -124,7 +127,7 @@ def decide(request: HookRequest, settings, now, observed: dict) -> Plan:
     views = [(module, _view(request, module, kinds)) for module, kinds in CONCERNS]
     plans = [module.decide(view, settings, now, observed.get(module.NAME) or {}) for module, view in views]
     return Plan(merge(request, [_kept_while_deleted(view, module, p.response)
-                                for (module, view), p in zip(views, plans)]), [a for p in plans for a in p.actions],
+                                for (module, view), p in zip(views, plans)], settings.node_resync_seconds), [a for p in plans for a in p.actions],
                 [e for p in plans for e in p.events])
 
 
@@ -152,8 +155,9 @@ def _as_it_is(view: HookRequest, ctx: runtime.Context) -> dict:
                               finalized=False if view.finalizing else None)
 
 
-def merge(request: HookRequest, answers: list[dict]) -> dict:
-    """One decorator response from the concerns' answers (see the module docstring)."""
+def merge(request: HookRequest, answers: list[dict], look_again: float) -> dict:
+    """One decorator response from the concerns' answers (see the module docstring), asking to see the Node
+    again within ``look_again`` seconds at the latest."""
     labels: dict = {}
     annotations: dict = {}
     attachments: list = []
@@ -168,7 +172,7 @@ def merge(request: HookRequest, answers: list[dict]) -> dict:
     response = decorator_response(labels=labels, annotations=annotations,
                                   status=merge_status(request.parent.get("status"),
                                                       [a.get("status") for a in answers]),
-                                  attachments=attachments, resync_after=min(resyncs) if resyncs else None)
+                                  attachments=attachments, resync_after=min([*resyncs, look_again]))
     finalized = answers[0].get("finalized")  # node-detacher's: the only concern that holds a deletion
     if finalized is not None:
         response["finalized"] = finalized

@@ -47,8 +47,6 @@ _REASONS = {
     "daemonset-pod": "DaemonSetPodTerminating",
     "annotation": "DetachRequested",
 }
-# metacontroller/node.yaml's resyncPeriodSeconds: every Node is synced at least this often.
-NODE_RESYNC_SECONDS = 300
 # Pause before looking again for the label we just asked Metacontroller to apply.
 _LABEL_SETTLE_SECONDS = 1.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
@@ -186,9 +184,10 @@ def _idle(request, sit, settings, now, observed) -> Plan:
     _clear_error(annotations, request)
     if observed.get("discoveryError"):
         log.warning("discovery failed; keeping the cached Attachment", extra={"node": request.name})
-    # The decorator's own resync looks again every NODE_RESYNC_SECONDS; only a shorter refresh asks for more.
+    # The node decorator looks at every Node again within NODEWARDEN_NODE_RESYNC_SECONDS; only a shorter
+    # refresh asks for more.
     resync = max(1.0, settings.discovery_refresh_seconds) \
-        if attachments and settings.discovery_refresh_seconds < NODE_RESYNC_SECONDS else None
+        if attachments and settings.discovery_refresh_seconds < settings.node_resync_seconds else None
     return Plan(
         decorator_response(
             annotations=annotations,
