@@ -19,7 +19,9 @@ def run(*args, env=None):
 
 
 def test_offline_replay_prints_the_decided_response_and_actions():
-    out = run("replay", str(FIXTURE), "--offline")
+    # The fixture is node-detacher's own decision; its request is the node decorator's, which runs node-detacher
+    # among its concerns, so the concern is named.
+    out = run("replay", str(FIXTURE), "--offline", "--controller", "node-detacher")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     expected = json.loads(FIXTURE.read_text())["expected"]
