@@ -10,6 +10,7 @@ already happened and the next call retries the rest.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable
 
 from hooks import runtime, timefmt
@@ -96,10 +97,37 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
     "metric.machine": lambda ctx, a: MACHINE_EVENTS.labels(a.target, a.params["event"]).inc(),
     "metric.interruption": lambda ctx, a: INTERRUPTION_MESSAGES.labels(a.target, a.params["outcome"]).inc(),
-    "metric.disrupted": lambda ctx, a: MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc(),
+    "metric.disrupted": lambda ctx, a: _count_disruption(a),
     "metric.replaced": lambda ctx, a: REPLACEMENT_SECONDS.labels(a.target, a.params["reason"]).observe(
         a.params["seconds"]),
 }
+
+
+class _Seen:
+    """Keys this process has already acted on, the oldest forgotten past ``size``."""
+
+    def __init__(self, size: int = 10_000):
+        self._keys: dict[str, None] = {}
+        self._size = size
+        self._lock = threading.Lock()
+
+    def first(self, key: str) -> bool:
+        with self._lock:
+            if key in self._keys:
+                return False
+            self._keys[key] = None
+            if len(self._keys) > self._size:
+                self._keys.pop(next(iter(self._keys)))
+            return True
+
+
+# A pool sync retried before its status (the record) was written decides the same start again.
+_DISRUPTIONS_COUNTED = _Seen()
+
+
+def _count_disruption(a: Action) -> None:
+    if _DISRUPTIONS_COUNTED.first(f"{a.target}/{a.params.get('record', '')}"):
+        MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc()
 
 
 def _launch(ctx: runtime.Context, a: Action) -> dict:

@@ -164,3 +164,4 @@ def test_a_precondition_that_fails_keeps_only_its_own_deregistration_back(make_c
     outcomes = actuators.act("node-detacher", [guarded, plain], ctx)
     assert [o.ok for o in outcomes] == [False, True] and outcomes[0].code == actuators.PRECONDITION
     assert calls == ["arn:a"]
+

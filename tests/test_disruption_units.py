@@ -238,3 +238,18 @@ def test_voluntary_disruptions_never_exceed_the_budget(kinds, nodes, calls):
             assert out.disrupting <= max(limit, forced)
         assert out.disrupting - forced <= limit or not started_by_pool
         previous = out.records
+
+
+def test_a_disruption_start_decided_again_is_counted_once_per_process(make_ctx):
+    """A pool sync retried before its status was written decides the same start again: one count."""
+    from hooks import actuators
+    from hooks.metrics import MACHINES_DISRUPTED
+    from hooks.plan import Action
+
+    counter = MACHINES_DISRUPTED.labels("pool-dedupe", "Drifted")
+    before = counter._value.get()
+    same = Action("metric.disrupted", "pool-dedupe", {"reason": "Drifted", "record": "uid-1/Drifted/2026-11-24T10:00:00Z"})
+    other = Action("metric.disrupted", "pool-dedupe", {"reason": "Drifted", "record": "uid-2/Drifted/2026-11-24T10:00:00Z"})
+    actuators.act("nodepool", [same, same, other], make_ctx())
+    actuators.act("nodepool", [same], make_ctx())
+    assert counter._value.get() == before + 2

@@ -193,7 +193,8 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
         said.append(events.normal(events.DISRUPTION_STARTED,
                                   f"Machine {record['machine']}: {record['reason']} since {record['at']}"
                                   + (f"; replacement {record['replacement']}" if record.get("replacement") else "")))
-        actions.append(Action("metric.disrupted", request.name, {"reason": record["reason"]}))
+        actions.append(Action("metric.disrupted", request.name, {
+            "reason": record["reason"], "record": f"{record['uid']}/{record['reason']}/{record['at']}"}))
     for record in out.ready:
         seconds = max(0.0, (now - timefmt.parse(record["at"])).total_seconds())
         said.append(events.normal(events.REPLACEMENT_INITIALIZED,
