@@ -75,7 +75,7 @@ def with_policies(request: HookRequest, ctx: runtime.Context) -> HookRequest:
         announced = None  # a count from the future is nobody's: no re-list on its word
     found = policy_cache.CACHE.policies(ctx.kube, ctx.settings.fencing_policy_cache_seconds, announced)
     try:
-        related = ObjectGroups.parse({f"{fencing_names.POLICY_KIND}.{fencing_names.API_VERSION}": found}, "related")
+        related = ObjectGroups.parse(policy_cache.related(found), "related")
     except RequestError as exc:
         raise RuntimeError(f"a NodeFencingPolicy as the API server has it: {exc}") from None
     return dataclasses.replace(request, related=related)

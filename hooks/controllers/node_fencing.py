@@ -40,7 +40,7 @@ import sys
 from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
-from hooks.fencing import control_plane, failover, health, names, records, storm
+from hooks.fencing import control_plane, failover, health, names, policy_cache, records, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
@@ -510,13 +510,9 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     """
     node = fresh.same_parent(request, ctx.kube).parent
     try:
-        found = ctx.kube.list(fresh.resource(names.POLICY_KIND))
+        policies_now = policy_cache.read_all(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
         raise fresh.Unverified(f"cannot list NodeFencingPolicies: {kube_error(exc)}") from exc
-    policies_now = {}
-    for item in found:
-        obj = fresh.as_dict(item)
-        policies_now[obj["metadata"]["name"]] = obj
     fr_name = request_name(request.name)
     fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
@@ -524,7 +520,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     try:
         verified = dataclasses.replace(
             request, parent=node,
-            related=ObjectGroups.parse({f"{names.POLICY_KIND}.{names.API_VERSION}": policies_now}, "related"),
+            related=ObjectGroups.parse(policy_cache.related(policies_now), "related"),
             children=ObjectGroups.parse(children, "children"))
     except RequestError as exc:
         raise fresh.Unverified(f"an object as the API server has it: {exc}") from None

@@ -43,16 +43,27 @@ class PolicyCache:
                                                                                               announced))
             if not stale:
                 return self._policies
-            found = {}
-            for item in kube.list(fresh.resource(names.POLICY_KIND)):
-                obj = fresh.as_dict(item)
-                found[obj["metadata"]["name"]] = obj
+            found = read_all(kube)
             self._policies, self._read_at = found, time.monotonic()
             return found
 
     def clear(self) -> None:
         with self._lock:
             self._policies, self._read_at = None, float("-inf")
+
+
+def read_all(kube) -> dict[str, dict]:
+    """Every NodeFencingPolicy as the API server has it now, by name. A failed list raises."""
+    found = {}
+    for item in kube.list(fresh.resource(names.POLICY_KIND)):
+        obj = fresh.as_dict(item)
+        found[obj["metadata"]["name"]] = obj
+    return found
+
+
+def related(found: dict[str, dict]) -> dict:
+    """The policies as a hook request's related objects (``ObjectGroups.parse`` input)."""
+    return {f"{names.POLICY_KIND}.{names.API_VERSION}": found}
 
 
 def _counted_since(policies: dict[str, dict], announced: dt.datetime) -> bool:
