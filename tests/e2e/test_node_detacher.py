@@ -8,6 +8,8 @@ import pytest
 from devcluster import fleet, kwok
 from devcluster.api import wait_for
 
+from tests.e2e.conftest import rediscover
+
 pytestmark = pytest.mark.e2e
 
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -186,16 +188,7 @@ def test_a_node_in_several_target_groups_on_one_port_leaves_every_one(make_world
         world.aws.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": instance, "Port": fleet.NODE_PORT}])
     groups = [world.target_group_arn, *extra]
 
-    syncs = iter(range(10_000))
-
-    def recorded() -> bool:
-        spec = (world.attachment(name) or {}).get("spec") or {}
-        if {t["arn"] for t in spec.get("awsTargets") or []} >= set(groups):
-            return True
-        # Another sync, so the discovery refresh (an update of the Attachment: Metacontroller's merge) comes.
-        world.api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"e2e-sync": str(next(syncs))}}})
-        return False
-    wait_for(recorded, "all three target groups in the Attachment", timeout=60, interval=1)
+    rediscover(world.api, name, groups)
     world.cordon(name)
     for arn in groups:
         wait_for(lambda a=arn: instance not in {i for i, _ in fleet.targets(world.aws, a)},
