@@ -1,4 +1,5 @@
 """gunicorn settings for the hook server (used by the image and `make up`)."""
+import faulthandler
 import os
 import pathlib
 import ssl
@@ -45,6 +46,8 @@ def on_starting(server):
 
 
 def post_worker_init(worker):
+    # A native crash (SIGSEGV in a C extension) leaves every thread's Python stack in the log.
+    faulthandler.enable()
     # Modules, AWS clients and the API server connection ready before the first hook call needs them.
     from hooks import warmup
 

@@ -10,6 +10,10 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
 from lightkube.types import PatchType
 
+from hooks.kube import decoding
+
+decoding.install()  # before any thread of this process decodes a typed resource
+
 FIELD_MANAGER = "nodewarden"
 # What `kubectl get` asks for: the server-side printed columns instead of the objects.
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
