@@ -10,7 +10,6 @@ already happened and the next call retries the rest.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Callable
 
 from hooks import runtime, timefmt
@@ -24,6 +23,7 @@ from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
 from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
 from hooks.plan import Action, ClusterInstance, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
+from hooks.recent import Recent
 
 log = logging.getLogger(__name__)
 PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
@@ -103,26 +103,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
 }
 
 
-class _Seen:
-    """Keys this process has already acted on, the oldest forgotten past ``size``."""
-
-    def __init__(self, size: int = 10_000):
-        self._keys: dict[str, None] = {}
-        self._size = size
-        self._lock = threading.Lock()
-
-    def first(self, key: str) -> bool:
-        with self._lock:
-            if key in self._keys:
-                return False
-            self._keys[key] = None
-            if len(self._keys) > self._size:
-                self._keys.pop(next(iter(self._keys)))
-            return True
-
-
 # A pool sync retried before its status (the record) was written decides the same start again.
-_DISRUPTIONS_COUNTED = _Seen()
+_DISRUPTIONS_COUNTED = Recent(10_000)
 
 
 def _count_disruption(a: Action) -> None:

@@ -126,8 +126,8 @@ def decide(request: HookRequest, settings, now, observed: dict) -> Plan:
     """Both concerns' pure decisions on their views, merged: what the hook answers once both are verified."""
     views = [(module, _view(request, module, kinds)) for module, kinds in CONCERNS]
     plans = [module.decide(view, settings, now, observed.get(module.NAME) or {}) for module, view in views]
-    return Plan(merge(request, [_kept_while_deleted(view, module, p.response)
-                                for (module, view), p in zip(views, plans)], settings.node_resync_seconds), [a for p in plans for a in p.actions],
+    answers = [_kept_while_deleted(view, module, p.response) for (module, view), p in zip(views, plans)]
+    return Plan(merge(request, answers, settings.node_resync_seconds), [a for p in plans for a in p.actions],
                 [e for p in plans for e in p.events])
 
 

@@ -19,16 +19,15 @@ out is refused before anything is launched.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import pathlib
 import signal
 import subprocess
 import sys
-import threading
 
 from hooks.contract import RequestError
+from hooks.recent import Recent
 from hooks.machines import names
 
 DEFAULT_TEMPLATE = """#!/bin/bash
@@ -60,34 +59,10 @@ def values(cluster_name: str, machine_name: str, nodepool: str) -> dict:
     }
 
 
-class _Answers:
-    """Renders already done in this process, by template and values: a retried launch renders once.
-
-    Only what the template itself decides is kept (its text, or the error it
-    always gives); a render cut short by the clock may succeed on a calmer
-    machine, so it is not kept.
-    """
-
-    def __init__(self, size: int = 256):
-        self._lock = threading.Lock()
-        self._kept: collections.OrderedDict[str, dict] = collections.OrderedDict()
-        self._size = size
-
-    def get(self, key: str) -> dict | None:
-        with self._lock:
-            found = self._kept.get(key)
-            if found is not None:
-                self._kept.move_to_end(key)
-            return found
-
-    def put(self, key: str, answer: dict) -> None:
-        with self._lock:
-            self._kept[key] = answer
-            while len(self._kept) > self._size:
-                self._kept.popitem(last=False)
-
-
-_ANSWERS = _Answers()
+# Renders already done in this process, by template and values: a retried launch renders once. Only what
+# the template itself decides is kept (its text, or the error it always gives); a render cut short by the
+# clock may succeed on a calmer machine, so it is not kept.
+_ANSWERS = Recent(256)
 
 
 def _render(template: str, given: dict) -> dict:
