@@ -60,9 +60,8 @@ def run(trials: int) -> dict:
         nodes = {f"bench-{i:02d}": iid for i, iid in enumerate(group.instance_ids)}
         for name, instance_id in nodes.items():
             api.create("/api/v1/nodes", fleet.node_manifest(name, instance_id))
-        attachments = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
-        for name in nodes:
-            wait_for(lambda n=name: api.get_or_none(f"{attachments}/{n}"), f"Attachment {name}", timeout=60)
+        for name in nodes:  # synced once by the Node decorator, as a serving node is before its cordon
+            wait_for(lambda n=name: fleet.node_seen(api.get(f"/api/v1/nodes/{n}")), f"{name} synced", timeout=60)
 
         def in_group(instance_id: str) -> bool:
             return any(i == instance_id for i, _ in fleet.targets(aws, group.target_group_arn))

@@ -71,12 +71,11 @@ SCALE_LABEL = "nodewarden.io/bench"
 PARALLEL = 16
 # The hook server's defaults, but for a quicker drain poll: one discovery pass serves every node for 30 s.
 HOOK_ENV = {"NODEWARDEN_DRAIN_POLL_SECONDS": "1"}
-# The wave's setup only: moto takes 0.2 s to describe a group of 500 targets, so one discovery pass over
-# 20 groups takes 4-5 s, both gunicorn workers' passes together about 9 s (Metacontroller's hook timeout
-# is 10 s); rebuilt every 30 s under load they kept Nodes from ever all getting an Attachment. Cordoned
-# Nodes that have one need no discovery, so the wave itself is the same either way.
+# The wave: moto takes 0.2 s to describe a group of 500 targets, so one discovery pass over 20 groups
+# takes 4-5 s, both gunicorn workers' passes together about 9 s (Metacontroller's hook timeout is 10 s).
+# Each worker's one index, read before the wave, serves the whole wave: what is timed is the wave, not
+# moto's reads of 10,000 targets.
 WAVE_ENV = {"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "3600"}
-ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
 log = logging.getLogger("scale")
 
 
@@ -354,17 +353,20 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                                                                         for i in instance_ids[start:start + 200]])
         names = [f"wave-{i:04d}" for i in range(nodes)]
         instances = dict(zip(names, instance_ids))
-        # Each gunicorn worker builds its discovery index on its first node: 8 parallel reads of groups
-        # of 500 targets. Both at once, amid 500 new Nodes, make moto answer past the hooks' 5 s read
-        # timeout, and a failed build is tried again on every call. So a few Nodes first, until both
-        # workers have read every group.
+        create_nodes(api, names, instances)
+        wait_progress(lambda: sum(fleet.node_seen(m) for m in api.metadata(
+            NODES, params={"labelSelector": f"{SCALE_LABEL}=true"})), nodes, "Nodes synced", interval=2)
+        # Each gunicorn worker builds its discovery index as its first detach begins. Nodes outside the
+        # wave (instances in no group) are cordoned one at a time until both workers have read every group.
         warm = 0
-        while metrics.aws_calls().get("DescribeTargetHealth", 0) < 2 * target_groups and warm < min(nodes, 20):
-            create_nodes(api, names[warm:warm + 2], instances)
-            warm += 2
-            wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), warm, "Attachments (warming up)", interval=1)
-        create_nodes(api, names[warm:], instances)
-        wait_progress(lambda: len(api.get(ATTACHMENTS)["items"]), nodes, "Attachments", interval=2)
+        while metrics.aws_calls().get("DescribeTargetHealth", 0) < 2 * target_groups and warm < 20:
+            name = f"warm-{warm:02d}"
+            create_nodes(api, [name])
+            wait_for(lambda n=name: fleet.node_seen(api.get(f"{NODES}/{n}")), f"{name} synced", timeout=60)
+            api.patch(f"{NODES}/{name}", {"spec": {"unschedulable": True}})
+            wait_for(lambda n=name: detacher_names.DEREGISTERED in (
+                api.get(f"{NODES}/{n}")["metadata"].get("annotations") or {}), f"{name} detached", timeout=60)
+            warm += 1
         calls_before, latency_before = metrics.aws_calls(), metrics.latency(detacher_route())
         began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})

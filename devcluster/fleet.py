@@ -122,6 +122,16 @@ def node_manifest(name: str, instance_id: str, labels: Mapping[str, str] | None 
     }
 
 
+# Metacontroller's finalizer of the Node decorator: on a Node once the decorator has synced it.
+NODE_FINALIZER = "metacontroller.io/decoratorcontroller-node"
+
+
+def node_seen(node: Mapping | None) -> bool:
+    """The Node decorator has synced this Node (a Node's metadata or the whole Node)."""
+    meta = (node or {}).get("metadata", node) or {}
+    return NODE_FINALIZER in (meta.get("finalizers") or [])
+
+
 @dataclass
 class Fleet:
     """Instances and the load balancers that hold them."""

@@ -67,7 +67,6 @@ class Settings:
     include_lb_controller: bool = True
     managed_daemonsets: tuple[str, ...] = ()
     detacher_name: str = "node-detacher"
-    discovery_refresh_seconds: float = 300
     node_resync_seconds: float = 300
     discovery_cache_seconds: float = 30
     drain_poll_seconds: float = 5
@@ -146,7 +145,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         include_lb_controller=_bool(env, "NODEWARDEN_INCLUDE_LB_CONTROLLER", True),
         managed_daemonsets=_list(env, "NODEWARDEN_MANAGED_DAEMONSETS"),
         detacher_name=env.get("NODEWARDEN_DETACHER_NAME", "").strip() or "node-detacher",
-        discovery_refresh_seconds=_number(env, "NODEWARDEN_DISCOVERY_REFRESH_SECONDS", 300),
         node_resync_seconds=_number(env, "NODEWARDEN_NODE_RESYNC_SECONDS", 300, minimum=10),
         discovery_cache_seconds=_number(env, "NODEWARDEN_DISCOVERY_CACHE_SECONDS", 30),
         drain_poll_seconds=_number(env, "NODEWARDEN_DRAIN_POLL_SECONDS", 5, minimum=0.1),

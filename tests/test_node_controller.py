@@ -152,11 +152,18 @@ def test_the_old_finalizer_stays_until_ours_holds_the_node(make_ctx):
 
 
 def test_the_hook_hands_a_node_over_on_its_sync(make_ctx):
-    """Through node.sync: the old finalizer goes, and the adopted Attachment is what node-detacher sees."""
+    """Through node.sync: the old finalizer goes, and the adopted Attachment of a node in the middle of a
+    detach is what node-detacher sees (kept as it is, not looked up again)."""
+    from hooks.aws import providerid
+
     case, obj = _node_with([OLD, NEW])
     name = obj["metadata"]["name"]
-    attachment = copy.deepcopy(case["request"]["attachments"]["Attachment.nodewarden.io/v1alpha1"]
-                               [f"nodewarden-system/{name}"])
+    obj["spec"]["unschedulable"] = True
+    obj["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]
+    detaching = json.loads((FIXTURES.parent / "node-detacher" / "deregister-batched-per-target-group.json").read_text())
+    [attachment] = copy.deepcopy(list(detaching["request"]["attachments"]["Attachment.nodewarden.io/v1alpha1"].values()))
+    attachment["metadata"]["name"] = attachment["spec"]["nodeName"] = name
+    attachment["spec"]["instanceID"] = providerid.parse(obj["spec"]["providerID"]).instance_id
     owned = _owned("Attachment", name, obj["metadata"]["uid"], "nodewarden-system")
     attachment["metadata"].update(owned["metadata"])
     kube = FakeKube([_api(obj), attachment])
@@ -164,6 +171,8 @@ def test_the_hook_hands_a_node_over_on_its_sync(make_ctx):
     assert kube.nodes[name]["metadata"]["finalizers"] == [NEW]
     [kept] = [a for a in response["attachments"] if a["kind"] == "Attachment"]
     assert kept["spec"]["discoveredAt"] == attachment["spec"]["discoveredAt"]  # not rediscovered: it was seen
+    key = lambda t: (t["arn"], t["targetPort"])  # noqa: E731
+    assert sorted(kept["spec"]["awsTargets"], key=key) == sorted(attachment["spec"]["awsTargets"], key=key)
 
 
 def test_nothing_is_made_for_a_node_being_deleted_by_node_fencing(make_ctx, monkeypatch):

@@ -118,7 +118,9 @@ def harness(world, make_ctx):
 
 def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balancers(world, harness):
     h, _ = harness
-    h.sync()
+    assert h.sync()["attachments"] == [], "a serving node has no Attachment"
+    h.node["spec"]["unschedulable"] = True
+    h.sync()  # the detach begins: its load balancers are recorded before the label lands
     spec = h.attachments[0]["spec"]
     assert sorted((t["arn"], t["targetPort"]) for t in spec["awsTargets"]) == sorted(
         [(world["ours"], 30443), (world["lbc"], 31000), (world["static"], 31000)])
@@ -130,7 +132,7 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     h, kube = harness
     elbv2, elb, mine, neighbour = world["elbv2"], world["elb"], world["mine"], world["neighbour"]
     before = {arn: _members(elbv2, world[arn]) for arn in ("ours", "lbc", "other", "untagged", "static")}
-    h.sync()  # warm the Attachment while schedulable
+    h.sync()  # schedulable: nothing recorded
 
     h.node["spec"]["unschedulable"] = True
     first = h.sync()
@@ -279,9 +281,10 @@ def _deleting(h, seconds_ago=0):
 
 def test_a_deleting_node_whose_target_group_is_gone_is_let_go(world, harness):
     h, _ = harness
-    h.sync()  # the Attachment lists the target group
-    world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])
     _deleting(h)
+    h.sync(hook="finalize")  # the detach begins: the Attachment lists the target group
+    assert world["lbc"] in {t["arn"] for t in h.attachments[0]["spec"]["awsTargets"]}
+    world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])
     final = _until(h, lambda r: r.get("finalized") is True, hook="finalize")
     assert final["finalized"] is True
     assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
@@ -491,11 +494,12 @@ def test_a_fresh_cordon_waits_for_the_controller_managers_taint_but_not_for_ever
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
     now = timefmt.parse(case["now"])
 
-    waiting = node_detacher.decide(request, settings, now, {"unschedulableTaintPendingSeconds": 0.5})
+    waiting = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 0.5})
     assert not waiting.response["labels"] and not waiting.actions and not waiting.events
-    assert waiting.response["attachments"] == case["expected"]["response"]["attachments"]  # kept, never dropped
+    # The load balancers are recorded while it waits, before the label.
+    assert waiting.response["attachments"] == case["expected"]["response"]["attachments"]
 
-    waited = node_detacher.decide(request, settings, now, {"unschedulableTaintPendingSeconds": 3.5})
+    waited = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 3.5})
     assert waited.response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
 
 
@@ -511,3 +515,31 @@ def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, 
     assert index.memberships(world["mine"]) == sorted([
         ("elb", "legacy"), ("tg", world["ours"], 30443), ("tg", world["lbc"], 31000)])
     assert index.memberships(world["neighbour"]) == sorted([("elb", "legacy"), ("tg", world["ours"], 30080)])
+
+
+def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harness, monkeypatch):
+    """No discovery and no Attachment on the healthy path; the detach's first step reads the index (each
+    call of it: it may wait for the controller manager's taint), and the steps after it work from the
+    Attachment it recorded."""
+    from hooks.controllers import node_detacher
+
+    h, _ = harness
+    reads = []
+    real = node_detacher.LB_INDEX.get
+    monkeypatch.setattr(node_detacher.LB_INDEX, "get", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    for _ in range(3):
+        assert h.sync()["attachments"] == []
+    assert reads == []
+
+    h.node["spec"]["unschedulable"] = True
+    _until(h, lambda r: names.EXCLUDE_LABEL in (r.get("labels") or {}))  # exclude: the load balancers recorded
+    excluding = len(reads)
+    assert excluding >= 1 and h.attachments
+    h.sync()  # deregister, from the Attachment
+    h.sync()  # drain
+    assert _members(world["elbv2"], world["static"]) == []
+
+    h.node["spec"]["unschedulable"] = False
+    h.sync()  # re-attach, from the record
+    assert h.sync()["attachments"] == [], "back in service: the Attachment goes"
+    assert len(reads) == excluding

@@ -7,11 +7,12 @@ cluster-gc uses too (the tagging API, or listing and reading tags where that
 API is refused or finds nothing), plus untagged ones named in configuration
 (Terraform). One pass reads every
 member of every such load balancer, so the result serves all nodes: it is
-cached per region for NODEWARDEN_DISCOVERY_CACHE_SECONDS, and each node's
-Attachment is filled from it. No per-node scan of the region.
+cached per region for NODEWARDEN_DISCOVERY_CACHE_SECONDS, and a detaching
+node's Attachment is filled from it. No per-node scan of the region.
 """
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,10 +30,11 @@ _PARALLEL_READS = 8
 
 @dataclass
 class Index:
-    built_at: float
+    built_at: float  # monotonic, for the cache
     members: dict[str, set] = field(default_factory=dict)  # instance id -> memberships
     target_groups: int = 0
     classic_elbs: int = 0
+    listed_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
     def memberships(self, instance_id: str) -> list[tuple]:
         return sorted(self.members.get(instance_id, set()))

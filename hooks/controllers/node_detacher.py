@@ -101,20 +101,21 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
 
 def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings, observed: dict) -> list[dict]:
-    """The desired Attachment: freshly discovered memberships, else the cached ones."""
-    if sit.instance_id is None:
+    """The desired Attachment of a detaching node: the load balancers it was in as the detach began, with any
+    found since, frozen until it is back. A node that is not detaching has none."""
+    if sit.instance_id is None or sit.phase in (phases.SKIP, phases.IDLE):
         return []
+    kept = sit.memberships or []
     discovery = observed.get("discovery")
     if discovery is not None:
-        memberships = [tuple(m) for m in discovery["memberships"]]
-        discovered_at = discovery["discoveredAt"]
-        if sit.attachment is not None and sorted(memberships) == sorted(sit.memberships or []):
-            # The same load balancers: the Attachment as it is, so Metacontroller writes nothing (each write
-            # would also sync the Node again, its owner).
-            discovered_at = sit.attachment.get("discoveredAt")
+        known = set(kept)
+        memberships = kept + [m for m in (tuple(m) for m in discovery["memberships"]) if m not in known]
+        # Nothing new: the Attachment as it is, so Metacontroller writes nothing (each write would also sync
+        # the Node again, its owner).
+        discovered_at = sit.attachment.get("discoveredAt") if sit.attachment is not None \
+            and len(memberships) == len(kept) else discovery["discoveredAt"]
     elif sit.attachment is not None:
-        memberships = sit.memberships
-        discovered_at = sit.attachment.get("discoveredAt")
+        memberships, discovered_at = kept, sit.attachment.get("discoveredAt")
     else:
         return []
     spec = targets.to_attachment_spec(memberships)
@@ -177,25 +178,13 @@ def _skip(request, sit, settings, now, observed) -> Plan:
 
 
 def _idle(request, sit, settings, now, observed) -> Plan:
-    attachments = _attachment(request, sit, settings, observed)
-    if observed.get("discoveryError") and not attachments:
-        return _failure(request, settings, now, f"load balancer discovery failed: {observed['discoveryError']}", [])
+    # A serving node has no Attachment: its load balancers are looked up as a detach begins. Metacontroller
+    # reads every Attachment of the cluster on each Node sync, so one per healthy Node made every sync cost
+    # as much as the cluster is large.
     annotations: dict = {}
     _clear_error(annotations, request)
-    if observed.get("discoveryError"):
-        log.warning("discovery failed; keeping the cached Attachment", extra={"node": request.name})
-    # The node decorator looks at every Node again within NODEWARDEN_NODE_RESYNC_SECONDS; only a shorter
-    # refresh asks for more.
-    resync = max(1.0, settings.discovery_refresh_seconds) \
-        if attachments and settings.discovery_refresh_seconds < settings.node_resync_seconds else None
-    return Plan(
-        decorator_response(
-            annotations=annotations,
-            attachments=attachments,
-            resync_after=resync,
-            finalized=True if request.finalizing else None,
-        )
-    )
+    return Plan(decorator_response(annotations=annotations, attachments=[],
+                                   finalized=True if request.finalizing else None))
 
 
 def _exclude(request, sit, settings, now, observed) -> Plan:
@@ -207,6 +196,11 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
         names.REASON: reasons,
     }
     reason = _REASONS.get(sit.reasons[0], "LeavingTaint")
+    if observed.get("discoveryError"):
+        # The label goes on all the same: the node must stop taking traffic. Its load balancers are looked
+        # up again at the next step (those of the controllers that drop it on the label may be gone by then).
+        log.warning("discovery failed as the detach began", extra={"node": request.name,
+                                                                    "error": observed["discoveryError"]})
     status = None
     node_status = fields.mapping(request.parent, "status")
     if not conditions.is_true(node_status, names.CONDITION):
@@ -403,12 +397,13 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     if sit.phase in (phases.EXCLUDE, phases.REATTACH) and _unschedulable_taint_pending(request.parent):
         observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
             f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
-    if sit.needs_discovery(settings, now):
+    if sit.needs_discovery():
         try:
             index = LB_INDEX.get(ctx.aws, sit.region or ctx.aws.region(), settings)
             observed["discovery"] = {
                 "memberships": [list(m) for m in index.memberships(sit.instance_id)],
-                "discoveredAt": timefmt.fmt(now),
+                # When the index was read, so that two calls served by one index ask for the same Attachment.
+                "discoveredAt": timefmt.fmt(index.listed_at),
             }
         except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
             observed["discoveryError"] = aws_error(exc)

@@ -6,10 +6,9 @@ kept on the request object, so one call reads the node once.
 """
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
-from hooks import fields, objects, timefmt
+from hooks import fields, objects
 from hooks.aws import providerid
 from hooks.config import Settings
 from hooks.contract import HookRequest
@@ -17,8 +16,8 @@ from hooks.detacher import names, targets, triggers
 
 # Phases, in the order a detach walks through them.
 SKIP = "skip"  # control plane, not ours to touch
-IDLE = "idle"  # serving traffic; keep the Attachment fresh
-EXCLUDE = "exclude"  # detach wanted: label and annotate first
+IDLE = "idle"  # serving traffic; nothing recorded (no Attachment)
+EXCLUDE = "exclude"  # detach wanted: record the load balancers, then label and annotate
 DEREGISTER = "deregister"  # label is on: leave every load balancer
 DRAIN = "drain"  # wait for the targets to finish draining
 SHUTDOWN = "shutdown"  # detached: ordered pod shutdown
@@ -46,13 +45,12 @@ class Situation:
         done = set(self.deregistered or ())
         return [m for m in self.memberships or [] if m not in done]
 
-    def needs_discovery(self, settings: Settings, now: dt.datetime) -> bool:
-        if self.instance_id is None or self.phase in (SKIP, EXCLUDE, REATTACH):
+    def needs_discovery(self) -> bool:
+        """The load balancers are looked up as a detach begins, before our exclude label can make their
+        controllers drop the node, and again only if the Attachment that froze them is missing."""
+        if self.instance_id is None:
             return False
-        if self.attachment is None:
-            return self.phase in (IDLE, DEREGISTER)
-        age = timefmt.seconds_since(self.attachment.get("discoveredAt"), now)
-        return self.phase == IDLE and (age is None or age >= settings.discovery_refresh_seconds)
+        return self.phase == EXCLUDE or (self.phase == DEREGISTER and self.attachment is None)
 
 
 def observed_attachment(request: HookRequest, settings: Settings) -> dict | None:

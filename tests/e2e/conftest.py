@@ -10,7 +10,6 @@ skip, unless NODEWARDEN_E2E=required (CI), where a missing binary fails.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import threading
@@ -29,12 +28,8 @@ CLASSIC_ELB = "e2e-classic"
 ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
 
 # The hook server's settings for the tests: each test's new target group must
-# be seen at once, and pod shutdown groups follow each other quickly.
-# NODEWARDEN_DISCOVERY_REFRESH_SECONDS stays at its default: a shorter refresh
-# makes every Node with an Attachment ask for a sync that often, and 200 Nodes
-# at 3 s ask for more syncs than Metacontroller makes on this machine, so a
-# Node's real changes (a Ready turned Unknown) wait behind them. A test that
-# adds a load balancer to a Node that exists has it found with rediscover().
+# be seen at once (a detach looks its node's load balancers up as it begins),
+# and pod shutdown groups follow each other quickly.
 HOOK_ENV = {
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
@@ -104,27 +99,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def rediscover(api: AdminApi, node: str, target_groups: list[str], timeout: float = 60) -> dict:
-    """Until the Node's Attachment records every one of ``target_groups``; returns it.
-
-    A node's load balancers are looked up again once its Attachment's
-    discoveredAt is NODEWARDEN_DISCOVERY_REFRESH_SECONDS old, so it is made
-    older: the change syncs the Node, whose answer updates the Attachment
-    (an update, merged by Metacontroller as any refresh is)."""
-    path = f"{ATTACHMENTS}/{node}"
-    tries = itertools.count()
-
-    def recorded() -> dict | None:
-        found = api.get_or_none(path)
-        if found and {t.get("arn") for t in (found.get("spec") or {}).get("awsTargets") or []} >= set(target_groups):
-            return found
-        if found:  # a new stamp each time, so each try is a change that syncs the Node
-            api.patch(path, {"spec": {"discoveredAt": f"2000-01-01T00:00:{next(tries) % 60:02d}Z"}})
-        return None
-    return wait_for(recorded, f"{node}'s Attachment recording {len(target_groups)} target group(s)",
-                    timeout=timeout, interval=1)
-
-
 @dataclass
 class World:
     """Nodes of one test, their instances, and the load balancers holding them."""
@@ -167,8 +141,9 @@ def make_world(api, cloud):
             created.append(name)
             nodes[name] = instance_id
         world = World(api, cloud, nodes, group.target_group_arn)
-        for name in nodes:  # node-detacher records the node's load balancers first
-            wait_for(lambda n=name: world.attachment(n), f"Attachment of {name}", timeout=30)
+        for name in nodes:  # the Node decorator has seen each Node (its finalizer)
+            wait_for(lambda n=name: fleet.node_seen(world.node(n)), f"the node decorator's finalizer on {name}",
+                     timeout=30)
         return world
 
     yield build

@@ -16,7 +16,7 @@ from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from hooks.machines import names
 from support import hook_request
-from tests.e2e.conftest import rediscover, unique
+from tests.e2e.conftest import unique
 
 pytestmark = pytest.mark.e2e
 
@@ -101,8 +101,6 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     instance_ids = [m["status"]["instanceID"] for m in machines]
     cloud.elbv2.register_targets(TargetGroupArn=group, Targets=[{"Id": i, "Port": fleet.NODE_PORT}
                                                                 for i in instance_ids])
-    for machine in machines:  # node-detacher records the new group first (its Attachment)
-        rediscover(api, machine["status"]["nodeName"], [group])
     leaving = machines[0]
     node_name, instance_id = leaving["status"]["nodeName"], leaving["status"]["instanceID"]
     api.create("/api/v1/namespaces/default/pods", {
