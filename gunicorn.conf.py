@@ -48,10 +48,13 @@ def on_starting(server):
 def post_worker_init(worker):
     # A native crash (SIGSEGV in a C extension) leaves every thread's Python stack in the log.
     faulthandler.enable()
-    # Modules, AWS clients and the API server connection ready before the first hook call needs them.
-    from hooks import warmup
+    # Modules, AWS clients and the API server connection ready before the first hook call needs them,
+    # and the load-balancer index kept fresh for the first step of every detach.
+    from hooks import runtime, warmup
+    from hooks.aws import lb_discovery
 
     warmup.start()
+    lb_discovery.keep_fresh(runtime.current())
 
 
 def child_exit(server, worker):

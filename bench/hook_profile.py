@@ -1,15 +1,16 @@
-"""Where a resync's hook CPU goes: cProfile of the two Node decorators' healthy-node syncs.
+"""Where a resync's hook CPU goes: cProfile of a healthy Node's sync.
 
     .venv/bin/python bench/hook_profile.py [--calls 2000] [--top 15]
 
-A full resync sends every Node to node-detacher and to node-fencing, and for
-a healthy, schedulable Node both answer "nothing to do". This runs those two
-requests (the 13 KB Node of bench/hook_throughput.py; node-detacher with a
-warm discovery cache, node-fencing with one policy whose count is fresh) --calls
-times each through the Flask app in this process, exactly as a gunicorn
-worker handles them (body decode, request parsing, decide, response, metrics),
-under cProfile. Prints the CPU per call and the functions that take the most
-time, for docs/performance.md.
+A full resync sends every Node to the Node decorator, and for a healthy,
+schedulable Node both of its concerns answer "nothing to do". This runs that
+request (the 13 KB Node of bench/hook_throughput.py, one NodeFencingPolicy
+whose count is fresh, in the per-process copy the hook reads policies from)
+--calls times through the Flask app in this process, exactly as a gunicorn
+worker handles it (body decode, request parsing, decide, response, metrics),
+under cProfile; and, for comparison, each concern alone on the routes the
+two earlier decorators used. Prints the CPU per call and the functions that
+take the most time, for docs/performance.md.
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")
 from hook_throughput import realistic, scenarios  # noqa: E402
 
 FENCING = ROOT / "tests" / "fixtures" / "node-fencing" / "healthy-no-churn.json"
+NODE = ROOT / "tests" / "fixtures" / "node" / "healthy-no-writes.json"
+
+
+def node_body() -> tuple[bytes, list[dict]]:
+    """The Node decorator's request for a healthy Node, and the policies its hook lists (not related)."""
+    request = json.loads(NODE.read_text())["request"]
+    request["object"] = realistic(request["object"])
+    policies = [p for group in (request.pop("related", None) or {}).values() for p in group.values()]
+    return json.dumps(request).encode(), policies
 
 
 def fencing_body() -> bytes:
@@ -86,8 +96,16 @@ def main() -> None:
     from hooks.app import create_app
     from hooks.config import load_settings
 
-    client = create_app(runtime.Context(load_settings(dict(os.environ)))).test_client()
+    from tests.fake_kube import FakeKube
+
+    body, policies = node_body()
+    ctx = runtime.Context(load_settings(dict(os.environ)))
+    # The policies' list answered in process (no API server here); the hook's copy is relisted every
+    # NODEWARDEN_FENCING_POLICY_CACHE_SECONDS, so a list costs a call only now and then.
+    ctx._kube = FakeKube(policies)
+    client = create_app(ctx).test_client()
     runs = {
+        "node, healthy (both concerns, one call)": ("/node/sync", body),
         "node-detacher, schedulable (no action)": ("/node-detacher/sync", scenarios()["schedulable (no action)"]),
         "node-fencing, healthy": ("/node-fencing/sync", fencing_body()),
     }

@@ -72,10 +72,10 @@ PARALLEL = 16
 # The hook server's defaults, but for a quicker drain poll: one discovery pass serves every node for 30 s.
 HOOK_ENV = {"NODEWARDEN_DRAIN_POLL_SECONDS": "1"}
 # The wave: moto takes 0.2 s to describe a group of 500 targets, so one discovery pass over 20 groups
-# takes 4-5 s, both gunicorn workers' passes together about 9 s (Metacontroller's hook timeout is 10 s).
-# Each worker's one index, read before the wave, serves the whole wave: what is timed is the wave, not
-# moto's reads of 10,000 targets.
-WAVE_ENV = {"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "3600"}
+# takes 4-5 s. Each hook worker rebuilds its index on a thread every 0.8 of this period: 96 s, so that the
+# wave, which starts once both workers have read every group, is not timed against moto's reads of
+# 10,000 targets every 24 s.
+WAVE_ENV = {"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "120"}
 log = logging.getLogger("scale")
 
 
@@ -356,17 +356,10 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
         create_nodes(api, names, instances)
         wait_progress(lambda: sum(fleet.node_seen(m) for m in api.metadata(
             NODES, params={"labelSelector": f"{SCALE_LABEL}=true"})), nodes, "Nodes synced", interval=2)
-        # Each gunicorn worker builds its discovery index as its first detach begins. Nodes outside the
-        # wave (instances in no group) are cordoned one at a time until both workers have read every group.
-        warm = 0
-        while metrics.aws_calls().get("DescribeTargetHealth", 0) < 2 * target_groups and warm < 20:
-            name = f"warm-{warm:02d}"
-            create_nodes(api, [name])
-            wait_for(lambda n=name: fleet.node_seen(api.get(f"{NODES}/{n}")), f"{name} synced", timeout=60)
-            api.patch(f"{NODES}/{name}", {"spec": {"unschedulable": True}})
-            wait_for(lambda n=name: detacher_names.DEREGISTERED in (
-                api.get(f"{NODES}/{n}")["metadata"].get("annotations") or {}), f"{name} detached", timeout=60)
-            warm += 1
+        # The indexes the workers built as they started saw no group: the wave starts once both have
+        # rebuilt theirs with every group.
+        wait_progress(lambda: metrics.aws_calls().get("DescribeTargetHealth", 0), 2 * target_groups,
+                      "the hook workers' indexes read every group", stall=200)
         calls_before, latency_before = metrics.aws_calls(), metrics.latency(detacher_route())
         began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})

@@ -9,10 +9,17 @@ API is refused or finds nothing), plus untagged ones named in configuration
 member of every such load balancer, so the result serves all nodes: it is
 cached per region for NODEWARDEN_DISCOVERY_CACHE_SECONDS, and a detaching
 node's Attachment is filled from it. No per-node scan of the region.
+
+A detach reads the index in its first step, on the way from the cordon to the
+deregistration; a build there would add a discovery pass to that latency. So a
+hook process keeps its indexes fresh on a thread of its own (keep_fresh),
+rebuilding each before the cache would call it stale, as lookups from every
+serving node's periodic sync used to.
 """
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +33,9 @@ _DESCRIBE_LIMIT = 20  # LoadBalancerNames per DescribeLoadBalancers call
 # Targets in these states are already leaving; a detach has nothing to do for them.
 _LEAVING = ("draining", "unused")
 _PARALLEL_READS = 8
+# The background rebuild comes this far into the cache period, so a lookup never finds the index stale.
+_REFRESH_AT = 0.8
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -101,9 +111,51 @@ class IndexCache:
                 self._indexes[region] = index
             return index
 
+    def rebuild(self, aws, region: str, settings: Settings) -> Index:
+        """Build now, whatever the age of the one held, and keep it."""
+        with self._lock:
+            build_lock = self._building.setdefault(region, threading.Lock())
+        with build_lock:
+            index = build_index(aws, region, settings)
+            with self._lock:
+                self._indexes[region] = index
+            return index
+
+    def regions(self) -> set[str]:
+        with self._lock:
+            return set(self._indexes)
+
     def clear(self) -> None:
         with self._lock:
             self._indexes.clear()
 
 
 CACHE = IndexCache()
+
+
+def keep_fresh(ctx, stop: threading.Event | None = None) -> threading.Thread | None:
+    """Rebuild this process's index of the configured region (and of any other region a detach looked in)
+    every _REFRESH_AT of NODEWARDEN_DISCOVERY_CACHE_SECONDS, on a daemon thread; None when the cache is
+    shorter than a second (every lookup builds its own then). A failed build is logged and tried again at
+    the next period; a lookup meanwhile builds as before."""
+    period = ctx.settings.discovery_cache_seconds * _REFRESH_AT
+    if period < 1:
+        return None
+    stop = stop or threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                regions = CACHE.regions() | {ctx.aws.region()}
+            except Exception:  # noqa: BLE001 - no region configured: the regions lookups named
+                regions = CACHE.regions()
+            for region in sorted(regions):
+                try:
+                    CACHE.rebuild(ctx.aws, region, ctx.settings)
+                except Exception as exc:  # noqa: BLE001 - any AWS failure: the next period tries again
+                    log.warning("discovery index rebuild failed", extra={"region": region, "error": str(exc)})
+            stop.wait(period)
+
+    thread = threading.Thread(target=loop, name="discovery-refresh", daemon=True)
+    thread.start()
+    return thread
