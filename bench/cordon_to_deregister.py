@@ -33,6 +33,7 @@ from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 
 CLASSIC_ELB = "bench-classic"
 POLL_SECONDS = 0.005
+DISCOVERY_CACHE_SECONDS = 30  # the hook server's default
 # node-detacher's record of what it deregistered; uncordoning before it lands
 # on the Node is a different scenario (see tests/e2e), not this measurement.
 DEREGISTERED = "nodewarden.io/deregistered"
@@ -62,6 +63,10 @@ def run(trials: int) -> dict:
             api.create("/api/v1/nodes", fleet.node_manifest(name, instance_id))
         for name in nodes:  # synced once by the Node decorator, as a serving node is before its cordon
             wait_for(lambda n=name: fleet.node_seen(api.get(f"/api/v1/nodes/{n}")), f"{name} synced", timeout=60)
+        # A detach reads its node's load balancers from the hook worker's discovery index, rebuilt in the
+        # background within NODEWARDEN_DISCOVERY_CACHE_SECONDS; the ones built before the fleet existed
+        # know none of it. A serving node has been in its load balancers longer than that.
+        time.sleep(DISCOVERY_CACHE_SECONDS)
 
         def in_group(instance_id: str) -> bool:
             return any(i == instance_id for i, _ in fleet.targets(aws, group.target_group_arn))
