@@ -354,8 +354,13 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
         names = [f"wave-{i:04d}" for i in range(nodes)]
         instances = dict(zip(names, instance_ids))
         create_nodes(api, names, instances)
-        wait_progress(lambda: sum(fleet.node_seen(m) for m in api.metadata(
-            NODES, params={"labelSelector": f"{SCALE_LABEL}=true"})), nodes, "Nodes synced", interval=2)
+
+        def synced() -> int:
+            try:
+                return sum(fleet.node_seen(m) for m in api.metadata(NODES, params={"labelSelector": f"{SCALE_LABEL}=true"}))
+            except requests.RequestException:  # an API server busy with 500 new Nodes: ask again
+                return 0
+        wait_progress(synced, nodes, "Nodes synced", interval=2)
         # The indexes the workers built as they started saw no group: the wave starts once both have
         # rebuilt theirs with every group.
         wait_progress(lambda: metrics.aws_calls().get("DescribeTargetHealth", 0), 2 * target_groups,

@@ -116,21 +116,21 @@ def _listing(total, unrecorded=(), ago=0):
 
 
 def _count(p, recorded, listing):
-    return storm.count(p, storm.judge(p, recorded, NOW), listing)
+    return storm.count(p, storm.judge(p, recorded, NOW, listing), listing)
 
 
-def _next_list(p, recorded, listing, interval):
-    return storm.next_list(storm.judge(p, recorded, NOW), listing, NOW, interval)
+def _next_list(p, recorded, listing, interval, holding=False):
+    return storm.next_list(storm.judge(p, recorded, NOW, listing), listing, NOW, interval, holding)
 
 
 def test_storm_count_and_verdict():
     p = policies.parse(_policy(maxUnhealthy=1))
     recorded = [_node("a", "Unknown", 70)]
-    counts = _count(p, recorded, _listing(3))
+    counts = _count(p, recorded, _listing(3, ["a"]))
     assert (counts.observed, counts.unhealthy, counts.allowed, counts.holds) == (3, 1, 1, False)
     assert counts.unhealthy_names == ("a",)
     recorded.append(_node("b", "False", 1))
-    assert _count(p, recorded, _listing(3)).holds
+    assert _count(p, recorded, _listing(3, ["a"])).holds, "b's record is newer than the list"
     fresh = "2026-11-21T11:59:30Z"  # 30 s before NOW
     counted = policies.parse({**_policy(), "status": {"observedGeneration": 3, "unhealthyNodeNames": ["a"],
                                                       "countedAt": fresh,
@@ -169,11 +169,40 @@ def test_a_node_the_list_saw_not_ready_counts_whatever_its_record_says():
     assert _next_list(p, [_node("x", "Unknown")], kept_number, 30) == storm.MIN_LIST_GAP_SECONDS
 
 
+def test_a_record_gives_way_to_a_newer_list_that_found_its_node_ready():
+    """After a storm the records wait for their Nodes' syncs behind every recovering Node; a count list taken
+    well after a record's Ready last changed, and not finding the node not Ready, is the newer reading."""
+    p = policies.parse(_policy(maxUnhealthy="10%"))
+    stale = [_node(f"n{i}", "False", 300) for i in range(200)]
+    listing = _listing(1000, ["n0", "n1", "n2"])
+    counts = _count(p, stale, listing)
+    assert (counts.unhealthy, counts.holds) == (3, False), "only what the list still finds not Ready"
+    assert counts.unhealthy_names == ("n0", "n1", "n2"), "admitted only where the list agrees"
+    assert _count(p, stale, storm.Listing(NOW, 1000, None, 3)).holds, "no names kept: the records count"
+    # A record newer than the list, or within the clocks' difference of it, is not overruled.
+    assert _count(p, [_node(f"n{i}", "False", 5) for i in range(200)], listing).holds
+    assert _count(p, stale, _listing(1000, ["n0"], ago=295)).holds
+    # Only Ready gives way: another unhealthy condition on the record still counts.
+    disk = policies.parse(_policy(maxUnhealthy="10%", unhealthyConditions=[
+        {"type": "Ready", "status": "False", "duration": "30s"},
+        {"type": "DiskPressure", "status": "True", "duration": "30s"}]))
+    pressed = [{"metadata": {"name": f"n{i}", "labels": {}}, "status": {"conditions": [
+        *_ready("False", 300)["conditions"],
+        {"type": "DiskPressure", "status": "True", "lastTransitionTime": "2026-11-21T11:50:00Z"}]}} for i in range(200)]
+    assert _count(disk, pressed, listing).unhealthy == 200
+
+
+def test_a_holding_guard_lists_as_often_as_lists_may_be_taken():
+    p = policies.parse(_policy())
+    assert _next_list(p, [], _listing(10, ago=1), 30) == 29
+    assert _next_list(p, [], _listing(10, ago=1), 30, holding=True) == storm.MIN_LIST_GAP_SECONDS - 1
+
+
 def test_a_node_is_admitted_only_on_a_list_taken_shortly_before_it_falls_due():
     p = policies.parse(_policy())  # default rules: 60 s
     node = _node("a", "Unknown", 50)  # falls due in 10 s
     for listed_ago, admitted in ((60, False), (15, False), (0, True)):
-        assert _count(p, [node], _listing(10, ago=listed_ago)).unhealthy_names == (
+        assert _count(p, [node], _listing(10, ["a"], ago=listed_ago)).unhealthy_names == (
             ("a",) if admitted else ()), listed_ago
     # Never on a list from before the node turned unhealthy, however short its duration.
     quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
@@ -185,12 +214,12 @@ def test_the_policy_lists_again_before_a_node_falls_due():
     p = policies.parse(_policy())
     assert _next_list(p, [], None, 30) == 0, "never listed: now"
     assert _next_list(p, [], _listing(10, ago=10), 30) == 20, "the interval"
-    assert _next_list(p, [_node("a", "Unknown", 45)], _listing(10, ago=10), 30) == 10, \
+    assert _next_list(p, [_node("a", "Unknown", 45)], _listing(10, ["a"], ago=10), 30) == 10, \
         "5 s before a falls due (in 15 s)"
     quick = policies.parse(_policy(unhealthyConditions=[{"type": "Ready", "status": "Unknown", "duration": "3s"}]))
     assert _next_list(quick, [_node("a", "Unknown", 1)], _listing(10, ago=2), 30) == 3, \
         "a turned unhealthy after the last list and falls due in 2 s, but lists are at least 5 s apart"
-    assert _next_list(p, [_node("a", "Unknown", 70)], _listing(10, ago=2), 30) == 28, \
+    assert _next_list(p, [_node("a", "Unknown", 70)], _listing(10, ["a"], ago=2), 30) == 28, \
         "a is admitted already: nothing sooner than the interval"
 
 

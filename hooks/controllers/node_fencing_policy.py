@@ -67,13 +67,12 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status = {"observedGeneration": generation, "conditions": status["conditions"]}
         return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
 
-    recorded = _recorded_nodes(request)
-    judged = storm.judge(policy, recorded, now)
     if "countList" in observed:
         # Stamped to the second as countedAt keeps it, so this call and the next admit alike.
         listing = storm.listing_of(observed["countList"], timefmt.parse(stamp))
     else:
         listing = storm.listing_in(policy, now)
+    judged = storm.judge(policy, _recorded_nodes(request), now, listing)
     error = observed.get("countError")
     kept, _ = conditions.set(previous, names.POLICY_VALID, "True", "Valid", "the spec is valid", stamp)
     status: dict = {"observedGeneration": generation}
@@ -103,13 +102,14 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if error:
         resync = backoff(settings, 1)
     else:
-        resync = storm.next_list(judged, listing, now, count_interval(settings))
+        resync = storm.next_list(judged, listing, now, count_interval(settings), holding=holds)
     # A list is read only for a policy the API server confirmed (gather); the metric is an action, so
     # it too waits for that confirmation.
     if set(status.get("unhealthyNodeNames") or ()) - set(announced or ()):
         resync = min(resync, 1.0)  # admitted on this count: told on the next call, once the count is written
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said,
-                verify=not request.verified and _list_due(policy, judged, now, settings))
+                # Unverified, nothing was listed: ``listing`` is the status's, as gather reads it.
+                verify=not request.verified and _list_due(policy, judged, listing, now, settings))
 
 
 def _announcements(previous: dict, generation, request: HookRequest) -> tuple[list[Action], list[str] | None]:
@@ -170,8 +170,11 @@ def count_interval(settings: Settings) -> float:
     return max(1.0, min(settings.fencing_count_interval_seconds, settings.fencing_count_max_age_seconds / 3))
 
 
-def _list_due(policy: policies.Policy, judged: storm.Judged, now: dt.datetime, settings: Settings) -> bool:
-    return storm.next_list(judged, storm.listing_in(policy, now), now, count_interval(settings)) <= 0
+def _list_due(policy: policies.Policy, judged: storm.Judged, listing: storm.Listing | None, now: dt.datetime,
+              settings: Settings) -> bool:
+    """Whether a count list is due by the policy's written status (its last list, its guard)."""
+    return storm.next_list(judged, listing, now, count_interval(settings),
+                           holding=conditions.is_true(policy.status, names.STORM_GUARD)) <= 0
 
 
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
@@ -183,7 +186,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         policy = policies.parse(request.parent)
     except RequestError:
         return {}
-    if not _list_due(policy, storm.judge(policy, _recorded_nodes(request), now), now, ctx.settings):
+    listing = storm.listing_in(policy, now)
+    if not _list_due(policy, storm.judge(policy, _recorded_nodes(request), now, listing), listing, now, ctx.settings):
         return {}
     try:
         return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}

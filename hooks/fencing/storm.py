@@ -24,6 +24,16 @@ record may add to the count, never take from it a node the API server's list
 showed not Ready (a stale record, or one saying Ready, must not hide a dead
 node). Any evidence counts, so the guard may hold early, never late.
 
+The one reading that gives way is a record's Ready condition, to a count list
+that is the newer of the two: taken at least ``MAX_SKEW_SECONDS`` after that
+condition last changed, and not finding the node not Ready. Both are the API
+server's; the record only waits for its node's next sync, and after a storm
+that sync waits behind every other recovering Node in Metacontroller's queue,
+so the guard would release only as the queue drains. A node only a list
+finds Ready again is never admitted on its record either. While the guard
+holds, the policy lists as often as lists may be taken, so it releases on the
+first list that finds few enough nodes not Ready.
+
 Fencing may start only for a node the count admits (``unhealthyNodeNames``):
 recorded, unhealthy by the policy's rules, and seen by a count list taken
 after it turned unhealthy and at most ``ADMIT_WITHIN_SECONDS`` before it fell
@@ -127,13 +137,15 @@ class Judged:
     fenced: int
 
 
-def judge(policy: Policy, recorded: list[dict], now: dt.datetime) -> Judged:
-    """Judge the records once per call; the count and the next list's time both read the result."""
+def judge(policy: Policy, recorded: list[dict], now: dt.datetime, listing: Listing | None = None) -> Judged:
+    """Judge the records once per call; the count and the next list's time both read the result. A record's
+    Ready gives way to ``listing``'s when that list is the newer reading (_as_listed)."""
     selected, unhealthy, fencing, fenced = [], {}, 0, 0
     for node in recorded:
         if not policy.selects(node["metadata"].get("labels") or {}):
             continue
-        name, status = node["metadata"]["name"], node.get("status") or {}
+        name = node["metadata"]["name"]
+        status = _as_listed(name, node.get("status") or {}, listing)
         selected.append(name)
         state = health.assess(status, policy.rules, now)
         if state.unhealthy:
@@ -141,6 +153,22 @@ def judge(policy: Policy, recorded: list[dict], now: dt.datetime) -> Judged:
         fencing += conditions.is_true(status, names.REQUIRED)
         fenced += conditions.is_true(status, names.COMPLETE)
     return Judged(tuple(selected), unhealthy, fencing, fenced)
+
+
+def _as_listed(name: str, status: dict, listing: Listing | None) -> dict:
+    """The record's status, with Ready as ``listing`` saw it when that list is the newer reading: it kept the
+    names of the nodes it found not Ready, this node is not among them, and it was taken at least
+    MAX_SKEW_SECONDS after the record's Ready last changed (so no clock difference can put it before)."""
+    if listing is None or listing.not_ready is None or name in listing.not_ready:
+        return status
+    ready = conditions.find(status, "Ready")
+    changed = timefmt.parse(ready.get("lastTransitionTime")) if ready else None
+    if ready is None or ready.get("status") == "True" or changed is None \
+            or (listing.at - changed).total_seconds() < MAX_SKEW_SECONDS:
+        return status
+    kept = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") != "Ready"]
+    listed = {"type": "Ready", "status": "True", "lastTransitionTime": timefmt.fmt(listing.at)}
+    return dict(status, conditions=[*kept, listed])
 
 
 def admits(listed_at: dt.datetime, state: Health) -> bool:
@@ -171,11 +199,14 @@ def count(policy: Policy, judged: Judged, listing: Listing) -> Counts:
     )
 
 
-def next_list(judged: Judged, listing: Listing | None, now: dt.datetime, interval: float) -> float:
+def next_list(judged: Judged, listing: Listing | None, now: dt.datetime, interval: float,
+              holding: bool = False) -> float:
     """Seconds until the policy should list its nodes again; 0 means now.
 
     Every ``interval`` (so ``countedAt`` never ages out while the controller
-    runs), and ``LIST_LEAD_SECONDS`` before an unhealthy node the last list
+    runs), every ``MIN_LIST_GAP_SECONDS`` while the guard is ``holding`` (it
+    releases on the first list that finds few enough nodes not Ready), and
+    ``LIST_LEAD_SECONDS`` before an unhealthy node the last list
     does not admit falls due, but not sooner than ``MIN_LIST_GAP_SECONDS``
     after the last list. Also that soon when a node the last list saw not
     Ready has a record that finds it healthy now (it counts until a list no
@@ -187,7 +218,7 @@ def next_list(judged: Judged, listing: Listing | None, now: dt.datetime, interva
         return 0.0
     due = listing.at + dt.timedelta(seconds=interval)
     gap = listing.at + dt.timedelta(seconds=MIN_LIST_GAP_SECONDS)
-    if listing.not_ready is None and judged.selected:
+    if holding or (listing.not_ready is None and judged.selected):
         due = min(due, gap)
     elif listing.not_ready and set(listing.not_ready) & (set(judged.selected) - set(judged.unhealthy)):
         due = min(due, gap)
