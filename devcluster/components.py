@@ -149,8 +149,8 @@ def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
         "--discovery-interval=2s",
         # The client-go default (5 QPS) would queue the writes of a busy test
         # and add latency that a real deployment tunes away.
-        "--client-go-qps=100",
-        "--client-go-burst=200",
+        f"--client-go-qps={_whole_env('NODEWARDEN_DEV_METACONTROLLER_QPS', 100)}",
+        f"--client-go-burst={2 * _whole_env('NODEWARDEN_DEV_METACONTROLLER_QPS', 100)}",
         f"--workers={_whole_env('NODEWARDEN_DEV_METACONTROLLER_WORKERS', 5)}",
     ]
     # 4 logs Metacontroller's calls to the API server (what the e2e tests are debugged with); a benchmark
