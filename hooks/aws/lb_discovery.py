@@ -106,20 +106,21 @@ class IndexCache:
                 index = self._indexes.get(region)
                 if index and time.monotonic() - index.built_at < settings.discovery_cache_seconds:
                     return index
-            index = build_index(aws, region, settings)
-            with self._lock:
-                self._indexes[region] = index
-            return index
+            return self._build(aws, region, settings)
 
     def rebuild(self, aws, region: str, settings: Settings) -> Index:
         """Build now, whatever the age of the one held, and keep it."""
         with self._lock:
             build_lock = self._building.setdefault(region, threading.Lock())
         with build_lock:
-            index = build_index(aws, region, settings)
-            with self._lock:
-                self._indexes[region] = index
-            return index
+            return self._build(aws, region, settings)
+
+    def _build(self, aws, region: str, settings: Settings) -> Index:
+        """Build and keep; the caller holds the region's build lock."""
+        index = build_index(aws, region, settings)
+        with self._lock:
+            self._indexes[region] = index
+        return index
 
     def regions(self) -> set[str]:
         with self._lock:
