@@ -190,11 +190,16 @@ def latency_summary(before: dict, after: dict) -> dict:
 def wait_progress(count, total: int, what: str, *, stall: float = 180, interval: float = 1.0,
                   every: float = 15) -> float:
     """Poll ``count()`` until it reaches ``total``; log progress, and fail once it has not moved for
-    ``stall`` seconds. Returns time.monotonic() at which it was reached."""
+    ``stall`` seconds. Returns time.monotonic() at which it was reached. A count the API server did not
+    answer (busy with thousands of Nodes) is no reading: asked again, within the same stall deadline."""
     started = last_move = last_log = time.monotonic()
     best = -1
     while True:
-        now_count = count()
+        try:
+            now_count = count()
+        except requests.RequestException as exc:
+            log.info("%s: no answer (%s); asking again", what, type(exc).__name__)
+            now_count = best
         now = time.monotonic()
         if now_count >= total:
             log.info("%s: %d/%d after %.0fs", what, now_count, total, now - started)
@@ -354,13 +359,8 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
         names = [f"wave-{i:04d}" for i in range(nodes)]
         instances = dict(zip(names, instance_ids))
         create_nodes(api, names, instances)
-
-        def synced() -> int:
-            try:
-                return sum(fleet.node_seen(m) for m in api.metadata(NODES, params={"labelSelector": f"{SCALE_LABEL}=true"}))
-            except requests.RequestException:  # an API server busy with 500 new Nodes: ask again
-                return 0
-        wait_progress(synced, nodes, "Nodes synced", interval=2)
+        wait_progress(lambda: sum(fleet.node_seen(m) for m in api.metadata(
+            NODES, params={"labelSelector": f"{SCALE_LABEL}=true"})), nodes, "Nodes synced", interval=2)
         # The indexes the workers built as they started saw no group: the wave starts once both have
         # rebuilt theirs with every group.
         wait_progress(lambda: metrics.aws_calls().get("DescribeTargetHealth", 0), 2 * target_groups,
