@@ -34,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import gc_world as w  # noqa: E402
+from devcluster import components  # noqa: E402
 from devcluster.waits import free_port  # noqa: E402
 from hooks import runtime  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
@@ -41,7 +42,7 @@ from hooks.config import load_settings  # noqa: E402
 
 def start_moto() -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+    proc = subprocess.Popen(components.moto_argv(port),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while time.time() < deadline:

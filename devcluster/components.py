@@ -205,7 +205,13 @@ def kwok(layout: Layout, ports: Ports, stages: list[Path],
 
 
 def moto(ports: Ports) -> list[str]:
-    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports.moto)]
+    """moto's server, its routing remembered per host (devcluster/moto_server.py)."""
+    return moto_argv(ports.moto)
+
+
+def moto_argv(port: int) -> list[str]:
+    """Run by path: it imports nothing of this repo, whatever the working directory."""
+    return [sys.executable, str(Path(__file__).with_name("moto_server.py")), "-H", "127.0.0.1", "-p", str(port)]
 
 
 def hook_server(repo: Path, *binds: str) -> list[str]:

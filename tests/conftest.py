@@ -16,9 +16,13 @@ REGION = "us-east-1"
 
 @pytest.fixture(scope="session")
 def moto_endpoint():
-    """moto in server mode on a free loopback port, for the whole session."""
+    """moto in server mode on a free loopback port, for the whole session, its routing remembered per host
+    as the local stack's is (devcluster/moto_server.py)."""
     from moto.server import ThreadedMotoServer
 
+    from devcluster.moto_server import remember_routing
+
+    remember_routing()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -81,6 +81,11 @@ def test_more_than_200_targets_are_split_into_batches():
         stub.assert_no_pending_responses()
 
 
+def _named(arn: str, *targets: tuple[str, int]) -> dict:
+    """The parameters of a DescribeTargetHealth that names these targets."""
+    return {"TargetGroupArn": arn, "Targets": [{"Id": i, "Port": port} for i, port in targets]}
+
+
 def test_draining_target_is_reported_until_unused():
     """moto deregisters at once; real ELBv2 drains for deregistration_delay first."""
     elbv2 = _client("elbv2")
@@ -90,31 +95,93 @@ def test_draining_target_is_reported_until_unused():
     with Stubber(elbv2) as stub:
         stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
             {"Target": target, "TargetHealth": {"State": "draining", "Reason": "Target.DeregistrationInProgress"}}]},
-            {"TargetGroupArn": arn})
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, {"TargetGroupArn": arn})
+            _named(arn, (target["Id"], 30080)))
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": target, "TargetHealth": {"State": "unused", "Reason": "Target.NotRegistered"}}]},
+            _named(arn, (target["Id"], 30080)))
         ask = lambda: board.states(elbv2, "us-east-1", arn, target["Id"], [30080], max_age=0, not_before=0)  # noqa: E731
         assert ask() == {30080: "draining"}
-        assert ask() == {30080: "unused"}, "a target the group no longer lists has drained"
+        assert ask() == {30080: "unused"}
+        stub.assert_no_pending_responses()
 
 
-def test_one_reading_of_a_group_serves_every_node_draining_from_it():
+def test_a_target_the_answer_leaves_out_stays_unread():
+    """AWS names every target asked about; one an answer leaves out has not been read, so it waits, never 'unused'."""
     elbv2 = _client("elbv2")
     arn = f"{ACCOUNT}:targetgroup/web/abc"
-    listed = [{"Target": {"Id": f"i-{n:017x}", "Port": 30080}, "TargetHealth": {"State": "draining"}}
-              for n in range(3)]
     board = elb_api.HealthBoard()
     with Stubber(elbv2) as stub:
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": listed}, {"TargetGroupArn": arn})
-        for n in range(3):
-            assert board.states(elbv2, "us-east-1", arn, f"i-{n:017x}", [30080], max_age=60,
-                                not_before=0) == {30080: "draining"}
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
+                          _named(arn, ("i-00000000000000001", 30080)))
+        assert board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080], max_age=0,
+                            not_before=0) == {30080: elb_api.UNREAD}
+        stub.assert_no_pending_responses()
+
+
+def test_one_reading_of_a_group_names_every_node_draining_from_it():
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    ids = [f"i-{n:017x}" for n in range(3)]
+    listed = [{"Target": {"Id": i, "Port": 30080}, "TargetHealth": {"State": "draining"}} for i in ids]
+    board = elb_api.HealthBoard()
+    with Stubber(elbv2) as stub:
+        # The first asks alone: its reading names it alone, and the two asking within max_age wait for the next.
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": listed[:1]},
+                          _named(arn, (ids[0], 30080)))
+        assert board.states(elbv2, "us-east-1", arn, ids[0], [30080], max_age=60, not_before=0) == {30080: "draining"}
+        for i in ids[1:]:
+            assert board.states(elbv2, "us-east-1", arn, i, [30080], max_age=60,
+                                not_before=0) == {30080: elb_api.UNREAD}
+        stub.assert_no_pending_responses()
+        # Once the reading is older than max_age, one call names all three and answers each.
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": listed},
+                          _named(arn, *sorted((i, 30080) for i in ids)))
+        assert board.states(elbv2, "us-east-1", arn, ids[2], [30080], max_age=0, not_before=0) == {30080: "draining"}
+        for i in ids[:2]:
+            assert board.states(elbv2, "us-east-1", arn, i, [30080], max_age=60, not_before=0) == {30080: "draining"}
         stub.assert_no_pending_responses()
         # A reading older than the caller's detach could predate its deregistration: read again.
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, {"TargetGroupArn": arn})
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
+                          _named(arn, *sorted((i, 30080) for i in ids)))
         import time
 
-        assert board.states(elbv2, "us-east-1", arn, "i-00000000000000000", [30080], max_age=60,
-                            not_before=time.time() + 1) == {30080: "unused"}
+        assert board.states(elbv2, "us-east-1", arn, ids[0], [30080], max_age=60,
+                            not_before=time.time() + 1) == {30080: elb_api.UNREAD}
+        stub.assert_no_pending_responses()
+
+
+def test_an_unknown_instance_or_too_many_targets_read_the_whole_group():
+    """AWS refuses a call naming an instance that no longer exists (InvalidTarget, which moto never says):
+    the whole group is read, and a target it does not list is 'unused'. Past 200 targets, the group too."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    wanted = [("i-00000000000000001", 30080), ("i-00000000000000002", 30080)]
+    with Stubber(elbv2) as stub:
+        stub.add_client_error("describe_target_health", "InvalidTarget", expected_params=_named(arn, *wanted))
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": {"Id": wanted[0][0], "Port": 30080}, "TargetHealth": {"State": "draining"}}]},
+            {"TargetGroupArn": arn})
+        assert elb_api.target_states(elbv2, arn, wanted) == {wanted[0]: "draining", wanted[1]: "unused"}
+        many = [(f"i-{n:017x}", 30080) for n in range(elb_api.BATCH + 1)]
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, {"TargetGroupArn": arn})
+        assert set(elb_api.target_states(elbv2, arn, many).values()) == {"unused"}
+        stub.add_client_error("describe_target_health", "TargetGroupNotFound", expected_params=_named(arn, *wanted))
+        assert elb_api.target_states(elbv2, arn, wanted) == {t: "unused" for t in wanted}
+        stub.assert_no_pending_responses()
+
+
+def test_a_target_nobody_asks_about_is_no_longer_read(monkeypatch):
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    board = elb_api.HealthBoard()
+    with Stubber(elbv2) as stub:
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
+                          _named(arn, ("i-00000000000000001", 30080)))
+        board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080], max_age=0, not_before=0)
+        monkeypatch.setattr(elb_api.HealthBoard, "WANTED_SECONDS", -1.0)
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
+                          _named(arn, ("i-00000000000000002", 30080)))
+        board.states(elbv2, "us-east-1", arn, "i-00000000000000002", [30080], max_age=0, not_before=0)
         stub.assert_no_pending_responses()
 
 
@@ -132,7 +199,7 @@ def test_a_drain_check_never_waits_for_a_reading_under_way_and_reads_only_when_a
             assert ask() == {30080: elb_api.UNREAD}
         stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
             {"Target": {"Id": "i-00000000000000001", "Port": 30080}, "TargetHealth": {"State": "draining"}}]},
-            {"TargetGroupArn": arn})
+            _named(arn, ("i-00000000000000001", 30080)))
         assert ask() == {30080: "draining"}
         with board._reader:
             assert ask() == {30080: "draining"}, "the reading at hand, older than max_age"

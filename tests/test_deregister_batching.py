@@ -165,3 +165,24 @@ def test_a_precondition_that_fails_keeps_only_its_own_deregistration_back(make_c
     assert [o.ok for o in outcomes] == [False, True] and outcomes[0].code == actuators.PRECONDITION
     assert calls == ["arn:a"]
 
+
+
+def test_a_node_leaving_many_groups_reuses_the_connections_of_the_process(aws, caplog):
+    """Every group's call in flight at once: the process's client keeps a connection for each (botocore's
+    default pool of 10 discarded the rest, a new connection, and with AWS a new TLS handshake, per call)."""
+    from hooks.aws.clients import AwsClients
+    from hooks.config import load_settings
+
+    vpc, ids = _instances(aws("ec2"), 1)
+    admin = aws("elbv2")
+    arns = [_tg(admin, vpc, f"g{n}", {}) for n in range(24)]
+    for arn in arns:
+        admin.register_targets(TargetGroupArn=arn, Targets=[{"Id": ids[0], "Port": 30080}])
+    client = AwsClients(load_settings({})).client("elbv2")
+    coalescer = elb.DeregisterCoalescer(window=0.02)
+    caplog.set_level("WARNING", logger="urllib3.connectionpool")
+    for _ in range(2):  # the second round runs on the connections the first left in the pool
+        tickets = [coalescer.submit(client, "us-east-1", arn, ids[0], [30080]) for arn in arns]
+        assert [ticket() for ticket in tickets] == [None] * len(arns)
+    assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
+    assert all(not admin.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"] for arn in arns)

@@ -14,10 +14,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from hooks.config import Settings
 from hooks.metrics import AWS_CALLS
 
+# Connections kept open per client. A process deregisters from every target group of a wave at once (one
+# call in flight per group) beside its drain reads and discovery: past botocore's default of 10, each call
+# beyond it opened a new connection (a new TLS handshake with AWS) and threw it away after.
+MAX_POOL_CONNECTIONS = 64
+
 _CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 3},
     connect_timeout=2,
     read_timeout=5,
+    max_pool_connections=MAX_POOL_CONNECTIONS,
 )
 
 

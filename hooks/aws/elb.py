@@ -78,6 +78,15 @@ def register_instance(elb, load_balancer_name: str, instance_id: str) -> str | N
                         Instances=[{"InstanceId": instance_id}])
 
 
+def _described_states(described: list) -> dict[tuple[str, int], str]:
+    states = {}
+    for desc in described:
+        target = desc.get("Target", {})
+        if isinstance(target.get("Id"), str) and isinstance(target.get("Port"), int):
+            states[(target["Id"], target["Port"])] = desc.get("TargetHealth", {}).get("State", "unused")
+    return states
+
+
 def group_states(elbv2, target_group_arn: str) -> dict[tuple[str, int], str]:
     """Every target of a group and its state, in one call; {} when the group is gone."""
     try:
@@ -86,12 +95,35 @@ def group_states(elbv2, target_group_arn: str) -> dict[tuple[str, int], str]:
         if _gone(exc):
             return {}  # no group left to drain from
         raise
-    states = {}
-    for desc in described:
-        target = desc.get("Target", {})
-        if isinstance(target.get("Id"), str) and isinstance(target.get("Port"), int):
-            states[(target["Id"], target["Port"])] = desc.get("TargetHealth", {}).get("State", "unused")
-    return states
+    return _described_states(described)
+
+
+def target_states(elbv2, target_group_arn: str, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """The state of each ``wanted`` (instance, port) of a group, in one call.
+
+    Up to BATCH targets are asked for by name: the answer is a few entries
+    instead of every target of the group (a group may hold a thousand). A
+    target the answer leaves out is left out here too (not read, so it waits
+    longer), while one the group does not hold is 'unused' (AWS answers
+    Target.NotRegistered for it). AWS refuses the whole call with
+    InvalidTarget when one named instance no longer exists, so that, and more
+    than BATCH targets, reads the whole group instead. A group that is gone
+    holds nothing: every target is 'unused'.
+    """
+    if len(wanted) <= BATCH:
+        try:
+            described = elbv2.describe_target_health(
+                TargetGroupArn=target_group_arn,
+                Targets=[{"Id": instance_id, "Port": port} for instance_id, port in wanted])["TargetHealthDescriptions"]
+            named = set(wanted)
+            return {t: state for t, state in _described_states(described).items() if t in named}
+        except ClientError as exc:
+            if _gone(exc):
+                return {t: "unused" for t in wanted}
+            if error_code(exc) != "InvalidTarget":
+                raise
+    whole = group_states(elbv2, target_group_arn)
+    return {t: whole.get(t, "unused") for t in wanted}
 
 
 # A target of a group with no reading at hand taken since the caller's detach began: it waits as for a draining one.
@@ -103,11 +135,14 @@ class HealthBoard:
 
     When hundreds of nodes leave at once, each would otherwise ask about its
     own targets in every group it was in: calls grow with nodes times groups.
-    Here one DescribeTargetHealth of a group answers every node that asks
-    within ``max_age`` seconds, so the calls grow with the groups alone. A
-    reading begun before what the caller already knows (``not_before``, when
-    its detach began) is never used: it could predate the deregistration.
-    A target a reading does not list is not registered ('unused').
+    Here a group is read at most once per ``max_age`` seconds, and that one
+    DescribeTargetHealth names the targets of every node that asked about the
+    group within ``WANTED_SECONDS``, so the calls grow with the groups alone
+    and each answer holds the draining nodes' targets, not the whole group.
+    A node whose targets the last reading did not name is answered UNREAD
+    until the next one does (at most ``max_age`` later). A reading begun
+    before what the caller already knows (``not_before``, when its detach
+    began) is never used: it could predate the deregistration.
 
     One group is read at a time per process, and a caller that finds a read
     under way does not wait for it: it is answered from the latest reading
@@ -118,40 +153,74 @@ class HealthBoard:
     answers them.
     """
 
+    # A target nobody asked about for this long is no longer read (its node has drained or gone).
+    WANTED_SECONDS = 60.0
+
     def __init__(self):
         self._lock = threading.Lock()
         self._reader = threading.Lock()
-        self._readings: dict[tuple[str, str], tuple[float, dict]] = {}
+        self._read_at: dict[tuple[str, str], float] = {}  # group -> when its last reading began (wall clock)
+        self._readings: dict[tuple[str, str], dict[tuple[str, int], tuple[float, str]]] = {}
+        self._wanted: dict[tuple[str, str], dict[tuple[str, int], float]] = {}  # group -> target -> last asked
 
     def states(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int], *,
                max_age: float, not_before: float, may_read: bool = True) -> dict[int, str]:
         key = (region, target_group_arn)
-        reading, age = self._usable(key, not_before)
-        if (reading is None or age > max_age) and may_read and self._reader.acquire(blocking=False):
+        mine = [(instance_id, port) for port in ports]
+        self._want(key, mine)
+        if self._read_due(key, max_age, not_before) and may_read and self._reader.acquire(blocking=False):
             try:
-                reading, age = self._usable(key, not_before)  # another thread may have just read it
-                if reading is None or age > max_age:
+                if self._read_due(key, max_age, not_before):  # another thread may have just read it
                     began = time.time()
-                    reading = group_states(elbv2, target_group_arn)
+                    wanted = self._wanted_now(key, mine)
+                    read = target_states(elbv2, target_group_arn, wanted)
                     with self._lock:
-                        self._readings[key] = (began, reading)
+                        self._read_at[key] = began
+                        readings = self._readings.setdefault(key, {})
+                        for target in wanted:
+                            readings.pop(target, None)  # a target this reading left out is unread again
+                        readings.update({target: (began, state) for target, state in read.items()})
             finally:
                 self._reader.release()
-        if reading is None:
-            return {port: UNREAD for port in ports}
-        return {port: reading.get((instance_id, port), "unused") for port in ports}
+        found = self._usable(key, mine, not_before)
+        return {port: found.get((instance_id, port), UNREAD) for port in ports}
 
-    def _usable(self, key, not_before: float) -> tuple[dict | None, float]:
-        """The latest reading begun at or after ``not_before``, and its age."""
+    def _want(self, key, mine: list[tuple[str, int]]) -> None:
+        now = time.monotonic()
         with self._lock:
-            found = self._readings.get(key)
-        if found is None or found[0] < not_before:
-            return None, 0.0
-        return found[1], time.time() - found[0]
+            wanted = self._wanted.setdefault(key, {})
+            wanted.update((target, now) for target in mine)
+
+    def _wanted_now(self, key, mine: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The caller's targets and the group's others asked about lately; the rest are forgotten, and their
+        readings with them."""
+        since = time.monotonic() - self.WANTED_SECONDS
+        with self._lock:
+            wanted = {t: at for t, at in self._wanted.get(key, {}).items() if at >= since or t in mine}
+            self._wanted[key] = wanted
+            readings = self._readings.get(key, {})
+            for target in [t for t in readings if t not in wanted]:
+                del readings[target]
+            return sorted(wanted)
+
+    def _read_due(self, key, max_age: float, not_before: float) -> bool:
+        """Whether the group's last reading is older than ``max_age`` or predates the caller's detach. While
+        it is not, a caller it did not name waits for the next one: reads stay one per group per max_age."""
+        with self._lock:
+            read_at = self._read_at.get(key)
+        return read_at is None or read_at < not_before or time.time() - read_at > max_age
+
+    def _usable(self, key, mine, not_before: float) -> dict:
+        """The caller's targets that have a reading begun at or after ``not_before``: target -> state."""
+        with self._lock:
+            readings = self._readings.get(key, {})
+            return {t: readings[t][1] for t in mine if t in readings and readings[t][0] >= not_before}
 
     def clear(self) -> None:
         with self._lock:
             self._readings.clear()
+            self._read_at.clear()
+            self._wanted.clear()
 
 
 HEALTH = HealthBoard()

@@ -1,0 +1,55 @@
+"""The local stack's moto: its routing remembered per host, every service still answering as moto does."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import boto3
+
+from devcluster import components
+from devcluster.waits import free_port, http_ok, wait_until
+
+
+def _clients(endpoint: str):
+    kw = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    return boto3.client("ec2", **kw), boto3.client("elbv2", **kw), boto3.client("sts", **kw)
+
+
+def _ask_each_service(endpoint: str) -> None:
+    ec2, elbv2, sts = _clients(endpoint)
+    assert ec2.describe_vpcs()["Vpcs"], "ec2 answered as ec2"
+    assert elbv2.describe_target_groups()["TargetGroups"] == []
+    assert sts.get_caller_identity()["Account"]
+
+
+def test_a_routed_host_is_not_looked_up_again(moto_endpoint, monkeypatch):
+    """moto lists its package's directories for every request it routes; once a host is routed, never again."""
+    _ask_each_service(moto_endpoint)
+    listed = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(path) or real(path))
+    _ask_each_service(moto_endpoint)
+    assert listed == []
+
+
+def test_the_launcher_serves_every_service():
+    port = free_port()
+    proc = subprocess.Popen(components.moto_argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd="/")
+    try:
+        wait_until(http_ok(f"http://127.0.0.1:{port}/moto-api/"), "moto", timeout=60, watch=[])
+        _ask_each_service(f"http://127.0.0.1:{port}")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_remembering_twice_changes_nothing():
+    from moto.moto_server import werkzeug_app
+
+    from devcluster.moto_server import remember_routing
+
+    remember_routing()
+    patched = werkzeug_app.DomainDispatcherApplication.get_backend_for_host
+    remember_routing()
+    assert werkzeug_app.DomainDispatcherApplication.get_backend_for_host is patched
