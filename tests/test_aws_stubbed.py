@@ -105,16 +105,19 @@ def test_draining_target_is_reported_until_unused():
         stub.assert_no_pending_responses()
 
 
+def _answered_with_nothing(board, elbv2, stub, arn: str, instance_id: str) -> dict:
+    """Ask about one target, expecting a read that names it alone and gets an empty answer."""
+    stub.add_response("describe_target_health", {"TargetHealthDescriptions": []}, _named(arn, (instance_id, 30080)))
+    return board.states(elbv2, "us-east-1", arn, instance_id, [30080], max_age=0, not_before=0)
+
+
 def test_a_target_the_answer_leaves_out_stays_unread():
     """AWS names every target asked about; one an answer leaves out has not been read, so it waits, never 'unused'."""
     elbv2 = _client("elbv2")
     arn = f"{ACCOUNT}:targetgroup/web/abc"
     board = elb_api.HealthBoard()
     with Stubber(elbv2) as stub:
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
-                          _named(arn, ("i-00000000000000001", 30080)))
-        assert board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080], max_age=0,
-                            not_before=0) == {30080: elb_api.UNREAD}
+        assert _answered_with_nothing(board, elbv2, stub, arn, "i-00000000000000001") == {30080: elb_api.UNREAD}
         stub.assert_no_pending_responses()
 
 
@@ -175,13 +178,9 @@ def test_a_target_nobody_asks_about_is_no_longer_read(monkeypatch):
     arn = f"{ACCOUNT}:targetgroup/web/abc"
     board = elb_api.HealthBoard()
     with Stubber(elbv2) as stub:
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
-                          _named(arn, ("i-00000000000000001", 30080)))
-        board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080], max_age=0, not_before=0)
+        _answered_with_nothing(board, elbv2, stub, arn, "i-00000000000000001")
         monkeypatch.setattr(elb_api.HealthBoard, "WANTED_SECONDS", -1.0)
-        stub.add_response("describe_target_health", {"TargetHealthDescriptions": []},
-                          _named(arn, ("i-00000000000000002", 30080)))
-        board.states(elbv2, "us-east-1", arn, "i-00000000000000002", [30080], max_age=0, not_before=0)
+        _answered_with_nothing(board, elbv2, stub, arn, "i-00000000000000002")  # names the second alone
         stub.assert_no_pending_responses()
 
 
