@@ -144,13 +144,14 @@ def kube_scheduler(layout: Layout, ports: Ports) -> list[str]:
 
 def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:
     """The flags of the release that was built (``build``, from .bin/metacontroller.version)."""
+    qps = _whole_env("NODEWARDEN_DEV_METACONTROLLER_QPS", 100)
     common = [
         # New controllers and CRDs are found within a couple of seconds.
         "--discovery-interval=2s",
         # The client-go default (5 QPS) would queue the writes of a busy test
         # and add latency that a real deployment tunes away.
-        f"--client-go-qps={_whole_env('NODEWARDEN_DEV_METACONTROLLER_QPS', 100)}",
-        f"--client-go-burst={2 * _whole_env('NODEWARDEN_DEV_METACONTROLLER_QPS', 100)}",
+        f"--client-go-qps={qps}",
+        f"--client-go-burst={2 * qps}",
         f"--workers={_whole_env('NODEWARDEN_DEV_METACONTROLLER_WORKERS', 5)}",
     ]
     # 4 logs Metacontroller's calls to the API server (what the e2e tests are debugged with); a benchmark
