@@ -197,8 +197,9 @@ class Clock:
         return self.now
 
 
-def _launch(ec2, user_data: str | None, *, machine: bool = True, instance_type="m5.large") -> dict:
-    tags = [{"Key": names.cluster_tag(CLUSTER), "Value": names.CLUSTER_TAG_VALUE}]
+def _launch(ec2, user_data: str | None, *, machine: bool = True, instance_type="m5.large",
+            cluster: str = CLUSTER) -> dict:
+    tags = [{"Key": names.cluster_tag(cluster), "Value": names.CLUSTER_TAG_VALUE}]
     if machine:
         tags += [{"Key": names.TAG_MACHINE, "Value": "pool-abc12"}, {"Key": names.TAG_MACHINE_UID, "Value": "u-1"},
                  {"Key": names.TAG_POOL, "Value": "pool"}]
@@ -261,6 +262,17 @@ def test_one_pass_registers_a_machines_instance_after_its_boot_delay(aws, standi
     assert api.node(name) is not None, "the Machine controller deletes Nodes, not the kubelet"
     standin.poll_once()
     assert standin.nodes == {}
+
+
+@pytest.mark.moto
+def test_a_pass_describes_only_its_clusters_machine_instances(aws, standin):
+    ec2 = aws("ec2")
+    mine = _launch(ec2, default_user_data())
+    _launch(ec2, default_user_data(), machine=False)  # a fleet's: described on every pass, it would cost moto
+    _launch(ec2, default_user_data(), cluster="another")  # a Machine's of another cluster
+    assert set(standin._instances()) == {mine["InstanceId"]}
+    _boot(standin)
+    assert standin.nodes == {mine["InstanceId"]: mine["PrivateDnsName"]}
 
 
 @pytest.mark.moto
