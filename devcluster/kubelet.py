@@ -412,7 +412,7 @@ class KubeletStandin:
         found: dict[str, dict] = {}
         cluster_tag = names.cluster_tag(self.cluster_name)
         ids = sorted(machines)
-        for start in range(0, len(ids), 200):  # EC2 takes up to 200 values per filter
+        for start in range(0, len(ids), 200):  # a bounded filter per call, however many Machines
             # A filter, not InstanceIds: an instance gone since DescribeTags is absent, not an error.
             pages = self.aws.ec2.get_paginator("describe_instances").paginate(
                 Filters=[{"Name": "instance-id", "Values": ids[start:start + 200]}])
