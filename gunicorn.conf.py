@@ -57,6 +57,14 @@ def post_worker_init(worker):
     lb_discovery.keep_fresh(runtime.current())
 
 
+def worker_exit(server, worker):
+    # Deregistrations carried on after their call answered record themselves when they succeed; a worker
+    # that stops lets them finish, within its graceful timeout (one left undone is redone by the next call).
+    from hooks import actuators
+
+    actuators.drain_background(max(1.0, graceful_timeout - 5))
+
+
 def child_exit(server, worker):
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess

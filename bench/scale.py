@@ -24,7 +24,8 @@ is what this 2-core machine keeps up with (200 s at 5,000 Nodes).
   the last DeregisterTargets (the hook server's action log), once every Node
   records every group and moto confirms no instance is left in any; the AWS
   calls the hooks made meanwhile, by operation (from the hook server's
-  metrics); node-detacher's hook latency over the wave (from its histogram).
+  metrics); node-detacher's hook latency over the wave (from its histogram);
+  each component's CPU-seconds from the first cordon to the last record.
 - ``storm``: one NodeFencingPolicy over every Node; ``--dead-fraction`` of
   them turn NotReady at once (kwok's not-ready Stage: Ready=False, as kubelets
   cut off from their runtime or network report; at thousands of Nodes kwok
@@ -366,6 +367,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
         wait_progress(lambda: metrics.aws_calls().get("DescribeTargetHealth", 0), 2 * target_groups,
                       "the hook workers' indexes read every group", stall=200)
         calls_before, latency_before = metrics.aws_calls(), metrics.latency(detacher_route())
+        cpu_before = cpu_by_pid(cluster)
         began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})
         cordoned = time.monotonic() - t0
@@ -377,6 +379,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 (meta.get("annotations") or {}).get(detacher_names.DEREGISTERED)) or ()} & set(groups))
                 for meta in found)
         all_recorded = wait_progress(recorded_pairs, nodes * target_groups, "(node, target group) pairs recorded")
+        used = cpu_used(cpu_before, cpu_by_pid(cluster))
         # Only now ask moto (20 groups of 500 targets take it 4 s): nothing may be left in any group.
         held = set()
         for arn in groups:
@@ -392,7 +395,9 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 "lastDeregistrationSeconds": round(last - began, 1) if last else None,
                 "allRecordedSeconds": round(all_recorded - t0, 1), "awsCalls": calls,
                 "deregisterCallsPerNodeAndGroup": calls.get("DeregisterTargets", 0) / (nodes * target_groups),
-                "hookLatencySeconds": latency_summary(latency_before, latency_after)}
+                "hookLatencySeconds": latency_summary(latency_before, latency_after),
+                # From the first cordon until every pair was recorded, by component.
+                "cpuSeconds": {k: round(v, 1) for k, v in sorted(used.items()) if v >= 0.05}}
 
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"

@@ -6,10 +6,17 @@ action runs, each of its preconditions is read again from AWS or the API
 server; one that does not hold keeps the action from running. A failure is
 an Outcome with the error, never an exception: the pipeline keeps what
 already happened and the next call retries the rest.
+
+``act_in_background`` carries a call's background actions on after it has
+answered: their work starts on the caller's thread (a submitter hands it
+over) or on one of a few background threads, where each is waited on,
+reported, and its outcome handed to the caller's ``done``.
 """
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from hooks import runtime, timefmt
@@ -73,6 +80,11 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.untaint": lambda ctx, a: taints.remove(ctx.kube, a.target, a.params["key"]),
     "kube.evict": lambda ctx, a: pods.evict(ctx.kube, *_namespaced(a.target)),
     "kube.annotate-node": _annotate_node,
+    "kube.record-node": lambda ctx, a: nodes.record(ctx.kube, a.target, a.params["changes"], a.params["uid"]),
+    "kube.label-node": lambda ctx, a: nodes.write_metadata(ctx.kube, a.target, a.params["uid"],
+                                                           labels=a.params.get("labels"),
+                                                           annotations=a.params.get("annotations"),
+                                                           seen=a.params.get("seen")),
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
@@ -286,6 +298,50 @@ def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate
         _report(controller, outcomes[-1])
     collect()
     return outcomes
+
+
+# Where background actions are waited on and recorded: few threads, since the work itself (a submitter's
+# call) runs elsewhere; a run waits here only for its tickets, each with its own deadline.
+BACKGROUND_THREADS = 16
+_BACKGROUND = ThreadPoolExecutor(BACKGROUND_THREADS, thread_name_prefix="background")
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def act_in_background(controller: str, actions: list[Action], ctx: runtime.Context,
+                      done: Callable[[list[Outcome]], None]) -> None:
+    """Carry ``actions`` on after the call has answered: a submitter's work is handed over now, before this
+    returns; the rest runs, and every outcome is reported, on a background thread, which then calls
+    ``done(outcomes)``. Preconditions are read again right before each, as in ``act``."""
+    handed = [(action, _submitted(ctx, action) if action.kind in SUBMITTERS else None) for action in actions]
+
+    def finish() -> None:
+        outcomes = []
+        for action, ticket in handed:
+            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action))
+            _report(controller, outcomes[-1])
+        try:
+            done(outcomes)
+        except Exception:  # noqa: BLE001 - a thread of its own: nobody else would hear of it
+            log.exception("recording background actions failed", extra={"controller": controller})
+
+    future = _BACKGROUND.submit(finish)
+    with _RUNNING_LOCK:
+        _RUNNING.add(future)
+    future.add_done_callback(_finished)
+
+
+def _finished(future) -> None:
+    with _RUNNING_LOCK:
+        _RUNNING.discard(future)
+
+
+def drain_background(timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds for the background runs handed over so far (a worker stopping lets
+    them finish and record); True when none is left."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    return not wait(running, timeout=timeout).not_done if running else True
 
 
 def failure_text(outcomes: list[Outcome]) -> str:

@@ -70,7 +70,7 @@ class Settings:
     node_resync_seconds: float = 300
     discovery_cache_seconds: float = 30
     drain_poll_seconds: float = 5
-    deregister_batch_window_seconds: float = 0.02
+    deregister_batch_window_seconds: float = 0.5
     finalize_drain_timeout_seconds: float = 330
     drain_timeout_seconds: float = 3900  # past AWS's longest deregistration delay (3600 s)
     reattach_timeout_seconds: float = 900
@@ -149,7 +149,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         discovery_cache_seconds=_number(env, "NODEWARDEN_DISCOVERY_CACHE_SECONDS", 30),
         drain_poll_seconds=_number(env, "NODEWARDEN_DRAIN_POLL_SECONDS", 5, minimum=0.1),
         deregister_batch_window_seconds=min(1.0, _number(env, "NODEWARDEN_DEREGISTER_BATCH_WINDOW_SECONDS",
-                                                         0.02)),
+                                                         0.5)),
         finalize_drain_timeout_seconds=_number(env, "NODEWARDEN_FINALIZE_DRAIN_TIMEOUT_SECONDS", 330),
         drain_timeout_seconds=_number(env, "NODEWARDEN_DRAIN_TIMEOUT_SECONDS", 3900),
         reattach_timeout_seconds=_number(env, "NODEWARDEN_REATTACH_TIMEOUT_SECONDS", 900),

@@ -18,6 +18,9 @@ registered controller) and its ``sync``/``finalize`` hand the request to
    the response is, and it carries no action and no Event.
 4. act (``hooks.actuators.act``): each action's preconditions are read again
    right before it runs; an action whose precondition fails does not run.
+   Background actions are handed over only once every other action
+   succeeded, and the call answers without waiting for them
+   (``in_background``).
 5. Each succeeded action's ``record`` is applied to the response; when an
    action failed, ``settle`` adds what that means (an error, a backoff) and
    may change the Events. The annotations the plan names in ``persist`` are
@@ -94,7 +97,10 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
             plan = Plan(controller.unverified(request, plan, ctx, str(exc)).response)
     if released:
         plan = dataclasses.replace(plan, response=dict(plan.response, finalized=True))
-    outcomes = actuators.act(controller.NAME, plan.actions, ctx, plan.gate, started)
+    foreground = [a for a in plan.actions if not a.background]
+    outcomes = actuators.act(controller.NAME, foreground, ctx, plan.gate, started)
+    if len(foreground) < len(plan.actions) and request.verified and all(o.ok for o in outcomes):
+        in_background(controller, request, plan, ctx)
     settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,
                    persist=plan.persist)
     if any(not o.ok for o in outcomes):
@@ -154,6 +160,27 @@ def persisted(controller: Controller, request: HookRequest, plan: Plan, ctx: run
         return plan
     kept = {k: v for k, v in annotations.items() if k not in wanted}
     return dataclasses.replace(plan, response=dict(plan.response, annotations=kept))
+
+
+def in_background(controller: Controller, request: HookRequest, plan: Plan, ctx: runtime.Context) -> None:
+    """Carry the plan's background actions on after the call: once they have answered, the records of those
+    that succeeded are written to the parent Node (merged with what it has by then, with its uid as the
+    precondition), and ``background_events`` are sent if every one succeeded. One that failed records
+    nothing, so the next call does its step again, in the call, where a failure is reported."""
+    uid = request.meta.get("uid")
+    parent = events.ref(request.parent)
+
+    def done(outcomes: list[Outcome]) -> None:
+        changes = [(c, o.result) for o in outcomes if o.ok for c in o.action.record]
+        if changes and uid:
+            write = Action("kube.record-node", request.name, {"changes": changes, "uid": uid})
+            if not actuators.act(controller.NAME, [write], ctx)[0].ok:
+                return
+        if all(o.ok for o in outcomes):
+            for event in plan.background_events:
+                ctx.events.record(controller.NAME, event.about or parent, event)
+
+    actuators.act_in_background(controller.NAME, [a for a in plan.actions if a.background], ctx, done)
 
 
 def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: list[Outcome],

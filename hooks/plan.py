@@ -16,6 +16,13 @@ An Action carries two promises the runner (``hooks.pipeline``) keeps for it:
   before it runs. An action whose precondition does not hold does not run.
 
 ``reports`` is the Event that says the action happened: sent only if it did.
+
+A ``background`` action is carried on after the call has answered: it is
+handed over once every other action of the call has succeeded, and its
+``record`` is written to the parent Node by the hook when it succeeds
+(``hooks.pipeline.run``). Only an idempotent step whose record the next call
+would otherwise redo may be one: a background action lost with its process
+is simply done again.
 """
 from __future__ import annotations
 
@@ -148,9 +155,12 @@ class Action:
     record: tuple[Change, ...] = ()
     requires: tuple[Precondition, ...] = ()
     reports: Event | None = None
+    background: bool = False  # carried on after the call answers (see the module docstring)
 
     def to_dict(self) -> dict:
         out: dict = {"kind": self.kind, "target": self.target, "params": self.params}
+        if self.background:
+            out["background"] = True
         if self.record:
             out["record"] = [c.to_dict() for c in self.record]
         if self.requires:
@@ -184,12 +194,16 @@ class Plan:
     # Annotations of the response that the hook writes to the parent Node itself once the
     # actions ran, rather than leaving them to Metacontroller (hooks.pipeline.persisted).
     persist: tuple[str, ...] = ()
+    # Events that say the background actions happened: sent once every one of them has succeeded.
+    background_events: list[Event] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out = {"response": self.response, "actions": [a.to_dict() for a in self.actions],
                "events": [e.to_dict() for e in self.events]}
         if self.persist:
             out["persist"] = list(self.persist)
+        if self.background_events:
+            out["backgroundEvents"] = [e.to_dict() for e in self.background_events]
         return out
 
 

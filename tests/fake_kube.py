@@ -98,6 +98,7 @@ class FakeKube:
         self.patches: list[tuple] = []  # merge patches of objects other than Events: (kind, namespace, name, patch)
         self.calls: list[tuple] = []
         self.unavailable = unavailable
+        self.refused: set[tuple[str, str]] = set()  # (verb, kind) the API server answers with a 500
         self.without_crds = without_crds
         for obj in objects or []:
             self.add_object(obj)
@@ -142,6 +143,8 @@ class FakeKube:
         self.calls.append(call)
         if self.unavailable:
             raise KubeUnavailable("Kubernetes API unreachable (test)")
+        if call[:2] in self.refused:
+            raise api_error(500, f"{call[0]} {call[1]} refused (test)")
 
     def get(self, res, name, namespace=None):
         kind = _kind(res)

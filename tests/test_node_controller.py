@@ -8,6 +8,7 @@ import pathlib
 
 import pytest
 
+from hooks.config import load_settings
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import node, node_fencing
 from hooks.kube import decorator_migration
@@ -44,7 +45,7 @@ def _fresh_answers():
 def test_one_concern_failing_does_not_stop_the_other(make_ctx, monkeypatch):
     """node-fencing raising: node-detacher still excludes the cordoned node, and node-fencing's part is
     'everything of mine as it is' (its record asked for as it exists, no condition of its own written)."""
-    case = _case("cordoned-and-unhealthy-both-write-status")
+    case = _case("cordoned-and-unhealthy-excluded")
     record = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "UnhealthyNode",
               "metadata": {"name": case["request"]["object"]["metadata"]["name"]}, "spec": {"conditions": []}}
     case["request"]["attachments"]["UnhealthyNode.nodewarden.io/v1alpha1"] = {record["metadata"]["name"]: record}
@@ -55,8 +56,10 @@ def test_one_concern_failing_does_not_stop_the_other(make_ctx, monkeypatch):
 
     monkeypatch.setattr(node_fencing, "decide", broken)
     response = node.sync(_request(case), make_ctx(now=NOW, kube=kube))
-    assert response["labels"] == {"node.kubernetes.io/exclude-from-external-load-balancers": "nodewarden"}
-    assert [c["type"] for c in response["status"]["conditions"]] == ["Ready", "NodeBeingDetached"]
+    name = case["request"]["object"]["metadata"]["name"]
+    assert kube.nodes[name]["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == \
+        "nodewarden", "node-detacher wrote its label"
+    assert response["status"] is None, "node-fencing wrote no condition"
     assert sorted(a["kind"] for a in response["attachments"]) == ["Attachment", "UnhealthyNode"]
     assert response["resyncAfterSeconds"] <= 5
 
@@ -76,10 +79,8 @@ def test_node_detacher_failing_leaves_its_attachment_and_the_deletion_held(make_
 def test_both_concerns_write_their_conditions_into_one_status(make_ctx):
     """A decorator's status replaces the whole status: each concern's conditions must survive the other's."""
     case = _case("cordoned-and-unhealthy-both-write-status")
-    policies = list(case["request"]["related"]["NodeFencingPolicy.nodewarden.io/v1alpha1"].values())
-    kube = FakeKube([_api(case["request"]["object"]), *policies])
-    response = node.sync(_request(case), make_ctx(now=NOW, kube=kube))
-    types = [c["type"] for c in response["status"]["conditions"]]
+    plan = node.decide(_request(case), load_settings(case["env"]), NOW, case["observed"])
+    types = [c["type"] for c in plan.response["status"]["conditions"]]
     assert types == ["Ready", "NodeBeingDetached", "FencingTriaged", "FencingRequired", "FencingComplete"]
 
 

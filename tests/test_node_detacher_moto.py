@@ -7,6 +7,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
+from hooks import actuators
 from hooks.aws.lb_discovery import CACHE
 from hooks.detacher import names
 from hooks.dispatch import serve
@@ -93,14 +94,18 @@ class Harness:
         if not self.behind:
             self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
         response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
+        # The calls the hook carried on after answering, and their record, as its worker finishes them.
+        assert actuators.drain_background(10)
         self.responses.append(response)
         self.behind = lost_write
         if lost_write:
             return response
-        # What the hook wrote to the Node itself, then the response, as Metacontroller applies it.
-        written = self.ctx.kube.nodes[self.node["metadata"]["name"]]["metadata"].get("annotations") or {}
+        # What the hook wrote to the Node itself (labels, annotations), then the response, as Metacontroller
+        # applies it.
+        on_server = self.ctx.kube.nodes[self.node["metadata"]["name"]]["metadata"]
         self.node = copy.deepcopy(self.node)
-        self.node["metadata"]["annotations"] = {**(self.node["metadata"].get("annotations") or {}), **written}
+        for key in ("labels", "annotations"):
+            self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **(on_server.get(key) or {})}
         self.node = apply_decorator_response(self.node, response)
         self.attachments = response["attachments"]
         return response
@@ -128,6 +133,22 @@ def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balan
     assert spec["instanceID"] == world["mine"]
 
 
+def _labelled_at_each_call(h, kube):
+    """Watches every deregistration: whether the Node on the API server carried the exclude label when the
+    call went out. Returns the list it fills and the function that stops watching."""
+    seen = []
+
+    def check(**_):
+        seen.append(names.EXCLUDE_LABEL in (kube.nodes["node-a"]["metadata"].get("labels") or {}))
+
+    hooked = [(h.ctx.aws.client("elbv2", "us-east-1"), "provide-client-params.elastic-load-balancing-v2.DeregisterTargets"),
+              (h.ctx.aws.client("elb", "us-east-1"),
+               "provide-client-params.elastic-load-balancing.DeregisterInstancesFromLoadBalancer")]
+    for client, event in hooked:
+        client.meta.events.register(event, check)
+    return seen, lambda: [client.meta.events.unregister(event, check) for client, event in hooked]
+
+
 def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     h, kube = harness
     elbv2, elb, mine, neighbour = world["elbv2"], world["elb"], world["mine"], world["neighbour"]
@@ -135,12 +156,16 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     h.sync()  # schedulable: nothing recorded
 
     h.node["spec"]["unschedulable"] = True
-    first = h.sync()
-    assert first["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
-    # The label must land before anything leaves a load balancer.
-    assert _members(elbv2, world["ours"]) == before["ours"]
-
-    h.sync()  # label observed: deregister
+    seen, stop = _labelled_at_each_call(h, kube)
+    try:
+        first = h.sync()
+    finally:
+        stop()
+    # The hook wrote the label itself, and only then did anything leave a load balancer: one call per
+    # target group and classic ELB, each made with the label already on the API server's Node.
+    assert "labels" not in first or not first["labels"], "nothing left for Metacontroller to write on the Node"
+    assert h.node["metadata"]["labels"][names.EXCLUDE_LABEL] == names.EXCLUDE_VALUE
+    assert seen == [True] * 4
     assert _members(elbv2, world["ours"]) == [(neighbour, 30080)]
     assert _members(elbv2, world["lbc"]) == []
     assert _members(elbv2, world["static"]) == []
@@ -148,6 +173,9 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     # Another cluster's and untagged target groups are not ours to touch.
     assert _members(elbv2, world["other"]) == before["other"]
     assert _members(elbv2, world["untagged"]) == before["untagged"]
+    # The record was written when the calls succeeded, after the call had answered.
+    recorded = json.loads(h.node["metadata"]["annotations"][names.DEREGISTERED])
+    assert sorted(m[1] for m in recorded) == sorted(["legacy", world["ours"], world["lbc"], world["static"]])
 
     h.sync()  # drain check: moto deregisters at once
     ann = h.node["metadata"]["annotations"]
@@ -166,35 +194,56 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     assert "Reattached" in kube.reasons()
 
 
+def test_a_label_the_hook_cannot_write_leaves_it_to_metacontroller_and_deregisters_nothing(world, harness):
+    """The API server refuses the hook's own write of the label: nothing leaves a load balancer; the
+    response asks Metacontroller for the label, and the next call deregisters once it is on."""
+    h, kube = harness
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    kube.refused = {("json_patch", "Node")}
+    try:
+        response = h.sync()
+    finally:
+        kube.refused = set()
+    assert response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
+    assert response["annotations"][names.DETACHING] == "true"
+    assert len(_members(world["elbv2"], world["ours"])) == 2
+    h.sync()  # the label is on (Metacontroller wrote it): the deregister step
+    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+
+
 def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
-    """moto cannot fail on demand: a botocore event hook injects one throttling error."""
+    """moto cannot fail on demand: a botocore event hook injects throttling errors. The exclude step's
+    background call to one group fails: what succeeded is recorded, the failed group is not; the next call
+    makes that one call again in the call, where a failure is reported; then it succeeds."""
     h, kube = harness
     elbv2 = world["elbv2"]
     h.sync()
-    h.node["spec"]["unschedulable"] = True
-    h.sync()
-
     client = h.ctx.aws.client("elbv2", "us-east-1")
     calls = []
 
     def flaky(params, **_):
         calls.append(params["TargetGroupArn"])
-        if params["TargetGroupArn"] == world["lbc"] and calls.count(world["lbc"]) == 1:
+        if params["TargetGroupArn"] == world["lbc"] and calls.count(world["lbc"]) <= 2:
             raise ClientError({"Error": {"Code": "Throttling", "Message": "Rate exceeded"}}, "DeregisterTargets")
 
     client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
     try:
-        failed = h.sync()
+        h.node["spec"]["unschedulable"] = True
+        h.sync()  # exclude: the label, then the calls in the background; lbc's fails
+        done = json.loads(h.node["metadata"]["annotations"][names.DEREGISTERED])
+        assert ["tg", world["ours"], 30443] in done and ["tg", world["lbc"], 31000] not in done
+        assert names.ERROR not in h.node["metadata"]["annotations"], "a background failure is redone, not reported"
+
+        failed = h.sync()  # deregister step: only what is left, and it fails again
         ann = h.node["metadata"]["annotations"]
         assert "Throttling" in ann[names.ERROR]
         assert failed["resyncAfterSeconds"] >= 5
-        done = json.loads(ann[names.DEREGISTERED])
-        assert ["tg", world["ours"], 30443] in done and ["tg", world["lbc"], 31000] not in done
         assert _members(elbv2, world["lbc"]) == [(world["mine"], 31000)]  # still there: the call failed
         assert "DetachFailed" in kube.reasons()
 
         h.sync()  # retry: only what is left is called again
-        assert calls.count(world["lbc"]) == 2
+        assert calls.count(world["lbc"]) == 3
         assert calls.count(world["ours"]) == 1
         assert _members(elbv2, world["lbc"]) == []
         assert names.ERROR not in h.node["metadata"]["annotations"]
@@ -203,12 +252,11 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
 
 
 def test_a_lost_write_of_the_response_repeats_no_deregistration(world, harness):
-    """Metacontroller's write of the Node conflicts and the sync is redone from the Node it had: the
-    record of the deregistration was written by the call itself, so no target group is called twice."""
+    """Metacontroller's write after the exclude step conflicts and the sync is redone from the Node it had:
+    the label and the record of the deregistrations were written by the hook itself, so the redone call,
+    decided on the API server's Node, calls no target group again."""
     h, kube = harness
     h.sync()
-    h.node["spec"]["unschedulable"] = True
-    h.sync()  # label
     client = h.ctx.aws.client("elbv2", "us-east-1")
     calls = []
 
@@ -217,16 +265,16 @@ def test_a_lost_write_of_the_response_repeats_no_deregistration(world, harness):
 
     client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", count)
     try:
+        h.node["spec"]["unschedulable"] = True
         first = h.sync(lost_write=True)
-        assert names.DEREGISTERED not in first.get("annotations", {})  # not left to Metacontroller's write
+        assert names.DEREGISTERED not in (first.get("annotations") or {})  # not left to Metacontroller's write
         on_node = json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.DEREGISTERED])
         assert {m[1] for m in on_node if m[0] == "tg"} == {world["ours"], world["lbc"], world["static"]}
         assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])
 
-        h.sync()  # redone from the Node as it was before the deregistration
+        h.sync()  # redone from the Node as it was before the exclude step
         assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])  # none again
-        h.sync()  # drain check
-        assert names.DETACHED_AT in h.node["metadata"]["annotations"]
+        _until(h, lambda r: names.DETACHED_AT in h.node["metadata"]["annotations"])
     finally:
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", count)
 
@@ -476,9 +524,9 @@ def test_garbage_in_our_own_progress_annotations_never_strands_the_node(world, h
     assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
 
-def test_a_fresh_cordon_waits_for_the_controller_managers_taint_but_not_for_ever():
-    """Labelling a node before kube-controller-manager's unschedulable taint lands is a write the API
-    server refuses as a conflict (and Metacontroller redoes, Events and all); the wait is bounded."""
+def test_a_fresh_cordon_does_not_wait_for_the_controller_managers_taint():
+    """The hook writes the exclude label itself, checked against the Node it read and retried on a conflict,
+    so kube-controller-manager's unschedulable taint landing meanwhile costs nothing: no wait for it."""
     import pathlib
 
     from hooks import timefmt
@@ -493,14 +541,31 @@ def test_a_fresh_cordon_waits_for_the_controller_managers_taint_but_not_for_ever
     assert not any(t.get("key") == names.UNSCHEDULABLE_TAINT for t in request.parent["spec"].get("taints") or [])
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
     now = timefmt.parse(case["now"])
+    plan = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 0.5})
+    assert plan.actions[0].kind == "kube.label-node"
+    assert plan.actions[0].params["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
 
+
+def test_an_uncordon_waits_for_the_controller_managers_taint_to_go_but_not_for_ever():
+    """The re-attach is answered for Metacontroller to write (the label off, our annotations and condition
+    gone): written before kube-controller-manager takes its taint off, it would be refused as a conflict
+    and redone, Events and all; so it waits, bounded."""
+    import pathlib
+
+    from hooks import timefmt
+    from hooks.config import load_settings
+    from hooks.contract import DECORATOR, parse_request
+    from hooks.controllers import node_detacher
+
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "node-detacher" / "reattach-after-uncordon.json"
+    case = json.loads(fixture.read_text())
+    request = parse_request(case["request"], DECORATOR)
+    settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
+    now = timefmt.parse(case["now"])
     waiting = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 0.5})
     assert not waiting.response["labels"] and not waiting.actions and not waiting.events
-    # The load balancers are recorded while it waits, before the label.
-    assert waiting.response["attachments"] == case["expected"]["response"]["attachments"]
-
     waited = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 3.5})
-    assert waited.response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
+    assert waited.response["labels"] == {names.EXCLUDE_LABEL: None}
 
 
 def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, make_ctx):
@@ -518,9 +583,8 @@ def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, 
 
 
 def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harness, monkeypatch):
-    """No discovery and no Attachment on the healthy path; the detach's first step reads the index (each
-    call of it: it may wait for the controller manager's taint), and the steps after it work from the
-    Attachment it recorded."""
+    """No discovery and no Attachment on the healthy path; the detach's first step reads the index, and
+    the steps after it work from the Attachment and the record it left."""
     from hooks.controllers import node_detacher
 
     h, _ = harness
@@ -532,10 +596,9 @@ def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harnes
     assert reads == []
 
     h.node["spec"]["unschedulable"] = True
-    _until(h, lambda r: names.EXCLUDE_LABEL in (r.get("labels") or {}))  # exclude: the load balancers recorded
+    h.sync()  # exclude: the load balancers recorded, the label written, the calls made
     excluding = len(reads)
-    assert excluding >= 1 and h.attachments
-    h.sync()  # deregister, from the Attachment
+    assert excluding >= 1 and h.attachments and names.EXCLUDE_LABEL in h.node["metadata"]["labels"]
     h.sync()  # drain
     assert _members(world["elbv2"], world["static"]) == []
 

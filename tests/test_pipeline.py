@@ -210,6 +210,79 @@ def test_an_unverified_request_persists_nothing(ctx, test_actuators):
     assert response == {"annotations": {"other": "x"}}
 
 
+# ------------------------------------------------------------------ background actions
+
+
+def _backgrounding_controller(actions, key="nodewarden.io/k"):
+    """Verified on the API server's Node n1; ``actions`` as decided, with one background Event."""
+    plan = Plan({"annotations": {"other": "x"}}, actions, background_events=[events.normal("AllDone", "done")])
+
+    def verify(request, ctx):
+        from hooks.kube import fresh
+
+        return parse_request({"object": ctx.kube.get(fresh.resource("Node"), "n1").to_dict()}, DECORATOR)
+
+    return _fake_controller(plan, needs_verification=lambda r, p: not r.verified, verify=verify)
+
+
+def _in_background(target, key="nodewarden.io/k", kind="test.ok"):
+    return Action(kind, target, record=(Change(("annotations", key), union=(target,)),), background=True)
+
+
+def test_a_call_answers_before_its_background_actions_finish_and_they_record_themselves(ctx, test_actuators,
+                                                                                         monkeypatch):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "n1", "uid": "uid-1", "annotations": {"nodewarden.io/k": '["earlier"]'}}})
+    release = threading.Event()
+    def slow(ctx, action):
+        release.wait(10)
+        test_actuators.append(action.target)
+
+    monkeypatch.setitem(actuators.ACTUATORS, "test.slow", slow)
+    module = _backgrounding_controller([Action("test.ok", "first"), _in_background("a", kind="test.slow"),
+                                        _in_background("b")])
+    response = pipeline.run(module, _node_request(), ctx)
+    # Answered while "a" still runs: nothing of the background in the response, nothing recorded yet.
+    assert response == {"annotations": {"other": "x"}}
+    assert ctx.kube.nodes["n1"]["metadata"]["annotations"] == {"nodewarden.io/k": '["earlier"]'}
+    assert "AllDone" not in ctx.kube.reasons()
+    release.set()
+    assert actuators.drain_background(10)
+    assert test_actuators[0] == "first" and sorted(test_actuators[1:]) == ["a", "b"]
+    # The record merged into what the Node had, and the Event once all succeeded.
+    assert json.loads(ctx.kube.nodes["n1"]["metadata"]["annotations"]["nodewarden.io/k"]) == ["a", "b", "earlier"]
+    assert "AllDone" in ctx.kube.reasons()
+
+
+def test_background_actions_wait_for_every_other_action_of_the_call_to_succeed(ctx, test_actuators):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+    module = _backgrounding_controller([Action("test.fail", "label"), _in_background("a")])
+    pipeline.run(module, _node_request(), ctx)
+    assert actuators.drain_background(10)
+    assert test_actuators == ["label"], "the background action never ran"
+    assert "annotations" not in ctx.kube.nodes["n1"]["metadata"] and "AllDone" not in ctx.kube.reasons()
+
+
+def test_a_background_action_that_fails_records_nothing_of_its_own(ctx, test_actuators):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+    module = _backgrounding_controller([_in_background("a"), _in_background("b", kind="test.fail")])
+    pipeline.run(module, _node_request(), ctx)
+    assert actuators.drain_background(10)
+    assert ctx.kube.nodes["n1"]["metadata"]["annotations"] == {"nodewarden.io/k": '["a"]'}
+    assert "AllDone" not in ctx.kube.reasons(), "not every one succeeded"
+
+
+def test_a_background_record_is_never_written_to_a_namesake(ctx, test_actuators, monkeypatch):
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-1"}})
+    release = threading.Event()
+    monkeypatch.setitem(actuators.ACTUATORS, "test.slow", lambda ctx, a: release.wait(10))
+    pipeline.run(_backgrounding_controller([_in_background("a", kind="test.slow")]), _node_request(), ctx)
+    ctx.kube.add_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "uid-2"}})
+    release.set()
+    assert actuators.drain_background(10)
+    assert "annotations" not in ctx.kube.nodes["n1"]["metadata"]
+
+
 def _unconfirmable(plan: Plan, **overrides):
     """A controller that never asks for verification itself, on an API server that cannot confirm anything;
     its ``unverified`` hands back the whole plan, actions and Events included."""

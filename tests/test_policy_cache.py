@@ -65,19 +65,21 @@ def test_a_count_announced_on_the_node_and_missing_from_the_copy_is_listed_for(m
 
 
 def test_a_failed_list_raises_and_keeps_node_fencing_as_it_is_while_node_detacher_goes_on(make_ctx):
-    case = _case("cordoned-and-unhealthy-both-write-status")
+    case = _case("cordoned-and-unhealthy-excluded")
     kube = FakeKube([_api(case["request"]["object"])], without_crds=(names.POLICY_KIND,))
     request = _request(case)
     response = node.sync(request, make_ctx(now=NOW, kube=kube))
     types = [c["type"] for c in (response.get("status") or {}).get("conditions", [])]
     assert "FencingTriaged" not in types and "FencingRequired" not in types
-    assert response["labels"] == {"node.kubernetes.io/exclude-from-external-load-balancers": "nodewarden"}
+    name = case["request"]["object"]["metadata"]["name"]
+    assert kube.nodes[name]["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == \
+        "nodewarden", "node-detacher went on: its label written"
     assert response["resyncAfterSeconds"] > 0
 
 
 def test_the_policies_a_request_carries_are_not_what_node_fencing_judges(make_ctx):
     """A body's related policies are a hint of nothing: the API server's list stands for them."""
-    case = _case("cordoned-and-unhealthy-both-write-status")
+    case = _case("cordoned-and-unhealthy-excluded")
     kube = FakeKube([_api(case["request"]["object"])])
     request = _request(case)
     assert request.related.of_kind(names.POLICY_KIND, names.API_GROUP)

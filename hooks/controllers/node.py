@@ -128,7 +128,8 @@ def decide(request: HookRequest, settings, now, observed: dict) -> Plan:
     plans = [module.decide(view, settings, now, observed.get(module.NAME) or {}) for module, view in views]
     answers = [_kept_while_deleted(view, module, p.response) for (module, view), p in zip(views, plans)]
     return Plan(merge(request, answers, settings.node_resync_seconds), [a for p in plans for a in p.actions],
-                [e for p in plans for e in p.events])
+                [e for p in plans for e in p.events],
+                background_events=[e for p in plans for e in p.background_events])
 
 
 def _view(request: HookRequest, module, kinds: tuple[str, ...]) -> HookRequest:

@@ -4,11 +4,15 @@ DecoratorController on Nodes (sync + finalize); a managed ingress DaemonSet's
 terminating pod asks for a detach through node-detacher-pods. Each call walks
 one step of hooks.detacher.assess's phases:
 
-  exclude     label node.kubernetes.io/exclude-from-external-load-balancers,
-              annotate, NodeBeingDetached=True (the label lands before any
-              deregistration, so no controller registers the node again)
-  deregister  one batched call per target group / classic ELB
-  drain       poll target state until every target is gone or 'unused'
+  exclude     label node.kubernetes.io/exclude-from-external-load-balancers
+              and annotate (the hook's own write, so the label lands before
+              any deregistration and no controller registers the node
+              again), then deregister in the background: the call answers
+              at once and the record is written when the calls succeed
+  deregister  one batched call per target group / classic ELB, for what
+              the exclude step's background calls did not record
+  drain       NodeBeingDetached=True; poll target state until every target
+              is gone or 'unused'
   shutdown    evict priority-annotated pods, highest priority first
   reattach    register exactly what was deregistered, remove what is ours
 
@@ -47,7 +51,8 @@ _REASONS = {
     "daemonset-pod": "DaemonSetPodTerminating",
     "annotation": "DetachRequested",
 }
-# Pause before looking again for the label we just asked Metacontroller to apply.
+# Look again this soon after the exclude step: by then its background deregistrations have usually been
+# recorded; if not (they failed, or their process went), the deregister step makes them within the call.
 _LABEL_SETTLE_SECONDS = 1.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
 _TAINT_SETTLE_SECONDS = 0.2
@@ -86,8 +91,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         request = pod_trigger.without_node_request(request)
     sit = phases.assess(request, settings)
     waited = observed.get("unschedulableTaintPendingSeconds")
-    if sit.phase in (phases.EXCLUDE, phases.REATTACH) and waited is not None \
-            and waited < settings.unschedulable_taint_wait_seconds:
+    if sit.phase == phases.REATTACH and waited is not None and waited < settings.unschedulable_taint_wait_seconds:
         # kube-controller-manager is about to write this Node (its unschedulable
         # taint): a write of ours now would be refused as a conflict and redone.
         return Plan(decorator_response(attachments=_attachment(request, sit, settings, observed),
@@ -195,30 +199,51 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
         names.SINCE: request.annotations.get(names.SINCE) or timefmt.fmt(now),
         names.REASON: reasons,
     }
-    reason = _REASONS.get(sit.reasons[0], "LeavingTaint")
     if observed.get("discoveryError"):
         # The label goes on all the same: the node must stop taking traffic. Its load balancers are looked
         # up again at the next step (those of the controllers that drop it on the label may be gone by then).
         log.warning("discovery failed as the detach began", extra={"node": request.name,
                                                                     "error": observed["discoveryError"]})
-    status = None
+    attachments = _attachment(request, sit, settings, observed)
+    said = [events.normal(events.DETACHING, f"Leaving load balancers: {reasons}")]
+    response = decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS,
+                                  finalized=False if request.finalizing else None)
+    uid = request.meta.get("uid")
+    if not uid:  # no Node to write by uid: Metacontroller writes the label, the next call deregisters
+        return Plan(dict(response, labels=labels, annotations=annotations), events=said)
+    # The hook writes the label itself (checked against the Node it read, retried on a conflict), so the
+    # deregistrations may follow at once instead of one pass through Metacontroller's queue later. Nothing
+    # else is left for Metacontroller to write on the Node in this call: its update, made from the Node as
+    # its cache had it, would conflict with ours.
+    # What the call read of the Node (the API server's copy once verified): the write is tested against it.
+    seen = {key: request.meta.get(key) for key in ("uid", "resourceVersion", "labels", "annotations")}
+    actions = [Action("kube.label-node", request.name, {"labels": labels, "annotations": annotations, "uid": uid,
+                                                        "seen": seen})]
+    memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
+    done = set(sit.deregistered or ())
+    pending = [m for m in memberships if m not in done]
+    deregistrations = _membership_actions("deregister", pending, sit, record=True, background=True) \
+        if sit.instance_id is not None else []
+    background_said = [_deregistered_event(sit, deregistrations)] if deregistrations else []
+    return Plan(response, actions + deregistrations, said, background_events=background_said)
+
+
+def _deregistered_event(sit: phases.Situation, actions: list[Action]) -> events.Event:
+    return events.normal(events.DEREGISTERED, f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)")
+
+
+def _detaching_status(request: HookRequest, sit: phases.Situation, now: dt.datetime) -> dict | None:
+    """The Node's status with NodeBeingDetached=True, or None when it already says so. Written once per
+    detach, not per reason (every Node status write races the kubelet's), and in a step where the hook
+    writes nothing on the Node itself, which Metacontroller's status write would conflict with."""
     node_status = fields.mapping(request.parent, "status")
-    if not conditions.is_true(node_status, names.CONDITION):
-        # Written once per detach, not per reason: every Node status write races the kubelet's.
-        status, _ = conditions.set(node_status, names.CONDITION, "True", reason,
-                                   f"node-detacher is taking the node out of its load balancers ({reasons})",
-                                   timefmt.fmt(now), heartbeat=True)
-    return Plan(
-        decorator_response(
-            labels=labels,
-            annotations=annotations,
-            status=status,
-            attachments=_attachment(request, sit, settings, observed),
-            resync_after=_LABEL_SETTLE_SECONDS,
-            finalized=False if request.finalizing else None,
-        ),
-        events=[events.normal(events.DETACHING, f"Leaving load balancers: {reasons}")],
-    )
+    if conditions.is_true(node_status, names.CONDITION):
+        return None
+    reasons = ",".join(sit.reasons)
+    status, _ = conditions.set(node_status, names.CONDITION, "True", _REASONS.get(sit.reasons[0], "LeavingTaint"),
+                               f"node-detacher is taking the node out of its load balancers ({reasons})",
+                               timefmt.fmt(now), heartbeat=True)
+    return status
 
 
 def _deregister(request, sit, settings, now, observed) -> Plan:
@@ -238,7 +263,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     actions = _membership_actions("deregister", pending, sit, record=True)
     annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     _clear_error(annotations, request)
-    said = [events.normal(events.DEREGISTERED, f"Deregistered {sit.instance_id} from {len(actions)} load balancer(s)")]
+    said = [_deregistered_event(sit, actions)]
     return Plan(
         decorator_response(
             annotations=annotations,
@@ -252,7 +277,8 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     )
 
 
-def _membership_actions(verb: str, memberships, sit: phases.Situation, record: bool = False) -> list[Action]:
+def _membership_actions(verb: str, memberships, sit: phases.Situation, record: bool = False,
+                        background: bool = False) -> list[Action]:
     """One batched (de)register call per target group or classic ELB, with every port of the instance."""
     actions = []
     for (lb_type, lb), ports in targets.group_by_load_balancer(memberships).items():
@@ -261,7 +287,8 @@ def _membership_actions(verb: str, memberships, sit: phases.Situation, record: b
             f"{'elbv2' if lb_type == 'tg' else 'elb'}.{verb}", lb,
             {"instance": sit.instance_id, "region": sit.region, "ports": ports,
              "memberships": [list(m) for m in covered]},
-            record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),) if record else ()))
+            record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),) if record else (),
+            background=background))
     return actions
 
 
@@ -278,15 +305,17 @@ def _drain(request, sit, settings, now, observed) -> Plan:
     draining = sorted(k for k, state in states.items() if state not in elb_api.GONE_STATES)
     if observed.get("targetStatesError"):
         draining = draining or ["(state unreadable)"]
+    status = _detaching_status(request, sit, now)
     if draining and not timed_out:
-        return Plan(decorator_response(attachments=attachments, resync_after=settings.drain_poll_seconds,
+        return Plan(decorator_response(status=status, attachments=attachments,
+                                       resync_after=settings.drain_poll_seconds,
                                        finalized=False if request.finalizing else None))
     annotations = {names.DETACHED_AT: timefmt.fmt(now)}
     _clear_error(annotations, request)
     message = "Every target finished draining" if not draining else \
         f"Gave up waiting for {len(draining)} draining target(s) after {waited:.0f}s"
     return Plan(
-        decorator_response(annotations=annotations, attachments=attachments,
+        decorator_response(annotations=annotations, status=status, attachments=attachments,
                            finalized=True if request.finalizing else None),
         events=[events.Event(events.DETACHED, message, warning=bool(draining))],
     )
@@ -394,7 +423,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
     sit = phases.assess(request, settings)
-    if sit.phase in (phases.EXCLUDE, phases.REATTACH) and _unschedulable_taint_pending(request.parent):
+    if sit.phase == phases.REATTACH and _unschedulable_taint_pending(request.parent):
         observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
             f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
     if sit.needs_discovery():
@@ -461,6 +490,11 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
         # A deleting node is never held past its deadline.
         return Plan(dict(response, finalized=True), persist=plan.persist)
     annotations = dict(response.get("annotations") or {})
+    for o in failed:
+        if o.action.kind == "kube.label-node":
+            # Not written by the hook: Metacontroller writes them, and the next call deregisters.
+            response = dict(response, labels={**(response.get("labels") or {}), **o.action.params["labels"]})
+            annotations.update(o.action.params["annotations"])
     if any(o.action.kind.endswith(".register") for o in failed):
         # Re-attach incomplete: keep detach state, remember what still needs registering.
         failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
@@ -482,7 +516,8 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
 
 
 # Steps that take a node out of service: decided again on the Node as the API server has it.
-_VERIFIED_KINDS = ("elbv2.deregister", "elb.deregister", "kube.evict", "kube.taint", "kube.annotate-node")
+_VERIFIED_KINDS = ("elbv2.deregister", "elb.deregister", "kube.evict", "kube.taint", "kube.annotate-node",
+                   "kube.label-node")
 
 
 def needs_verification(request: HookRequest, plan: Plan) -> bool:

@@ -1,7 +1,8 @@
 """Nodes read and written by the hooks themselves: which a selector selects and which of them are
-not Ready, in one compact list; annotations set on the one Node a decision was made on."""
+not Ready, in one compact list; labels and annotations set on the one Node a decision was made on."""
 from __future__ import annotations
 
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
 from hooks.fencing import selectors
@@ -29,18 +30,59 @@ def readiness(kube, selector: dict) -> dict:
 
 
 def annotate(kube, name: str, annotations: dict[str, str], uid: str) -> bool:
-    """Set ``annotations`` on the Node of ``uid``; True when that changed it.
+    """Set ``annotations`` on the Node of ``uid``; True when that changed it (see ``write_metadata``)."""
+    return write_metadata(kube, name, uid, annotations=annotations)
+
+
+def write_metadata(kube, name: str, uid: str, *, labels: dict[str, str] | None = None,
+                   annotations: dict[str, str] | None = None, seen: dict | None = None) -> bool:
+    """Set ``labels`` and ``annotations`` on the Node of ``uid`` in one write; True when that changed it.
 
     Tested against the resourceVersion it read and retried on a conflict
     (``taints.edit``): another writer of the Node never makes it fail, and a
-    Node re-created under the same name is never written.
+    Node re-created under the same name is never written. ``seen``, the
+    Node's metadata as the API server answered it in this call (its uid,
+    resourceVersion, labels and annotations), saves the first read: the
+    write is tested against that resourceVersion, and only a conflict reads.
     """
+    def ops(current_labels, current_annotations):
+        return (_map_ops(current_labels, "labels", labels or {})
+                + _map_ops(current_annotations, "annotations", annotations or {}))
+
+    if seen and seen.get("uid") == uid and isinstance(seen.get("resourceVersion"), str):
+        first = ops(seen.get("labels"), seen.get("annotations"))
+        if not first:
+            return False
+        try:
+            kube.json_patch(Node, name, [{"op": "test", "path": "/metadata/uid", "value": uid},
+                                         {"op": "test", "path": "/metadata/resourceVersion",
+                                          "value": seen["resourceVersion"]}, *first])
+            return True
+        except ApiError as exc:
+            if exc.status.code not in (409, 422):  # anything but "somebody wrote first" is an answer
+                raise
+    return edit(kube, name, lambda node: ops(node.metadata.labels, node.metadata.annotations), uid)
+
+
+def record(kube, name: str, changes: list, uid: str) -> bool:
+    """Apply ``changes`` ((hooks.plan.Change, the result it reads) pairs on annotations) to the Node of ``uid``
+    as the API server has it now; True when that changed it. A list kept in an annotation is merged with what
+    is there, so what another call recorded meanwhile stays."""
     def change(node):
-        current = node.metadata.annotations
-        ops = [{"op": "add", "path": f"/metadata/annotations/{pointer(k)}", "value": v}
-               for k, v in sorted(annotations.items()) if (current or {}).get(k) != v]
-        if ops and current is None:
-            ops.insert(0, {"op": "add", "path": "/metadata/annotations", "value": {}})
-        return ops
+        current = dict(node.metadata.annotations or {})
+        response = {"annotations": dict(current)}
+        for one, result in changes:
+            one.apply(response, result)
+        wanted = {k: v for k, v in response["annotations"].items() if isinstance(v, str)}
+        return _map_ops(node.metadata.annotations, "annotations", wanted)
 
     return edit(kube, name, change, uid)
+
+
+def _map_ops(current: dict | None, field: str, wanted: dict[str, str]) -> list[dict]:
+    """JSON patch operations that set ``wanted`` in the metadata map ``field`` (made if missing)."""
+    ops = [{"op": "add", "path": f"/metadata/{field}/{pointer(k)}", "value": v}
+           for k, v in sorted(wanted.items()) if (current or {}).get(k) != v]
+    if ops and current is None:
+        ops.insert(0, {"op": "add", "path": f"/metadata/{field}", "value": {}})
+    return ops
