@@ -27,9 +27,10 @@ is what this 2-core machine keeps up with (200 s at 5,000 Nodes).
   metrics); node-detacher's hook latency over the wave (from its histogram);
   each component's CPU-seconds from the first cordon to the last record.
 - ``storm``: one NodeFencingPolicy over every Node; ``--dead-fraction`` of
-  them turn NotReady at once (kwok's not-ready Stage: Ready=False, as kubelets
-  cut off from their runtime or network report; at thousands of Nodes kwok
-  can miss a Node leaving its selector, so the storm does not rely on that).
+  them turn NotReady at once: the benchmark posts each one's Ready=False as
+  its kubelet would (one status write per Node, reason KubeletNotReady, which
+  kwok leaves alone while it keeps renewing the Lease: kubelets cut off from
+  their runtime or network), and Ready=True again as they come back.
   Timed until the policy's StormGuard is True, from the start and from the
   moment more Nodes than the policy allows are not Ready, and FencingRequests
   for them are counted while it holds (the goal is none); then all but
@@ -448,8 +449,8 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         dead = names[:int(nodes * dead_fraction)]
         allowed = nodes * max_unhealthy // 100
         t0 = time.monotonic()
-        # kwok posts them Ready=False, as many kubelets reporting NotReady at once would.
-        each(lambda n: kwok.report_not_ready(api, n), dead)
+        # Their kubelets post Ready=False, each its own status write, as kubelets reporting NotReady at once do.
+        each(lambda n: kwok.post_ready(api, n, False), dead)
         released = time.monotonic() - t0
         # The guard must hold within 10 s of the moment more nodes than allowed are not Ready.
         held_at, too_many_at = guard_turns(guard, "True", lambda: not_ready_nodes(api) > allowed, t0 + 600)
@@ -463,7 +464,7 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
               f"{requests_while_held} FencingRequests for the {len(dead)} NotReady Nodes while it held", flush=True)
         survivors = dead[:stay_dead]
         t1 = time.monotonic()
-        each(lambda n: kwok.report_not_ready(api, n, False), dead[stay_dead:])
+        each(lambda n: kwok.post_ready(api, n, True), dead[stay_dead:])
         # Released once few enough are not Ready again: timed from that moment too.
         released_at, few_enough_at = guard_turns(guard, "False", lambda: not_ready_nodes(api) <= allowed, t1 + 600)
         released_after = released_at - t1

@@ -16,7 +16,8 @@ out of kwok's selector, its Lease is no longer renewed, and the node lifecycle
 controller turns Ready to Unknown after its grace period
 (the cluster's Heartbeat), exactly as for a kubelet gone silent. kwok
 leaves that Node's pods as they were. :func:`manage` puts the label back: kwok
-takes the Lease again and posts Ready=True.
+takes the Lease again and posts Ready=True. A kubelet alive but NotReady is
+:func:`post_ready`: the Node's status posted as its kubelet posts it.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from .api import AdminApi, ApiError, wait_for
+from .api import STRATEGIC, AdminApi, ApiError, wait_for
 from .layout import RECORDS, REPO, parse_record
 
 # The label kwok's --manage-nodes-with-label-selector selects.
@@ -81,6 +82,8 @@ def heartbeat_for(nodes: int) -> Heartbeat:
 
 # Labelled true, a managed Node reports Ready=False (the node-not-ready Stage).
 NOT_READY_LABEL = "node-not-ready.stage.kwok.x-k8s.io"
+# The reason of a Ready=False its kubelet posted (post_ready), which kwok leaves as it is.
+KUBELET_NOT_READY = "KubeletNotReady"
 # Pod IPs kwok hands out, and the InternalIP of a managed Node that has none.
 POD_CIDR = "10.244.0.0/16"
 NODE_IP = "127.0.0.1"
@@ -154,14 +157,17 @@ def release(api: AdminApi, name: str) -> None:
             raise
 
 
-def report_not_ready(api: AdminApi, name: str, not_ready: bool = True) -> None:
-    """Make the managed Node report Ready=False (a kubelet alive but NotReady), or Ready again.
-
-    A label change on a Node kwok keeps is an update kwok always sees; taking a
-    Node out of kwok's selector (:func:`release`) is one kwok can miss when its
-    watch is restarted under load, and then it keeps the Node alive.
-    """
-    api.patch(f"{NODES}/{name}", {"metadata": {"labels": {NOT_READY_LABEL: "true" if not_ready else None}}})
+def post_ready(api: AdminApi, name: str, ready: bool) -> None:
+    """Post the Node's Ready condition as its kubelet does: one status write, now as its heartbeat and its
+    transition time. NotReady is posted with the reason a kubelet gives (``KubeletNotReady``), which kwok's
+    ``node-kubelet-not-ready`` Stage leaves alone (the Lease still renewed, a kubelet alive but NotReady);
+    Ready brings kwok's usual Stages back. A storm of kubelets, each a write of its own, as in a cluster."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": "Ready", "status": "True" if ready else "False",
+                 "reason": "KubeletReady" if ready else KUBELET_NOT_READY,
+                 "message": "kubelet is posting ready status" if ready else "container runtime is down",
+                 "lastHeartbeatTime": now, "lastTransitionTime": now}
+    api.patch(f"{NODES}/{name}/status", {"status": {"conditions": [condition]}}, content_type=STRATEGIC)
 
 
 def ready(node: dict | None) -> dict:

@@ -85,6 +85,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                            labels=a.params.get("labels"),
                                                            annotations=a.params.get("annotations"),
                                                            seen=a.params.get("seen")),
+    "kube.start-fencing": lambda ctx, a: _start_fencing(ctx, a),
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
@@ -122,6 +123,12 @@ _DISRUPTIONS_COUNTED = Recent(10_000)
 def _count_disruption(a: Action) -> None:
     if _DISRUPTIONS_COUNTED.first(f"{a.target}/{a.params.get('record', '')}"):
         MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc()
+
+
+def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
+    from hooks.controllers import node_fencing  # the controller's own decision; it acts through this module
+
+    return node_fencing.start_now(ctx, a.target, a.params["uid"], a.params["decorator"])
 
 
 def _launch(ctx: runtime.Context, a: Action) -> dict:

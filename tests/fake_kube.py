@@ -275,4 +275,12 @@ class FakeKube:
             ref = obj.involvedObject
             self.events.append((f"{ref.kind}/{ref.name}", obj.reason, obj.message))
             self._event_names[obj.metadata.name] = self.events[-1]
+        if kind == "FencingRequest":
+            fr = obj.to_dict()
+            meta = fr["metadata"]
+            if any(f["metadata"]["name"] == meta["name"] and f["metadata"].get("namespace") == meta.get("namespace")
+                   for f in self.fencing_requests):
+                raise api_error(409, f'fencingrequests "{meta["name"]}" already exists')
+            meta["uid"] = f"uid-fr-{next(_rv)}"
+            self.put_fencing_request(fr)
         return obj

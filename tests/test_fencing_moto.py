@@ -785,6 +785,65 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
     assert "FencingCleared" in kube.reasons()
 
 
+def _admitted(make_ctx, kube, *, since=60, holds=False, node_names=("node-a",)):
+    """node-a Unknown for ``since`` seconds under a policy whose fresh count (on the API server) admits it."""
+    kube.add_node(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=since)))
+    policy = _policy(node_names, holds=holds)
+    policy["metadata"]["uid"] = "uid-policy"
+    policy["status"]["countedAt"] = _fmt(T0 - dt.timedelta(seconds=2))
+    kube.add_object(policy)
+    ctx = make_ctx({}, kube=kube)
+    ctx.clock = lambda: T0
+    return ctx, policy
+
+
+def test_an_admitted_node_gets_its_fencing_request_without_waiting_for_its_own_sync(make_ctx, kube):
+    """What the policy controller does for each node its written count admits: node-fencing's own decision,
+    on the API server's objects, makes the request, as the Node decorator's attachment; the Node's next
+    sync takes it for fencing in flight."""
+    from hooks.controllers import node_fencing
+    from hooks.kube.decorator_migration import CLAIM
+
+    ctx, policy = _admitted(make_ctx, kube)
+    assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") == "fence-node-a"
+    [fr] = kube.fencing_requests
+    assert fr["metadata"]["namespace"] == NS and fr["metadata"]["annotations"][CLAIM] == "node"
+    assert fr["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
+                                                  "uid": "uid-node-a", "controller": True,
+                                                  "blockOwnerDeletion": True}]
+    assert fr["spec"]["nodeRef"] == {"name": "node-a", "uid": "uid-node-a"}
+    assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") is None, "one request per spell"
+    assert len(kube.fencing_requests) == 1
+
+    # The Node's own sync, with the request as its attachment (Metacontroller claims it by owner and
+    # annotation): fencing in flight, the request kept as it is.
+    h = NodeHarness(make_ctx, kube, kube.nodes["node-a"], policy)
+    h.now = T0
+    h.attachments = [copy.deepcopy(fr)]
+    response = h.call()
+    assert h.condition(names.REQUIRED)["status"] == "True"
+    assert [a["metadata"]["name"] for a in response["attachments"] if a["kind"] == names.REQUEST_KIND] == \
+        ["fence-node-a"]
+    assert h.fencing_request()["spec"] == fr["spec"]
+
+
+@pytest.mark.parametrize("case", ["guard holds", "not admitted", "not due yet", "healthy again", "another node"])
+def test_a_node_its_own_sync_would_not_fence_gets_no_early_request(make_ctx, kube, case):
+    from hooks.controllers import node_fencing
+    from hooks.kube import fresh
+
+    ctx, _ = _admitted(make_ctx, kube, holds=case == "guard holds", since=10 if case == "not due yet" else 60,
+                       node_names=() if case == "not admitted" else ("node-a",))
+    if case == "healthy again":
+        _set_ready(kube, "node-a", "True", T0)
+    if case == "another node":  # re-created under the same name since the count saw it
+        with pytest.raises(fresh.Unverified):
+            node_fencing.start_now(ctx, "node-a", "uid-the-old-one", "node")
+    else:
+        assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") is None
+    assert kube.fencing_requests == []
+
+
 def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
     h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=60)), _policy())
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",

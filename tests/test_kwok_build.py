@@ -147,7 +147,7 @@ def test_our_node_stages_differ_from_kwoks_only_in_the_status_they_write():
     creation time (the day it stops, ours can go)."""
     source = _module_source()
     ours = {d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok.NODE_STAGES.read_text()) if d}
-    assert set(ours) == set(DERIVED)
+    assert set(ours) == set(DERIVED) | {"node-kubelet-not-ready"}
     for name, path in DERIVED.items():
         theirs = yaml.safe_load((source / path).read_text())
         assert theirs["metadata"]["name"] == name
@@ -159,6 +159,19 @@ def test_our_node_stages_differ_from_kwoks_only_in_the_status_they_write():
         assert "creationTimestamp" not in template
         # A statusTemplate with no patch type: a strategic merge patch of the status subresource.
         assert set(mine["spec"]["next"]) == set() and "patches" not in mine["spec"] and "steps" not in mine["spec"]
+
+
+def test_a_node_its_kubelet_posted_not_ready_is_left_as_it_was_posted():
+    """Our one Stage of our own: it matches what post_ready writes for NotReady (and not what kwok's chaos
+    Stage writes), has no steps, and outweighs node-initialize, which matches the same Node (Ready is not
+    True) and would post it Ready at once: kwok draws among matching Stages by weight, never a 0."""
+    stages = {d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok.NODE_STAGES.read_text()) if d}
+    mine, initialize = stages["node-kubelet-not-ready"], stages["node-initialize"]
+    assert mine["spec"]["next"] == {} and mine["spec"]["weight"] > 0 and not initialize["spec"].get("weight")
+    expressions = {e["key"]: (e["operator"], e["values"]) for e in mine["spec"]["selector"]["matchExpressions"]}
+    assert expressions['.status.conditions.[] | select( .type == "Ready" ) | .reason'] == \
+        ("In", [kwok.KUBELET_NOT_READY])
+    assert expressions['.status.conditions.[] | select( .type == "Ready" ) | .status'] == ("In", ["False"])
 
 
 # -- the binary -----------------------------------------------------------------------------

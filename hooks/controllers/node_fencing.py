@@ -39,7 +39,7 @@ import sys
 
 from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
-from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
+from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, decorator_response, parse_request
 from hooks.fencing import control_plane, failover, health, names, policy_cache, records, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
@@ -576,3 +576,27 @@ def as_it_is(child: dict) -> dict:
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
     return pipeline.run(sys.modules[__name__], request, ctx)
+
+
+def start_now(ctx: runtime.Context, node_name: str, uid: str, decorator: str) -> str | None:
+    """Make the node's FencingRequest now, exactly as its own next sync would, when that sync may be long in
+    coming: a count that admits held nodes comes as the storm that held them ends, and the Node decorator's
+    one queue then holds every recovering Node ahead of them. Returns the request's name when one was made.
+
+    The decision is node-fencing's own, on the request ``verify`` rebuilds from the API server alone (the
+    Node of this uid, every NodeFencingPolicy, the node's FencingRequest): only a node that sync would fence
+    now, with no request of this spell yet, gets one. It is made as the DecoratorController ``decorator``
+    makes the node's attachments (owned by the Node, claimed by the decorator), so the Node's next sync finds
+    it as its own, fencing in flight; the conditions, taints and failover are left to that sync."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name, "uid": uid}}
+    request = dataclasses.replace(verify(parse_request({"object": body, "attachments": {}}, DECORATOR), ctx),
+                                  verified=True)
+    plan = decide(request, ctx.settings, ctx.now(), {})
+    existing = {(c.get("metadata") or {}).get("name") for c in request.children.of_kind(names.REQUEST_KIND,
+                                                                                         names.API_GROUP)}
+    made = [a for a in plan.response.get("attachments") or []
+            if a.get("kind") == names.REQUEST_KIND and a["metadata"]["name"] not in existing]
+    if not made or not kube_fencing.create_node_attachment(ctx.kube, made[0], request.parent, decorator):
+        return None
+    log.info("FencingRequest made for an admitted node", extra={"node": node_name, "request": made[0]["metadata"]["name"]})
+    return made[0]["metadata"]["name"]

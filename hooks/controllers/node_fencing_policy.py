@@ -25,6 +25,7 @@ import sys
 from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.controllers import node as node_decorator
 from hooks.fencing import names, records, storm
 from hooks.fencing import policy as policies
 from hooks.kube import fresh
@@ -33,6 +34,8 @@ from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Outcome, Plan, backoff
 
 NAME = "node-fencing-policy"
+# The DecoratorController whose attachment a Node's FencingRequest is (metacontroller/node.yaml).
+NODE_DECORATOR = node_decorator.NAME
 FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
 
@@ -117,7 +120,10 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
     time (names.COUNT_ANNOTATION), so node-fencing looks at once instead of at its next resync: the Node
     decorator does not relate the policies. Only a count Metacontroller has written (the status this call
     observed, read again from the API server before any action) is announced, so the Node's own sync can
-    see it. Answers the actions, and the names told by now (None when the count admits none)."""
+    see it. Each is also given its FencingRequest now when node-fencing, deciding on the API server's
+    objects, would make one (node_fencing.start_now): the Node's own sync comes only after every Node
+    queued before it, and as a storm ends that is every recovering Node. Answers the actions, and the
+    names told by now (None when the count admits none)."""
     counted = previous.get("countedAt")
     admitted = previous.get("unhealthyNodeNames")
     if previous.get("observedGeneration") != generation or conditions.is_true(previous, names.STORM_GUARD) \
@@ -130,9 +136,14 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
         spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
         if isinstance(spec.get("nodeUID"), str):
             uids[(record.get("metadata") or {}).get("name")] = spec["nodeUID"]
-    actions = [Action("kube.annotate-node", name, {"annotations": {names.COUNT_ANNOTATION: counted},
-                                                   "uid": uids[name]})
-               for name in admitted if isinstance(name, str) and name not in told and name in uids]
+    actions = []
+    for name in admitted:
+        if isinstance(name, str) and name not in told and name in uids:
+            actions.append(Action("kube.annotate-node", name, {"annotations": {names.COUNT_ANNOTATION: counted},
+                                                               "uid": uids[name]}))
+            # And its FencingRequest now, if node-fencing's own decision on the API server's objects makes one:
+            # the Node's sync may wait behind every other Node in Metacontroller's one queue.
+            actions.append(Action("kube.start-fencing", name, {"uid": uids[name], "decorator": NODE_DECORATOR}))
     return actions, sorted({n for n in admitted if isinstance(n, str) and (n in told or n in uids)})
 
 

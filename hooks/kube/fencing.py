@@ -1,5 +1,6 @@
 """What fencing does through the Kubernetes API: force deletes, VolumeAttachments,
-claims' access modes, the FencingRequests of every namespace, and the API server's own addresses."""
+claims' access modes, the FencingRequests of every namespace (and one made as a Node's attachment),
+and the API server's own addresses."""
 from __future__ import annotations
 
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
@@ -10,6 +11,7 @@ from hooks.fencing import names
 from hooks.kube import fresh
 from hooks.kube.deletes import delete_exact
 from hooks.kube.client import is_not_found
+from hooks.kube.decorator_migration import CLAIM
 
 FencingRequest = fresh.resource(names.REQUEST_KIND)
 
@@ -60,6 +62,24 @@ def fencing_requests(kube, namespace: str = "*") -> list[dict]:
     items = kube.list(FencingRequest, namespace=namespace)
     found = [i.to_dict() if hasattr(i, "to_dict") else i for i in items]
     return [i for i in found if isinstance(i, dict)]
+
+
+def create_node_attachment(kube, obj: dict, node: dict, decorator: str) -> bool:
+    """Create the FencingRequest ``obj`` as the DecoratorController ``decorator`` makes a Node's attachment:
+    owned by the Node (its controller reference, by uid) and claimed by that decorator, so Metacontroller
+    takes it for the Node's own on its next sync. False when one of that name exists already."""
+    meta = node["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"], "controller": True,
+             "blockOwnerDeletion": True}
+    body = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner],
+                                "annotations": {**(obj["metadata"].get("annotations") or {}), CLAIM: decorator}}}
+    try:
+        kube.create(FencingRequest.from_dict(body), namespace=body["metadata"]["namespace"])
+    except Exception as exc:  # noqa: BLE001 - only "already there" is an answer; the rest is the caller's
+        if getattr(getattr(exc, "status", None), "code", None) == 409:
+            return False
+        raise
+    return True
 
 
 def api_server_addresses(kube) -> list[str]:

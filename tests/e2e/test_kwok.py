@@ -107,6 +107,27 @@ def test_kwok_runs_the_pods_bound_to_its_nodes(api, cloud, namespace):
         api.delete(f"{NODES}/{name}")
 
 
+def test_a_node_its_kubelet_posts_not_ready_stays_so_until_it_posts_ready(api, cloud):
+    name = _node(api, cloud, "kwok-kubelet")
+    try:
+        kwok.wait_ready(api, name)
+        time.sleep(1.5)  # so that the transition's second differs from the Node's creation
+        kwok.post_ready(api, name, False)
+        time.sleep(3)  # kwok's node-initialize, were it drawn, would have posted Ready=True by now
+        ready = kwok.ready(api.get(f"{NODES}/{name}"))
+        assert (ready["status"], ready["reason"]) == ("False", kwok.KUBELET_NOT_READY)
+        # The kubelet is alive all along: its Lease is still renewed.
+        before = _renewal(api, name)
+        wait_for(lambda: _renewal(api, name) != before, "a renewal", timeout=kwok.FAST.lease_seconds, interval=0.2)
+        assert kwok.ready(api.get(f"{NODES}/{name}"))["status"] == "False"
+
+        kwok.post_ready(api, name, True)
+        back = kwok.ready(api.get(f"{NODES}/{name}"))
+        assert back["status"] == "True" and back["lastTransitionTime"] >= ready["lastTransitionTime"]
+    finally:
+        api.delete(f"{NODES}/{name}")
+
+
 def test_the_not_ready_label_makes_a_live_node_report_not_ready(api, cloud):
     name = _node(api, cloud, "kwok-notready")
     try:
