@@ -35,7 +35,9 @@ is what this 2-core machine keeps up with (200 s at 5,000 Nodes).
   moment more Nodes than the policy allows are not Ready, and FencingRequests
   for them are counted while it holds (the goal is none); then all but
   ``--stay-dead`` come back, and the time until the guard releases and the
-  survivors' FencingRequests exist is taken.
+  survivors' FencingRequests exist is taken. The storm begins on a cluster at
+  rest: once Metacontroller's Node queue holds fewer syncs than 1 % of the
+  Nodes (the Nodes' first syncs behind it); its depth is sampled throughout.
 
 Prints Markdown rows for docs/performance.md.
 """
@@ -404,6 +406,45 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 
+class QueueDepth:
+    """Metacontroller's Node queue (workqueue ``DecoratorController-node``), sampled every second on a thread:
+    how many Node syncs wait at any moment."""
+
+    NAME = "DecoratorController-node"
+
+    def __init__(self, cluster: Cluster):
+        import threading
+
+        self.url = f"http://127.0.0.1:{cluster.ports.metacontroller_metrics}/metrics"
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="queue-depth")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                text = requests.get(self.url, timeout=5).text
+            except requests.RequestException:
+                continue
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "workqueue_depth" and sample.labels.get("name") == self.NAME:
+                        self.samples.append((time.monotonic(), sample.value))
+
+    def at(self, moment: float) -> float | None:
+        """The depth sampled last before ``moment`` (time.monotonic())."""
+        before = [depth for at, depth in self.samples if at <= moment]
+        return before[-1] if before else None
+
+    def most(self, start: float, end: float) -> float | None:
+        within = [depth for at, depth in self.samples if start <= at <= end]
+        return max(within) if within else None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def not_ready_nodes(api: AdminApi) -> int:
     """How many Nodes are not Ready now, from a Table list (what ``kubectl get nodes`` prints)."""
     rows = api.get(NODES, accept=TABLE, timeout=60)["rows"]
@@ -445,6 +486,11 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
             return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "StormGuard"), None)
         wait_for(lambda: guard() == "False", "the policy counted its healthy nodes", timeout=max(300, nodes / 10),
                  interval=1)
+        # A cluster at rest, as the storm finds a real one: Metacontroller has worked through the Nodes' first
+        # syncs (made, finalizer added, posted Ready by kwok), and no more than a few Node syncs wait.
+        queue = QueueDepth(cluster)
+        wait_progress(lambda: nodes - (queue.at(time.monotonic()) if queue.samples else nodes), nodes - nodes // 100,
+                      "Metacontroller's Node queue drained (nodes minus the syncs waiting)", stall=300)
         sizes_before = metrics.histogram("nodewarden_hook_request_bytes", "node-fencing-policy")["buckets"]
         dead = names[:int(nodes * dead_fraction)]
         allowed = nodes * max_unhealthy // 100
@@ -472,6 +518,9 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
         wait_for(lambda: {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} >= set(survivors),
                  "FencingRequests for the nodes still dead", timeout=600, interval=1)
         resumed_after = time.monotonic() - t1
+        came_back = {r["spec"]["nodeRef"]["name"] for r in api.get(REQUESTS)["items"]} & set(dead[stay_dead:])
+        queue.stop()
+        fenced_at = time.monotonic()
         sizes_after = metrics.histogram("nodewarden_hook_request_bytes", "node-fencing-policy")["buckets"]
         return {"nodes": nodes, "dead": len(dead), "allowed": allowed, "releaseSeconds": round(released, 1),
                 "stormGuardTrueAfterSeconds": round(held_at - t0, 1),
@@ -485,7 +534,15 @@ def storm(nodes: int, dead_fraction: float, stay_dead: int, duration: str) -> di
                 "fencingRequestsOutsideThePartition": len(fenced_nodes - set(dead)), "stayedDead": stay_dead,
                 "guardReleasedAfterSeconds": round(released_after, 1),
                 "guardReleasedAfterFewEnoughNotReadySeconds": round(release_lag, 1),
-                "fencingResumedAfterSeconds": round(resumed_after, 1)}
+                "fencingResumedAfterSeconds": round(resumed_after, 1),
+                # Nodes of the storm that came back and were asked to be fenced all the same (the goal is none).
+                "fencingRequestsForNodesThatCameBack": len(came_back),
+                # Node syncs waiting in Metacontroller's queue: as the storm began, at most while it held, as
+                # the recovery began, at the release, at most after it, and when the survivors were fenced.
+                "nodeQueueDepth": {"stormBegan": queue.at(t0), "mostWhileHeld": queue.most(t0, t1),
+                                   "recoveryBegan": queue.at(t1), "released": queue.at(released_at),
+                                   "mostAfterRelease": queue.most(released_at, fenced_at),
+                                   "survivorsFenced": queue.at(fenced_at)}}
 
 
 def main() -> int:

@@ -34,6 +34,7 @@ from hooks.recent import Recent
 
 log = logging.getLogger(__name__)
 PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
+DEFERRED = "Deferred"  # Outcome.code of an action a Gate put off to the next call: not tried, not a failure
 
 
 def _namespaced(target: str) -> tuple[str, str]:
@@ -150,6 +151,22 @@ class Gate:
     """
 
     def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        return None
+
+
+class Budget(Gate):
+    """Puts every action off to the next call once this one has run ``seconds``; the first always runs, so
+    however many actions a call plans, it answers within its budget and each call makes progress."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] | None = None):
+        import time
+
+        self.seconds, self.clock = seconds, clock or time.monotonic
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        if outcomes and self.clock() >= started + self.seconds:
+            return Outcome(action, False, "put off to the next call: this call's time budget is used up",
+                           code=DEFERRED)
         return None
 
 

@@ -189,8 +189,9 @@ def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: l
     parent = events.ref(request.parent)
     sent = list(plan.events)
     sent += [o.action.reports for o in outcomes if o.ok and o.action.reports is not None]
-    if controller.FAILURE_REASON and any(not o.ok for o in outcomes):
-        sent.append(events.warning(controller.FAILURE_REASON, actuators.failure_text(outcomes)))
+    failed = [o for o in outcomes if not o.ok and o.code != actuators.DEFERRED]  # put off is not failed
+    if controller.FAILURE_REASON and failed:
+        sent.append(events.warning(controller.FAILURE_REASON, actuators.failure_text(failed)))
     for event in sent:
         ctx.events.record(controller.NAME, event.about or parent, event)
 

@@ -104,6 +104,24 @@ def _granted(objects: list[dict], account: tuple[str, str]) -> set[tuple[str, st
     return granted
 
 
+def test_the_hook_server_creates_fencing_requests_in_its_own_namespace_only(aws_objects):
+    """node-fencing-policy makes an admitted node's FencingRequest itself: granted by a Role in the namespace
+    where requests are honoured, never cluster-wide."""
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    namespace = deploy["metadata"]["namespace"]
+    account = (namespace, deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    assert ("nodewarden.io", "fencingrequests", "create") not in _granted(aws_objects, account)
+    roles = {o["metadata"]["name"]: o for o in aws_objects if o["kind"] == "Role"}
+    granted = set()
+    for binding in (o for o in aws_objects if o["kind"] == "RoleBinding"):
+        if any((s.get("namespace"), s.get("name")) == account for s in binding.get("subjects") or []):
+            role = roles[binding["roleRef"]["name"]]
+            assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+            granted |= {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                        for v in rule["verbs"]}
+    assert ("nodewarden.io", "fencingrequests", "create") in granted
+
+
 @pytest.mark.parametrize("kind", ["AWSCluster", "AWSManagedControlPlane"])
 def test_the_hook_server_may_re_read_cluster_gc_parents(aws_objects, kind):
     """cluster-gc deletes nothing without a fresh read of its parent; a Forbidden read would hold every cluster."""

@@ -135,6 +135,13 @@ def test_reports_go_out_only_for_actions_that_succeeded_and_a_failure_is_said_on
     assert ctx.kube.reasons() == ["Decided", "DidA", "FakeFailed"]
 
 
+def test_an_action_put_off_by_the_calls_budget_is_not_run_and_not_a_failure(ctx, test_actuators):
+    plan = Plan({}, [Action("test.ok", "a"), Action("test.ok", "b")], gate=actuators.Budget(0))
+    response = pipeline.run(_fake_controller(plan), _node_request(), ctx)
+    assert test_actuators == ["a"], "the first always runs; the budget was used up by then"
+    assert response["settled"] == ["b"] and "FakeFailed" not in ctx.kube.reasons()
+
+
 def test_an_unverified_request_runs_only_what_unverified_keeps(ctx, test_actuators):
     from hooks.kube import fresh
 

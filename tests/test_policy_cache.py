@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+
+from hooks.contract import ObjectGroups
 import datetime as dt
 import json
 import pathlib
@@ -126,6 +128,54 @@ def test_a_node_that_could_not_be_told_is_told_again():
     settled = node_fencing_policy.settle(request, plan, [Outcome(told[0], False, error="conflict")],
                                          _settings(), NOW)
     assert told[0].target not in settled.response["status"]["announcedNodeNames"]
+
+
+def test_each_admitted_node_gets_its_fencing_request_made_before_it_is_told():
+    """The FencingRequest is made first (node-fencing decides, on the API server's objects), then the
+    annotation brings the Node's own sync, which then finds the request made instead of racing to make it."""
+    request, _ = _policy_request("count-failed-keeps-the-last-count")
+    plan = node_fencing_policy.decide(request, _settings(), NOW, {})
+    announcing = [(a.kind, a.target) for a in plan.actions if a.kind in ("kube.start-fencing", "kube.annotate-node")]
+    names_ = request.parent["status"]["unhealthyNodeNames"]
+    assert announcing == [(kind, n) for n in names_ for kind in ("kube.start-fencing", "kube.annotate-node")]
+    start = next(a for a in plan.actions if a.kind == "kube.start-fencing")
+    assert start.params == {"decorator": "node", "uid": start.params["uid"]} and start.params["uid"]
+
+
+def test_announcements_put_off_by_the_calls_budget_are_made_on_the_next_call(make_ctx, monkeypatch):
+    """However many nodes a count admits at once, a call announces only what fits in its budget (it must
+    answer, and write its status, well within Metacontroller's hook timeout); the rest stay untold, with no
+    failure reported, and the next call comes within a second."""
+    from hooks import actuators
+
+    request, _ = _policy_request("count-failed-keeps-the-last-count")
+    status = request.parent["status"]
+    admitted = [f"n{i}" for i in range(40)]
+    records = {f"n{i}": {"apiVersion": "nodewarden.io/v1alpha1", "kind": "UnhealthyNode",
+                         "metadata": {"name": f"n{i}"}, "spec": {"nodeUID": f"uid-{i}"}} for i in range(40)}
+    crowded = dataclasses.replace(request, parent={**request.parent, "status": {**status, "unhealthyNodeNames": admitted}},
+                                  related=ObjectGroups.parse({"UnhealthyNode.nodewarden.io/v1alpha1": records}, "related"))
+    clock = [0.0]
+    ran = []
+
+    def slow(ctx, action):
+        ran.append((action.kind, action.target))
+        clock[0] += 0.3
+
+    for kind in ("kube.start-fencing", "kube.annotate-node"):
+        monkeypatch.setitem(actuators.ACTUATORS, kind, slow)
+    ctx = make_ctx(now=NOW, kube=FakeKube())
+    plan = node_fencing_policy.decide(crowded, ctx.settings, NOW, {})
+    assert isinstance(plan.gate, actuators.Budget) and plan.gate.seconds == node_fencing_policy.ANNOUNCE_BUDGET_SECONDS
+    gate = actuators.Budget(plan.gate.seconds, clock=lambda: clock[0])  # the test's clock: 0.3 s an action
+    outcomes = actuators.act(node_fencing_policy.NAME, plan.actions, ctx, gate, 0.0)
+    told_now = {t for k, t in ran if k == "kube.annotate-node"}
+    assert 0 < len(told_now) < 40 and len(ran) <= 2 * node_fencing_policy.ANNOUNCE_BUDGET_SECONDS / 0.3 + 1
+    settled = node_fencing_policy.settle(crowded, plan, outcomes, ctx.settings, NOW)
+    assert set(settled.response["status"]["announcedNodeNames"]) == told_now
+    assert settled.response["resyncAfterSeconds"] <= 1.0
+    deferred = [o for o in outcomes if o.code == actuators.DEFERRED]
+    assert deferred and all(not o.ok for o in deferred)
 
 
 def _settings():

@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import conditions, events, fields, pipeline, runtime, timefmt
+from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.controllers import node as node_decorator
@@ -34,6 +34,10 @@ from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Outcome, Plan, backoff
 
 NAME = "node-fencing-policy"
+# A count that admits hundreds of nodes at once (the tail of a storm's recovery) announces them over several
+# calls, each within this many seconds, well under Metacontroller's 10 s hook timeout: a call that ran past it
+# would write no status, and the same nodes would be announced again and again.
+ANNOUNCE_BUDGET_SECONDS = 2.0
 # The DecoratorController whose attachment a Node's FencingRequest is (metacontroller/node.yaml).
 NODE_DECORATOR = node_decorator.NAME
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -112,7 +116,8 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         resync = min(resync, 1.0)  # admitted on this count: told on the next call, once the count is written
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said,
                 # Unverified, nothing was listed: ``listing`` is the status's, as gather reads it.
-                verify=not request.verified and _list_due(policy, judged, listing, now, settings))
+                verify=not request.verified and _list_due(policy, judged, listing, now, settings),
+                gate=actuators.Budget(ANNOUNCE_BUDGET_SECONDS))
 
 
 def _announcements(previous: dict, generation, request: HookRequest) -> tuple[list[Action], list[str] | None]:
@@ -139,11 +144,12 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
     actions = []
     for name in admitted:
         if isinstance(name, str) and name not in told and name in uids:
+            # Its FencingRequest now, if node-fencing's own decision on the API server's objects makes one (the
+            # Node's sync may wait behind every other Node in Metacontroller's one queue), and made before the
+            # annotation brings that sync, which would otherwise race to make the same request.
+            actions.append(Action("kube.start-fencing", name, {"uid": uids[name], "decorator": NODE_DECORATOR}))
             actions.append(Action("kube.annotate-node", name, {"annotations": {names.COUNT_ANNOTATION: counted},
                                                                "uid": uids[name]}))
-            # And its FencingRequest now, if node-fencing's own decision on the API server's objects makes one:
-            # the Node's sync may wait behind every other Node in Metacontroller's one queue.
-            actions.append(Action("kube.start-fencing", name, {"uid": uids[name], "decorator": NODE_DECORATOR}))
     return actions, sorted({n for n in admitted if isinstance(n, str) and (n in told or n in uids)})
 
 
@@ -224,13 +230,17 @@ unverified = pipeline.refuse  # the answer decided on the body, with no list, no
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
            now: dt.datetime) -> Plan:
-    """A Node that could not be told stays untold, so the next call tells it again."""
-    untold = {o.action.target for o in outcomes if not o.ok and o.action.kind == "kube.annotate-node"}
+    """A Node that could not be told, or whose announcement this call put off, stays untold, so the next call
+    tells it again. A FencingRequest that could not be made is left to the Node's own sync, which the
+    annotation brings."""
+    untold = {o.action.target for o in outcomes if not o.ok and (
+        o.action.kind == "kube.annotate-node" or o.code == actuators.DEFERRED)}
     status = plan.response.get("status")
     if not untold or not isinstance(status, dict) or "announcedNodeNames" not in status:
         return plan
     status = dict(status, announcedNodeNames=[n for n in status["announcedNodeNames"] if n not in untold])
-    return dataclasses.replace(plan, response=dict(plan.response, status=status))
+    resync = min(plan.response.get("resyncAfterSeconds") or 1.0, 1.0)  # told on the next call, once written
+    return dataclasses.replace(plan, response=dict(plan.response, status=status, resyncAfterSeconds=resync))
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
