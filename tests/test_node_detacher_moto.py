@@ -235,6 +235,9 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         assert ["tg", world["ours"], 30443] in done and ["tg", world["lbc"], 31000] not in done
         assert names.ERROR not in h.node["metadata"]["annotations"], "a background failure is redone, not reported"
 
+        waiting = h.sync()  # within the grace after the exclude step: its calls may still be under way
+        assert calls.count(world["lbc"]) == 1 and waiting["resyncAfterSeconds"] <= 1
+        h.node["metadata"]["annotations"][names.DEREGISTERING_SINCE] = "2026-01-01T00:00:00Z"  # long past it
         failed = h.sync()  # deregister step: only what is left, and it fails again
         ann = h.node["metadata"]["annotations"]
         assert "Throttling" in ann[names.ERROR]

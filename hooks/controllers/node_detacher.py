@@ -54,6 +54,10 @@ _REASONS = {
 # Look again this soon after the exclude step: by then its background deregistrations have usually been
 # recorded; if not (they failed, or their process went), the deregister step makes them within the call.
 _LABEL_SETTLE_SECONDS = 1.0
+# How long after the exclude step its background deregistrations are taken to be under way: a deregister step
+# within it waits for their record instead of making the same calls again (the label write's own watch event
+# brings that step at once). Past it, the step makes what is unrecorded itself, where failures are reported.
+_BACKGROUND_GRACE_SECONDS = 10.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
 _TAINT_SETTLE_SECONDS = 0.2
 
@@ -215,15 +219,17 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
     # deregistrations may follow at once instead of one pass through Metacontroller's queue later. Nothing
     # else is left for Metacontroller to write on the Node in this call: its update, made from the Node as
     # its cache had it, would conflict with ours.
-    # What the call read of the Node (the API server's copy once verified): the write is tested against it.
-    seen = {key: request.meta.get(key) for key in ("uid", "resourceVersion", "labels", "annotations")}
-    actions = [Action("kube.label-node", request.name, {"labels": labels, "annotations": annotations, "uid": uid,
-                                                        "seen": seen})]
     memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
     done = set(sit.deregistered or ())
     pending = [m for m in memberships if m not in done]
     deregistrations = _membership_actions("deregister", pending, sit, record=True, background=True) \
         if sit.instance_id is not None else []
+    if deregistrations:  # said with the label, so the next step knows they are under way
+        annotations[names.DEREGISTERING_SINCE] = timefmt.fmt(now)
+    # What the call read of the Node (the API server's copy once verified): the write is tested against it.
+    seen = {key: request.meta.get(key) for key in ("uid", "resourceVersion", "labels", "annotations")}
+    actions = [Action("kube.label-node", request.name, {"labels": labels, "annotations": annotations, "uid": uid,
+                                                        "seen": seen})]
     background_said = [_deregistered_event(sit, deregistrations)] if deregistrations else []
     return Plan(response, actions + deregistrations, said, background_events=background_said)
 
@@ -258,6 +264,13 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
     done = set(sit.deregistered or ())
     pending = [m for m in memberships if m not in done]
+    handed = timefmt.seconds_since(request.annotations.get(names.DEREGISTERING_SINCE), now)
+    if pending and handed is not None and 0 <= handed < _BACKGROUND_GRACE_SECONDS \
+            and not _deletion_deadline_passed(request, settings, now):
+        # The exclude step's calls are under way, in this process or another: their record comes within
+        # seconds. (The annotation can only delay this step; the calls themselves are the exclude step's.)
+        return Plan(decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS,
+                                       finalized=False if request.finalizing else None))
     # Each recorded as deregistered only once its call succeeded; the record is
     # written by this call, so a conflict on Metacontroller's write cannot lose it.
     actions = _membership_actions("deregister", pending, sit, record=True)
@@ -492,9 +505,11 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     annotations = dict(response.get("annotations") or {})
     for o in failed:
         if o.action.kind == "kube.label-node":
-            # Not written by the hook: Metacontroller writes them, and the next call deregisters.
+            # Not written by the hook: Metacontroller writes them, and the next call deregisters (nothing was
+            # handed over, so nothing is said to be under way).
             response = dict(response, labels={**(response.get("labels") or {}), **o.action.params["labels"]})
-            annotations.update(o.action.params["annotations"])
+            annotations.update({k: v for k, v in o.action.params["annotations"].items()
+                                if k != names.DEREGISTERING_SINCE})
     if any(o.action.kind.endswith(".register") for o in failed):
         # Re-attach incomplete: keep detach state, remember what still needs registering.
         failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}

@@ -19,6 +19,8 @@ EXCLUDE_VALUE = "nodewarden"
 SINCE = "nodewarden.io/detaching-since"
 REASON = "nodewarden.io/detach-reason"
 DEREGISTERED = "nodewarden.io/deregistered"
+# When the exclude step handed its deregistrations over (written with the label, only then).
+DEREGISTERING_SINCE = "nodewarden.io/deregistering-since"
 DETACHED_AT = "nodewarden.io/detached-at"
 ERROR = "nodewarden.io/detach-error"
 ATTEMPTS = "nodewarden.io/detach-attempts"
@@ -26,7 +28,8 @@ FOR_POD = "nodewarden.io/detach-for-pod"
 FOR_POD_SINCE = "nodewarden.io/detach-for-pod-since"
 REATTACH_FAILING_SINCE = "nodewarden.io/reattach-failing-since"
 
-OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DETACHED_AT, ERROR, ATTEMPTS, REATTACH_FAILING_SINCE)
+OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DEREGISTERING_SINCE, DETACHED_AT, ERROR, ATTEMPTS,
+                   REATTACH_FAILING_SINCE)
 
 ATTACHMENT_API = "nodewarden.io/v1alpha1"
 ATTACHMENT_KIND = "Attachment"
