@@ -226,6 +226,10 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
         if sit.instance_id is not None else []
     if deregistrations:  # said with the label, so the next step knows they are under way
         annotations[names.DEREGISTERING_SINCE] = timefmt.fmt(now)
+    elif sit.instance_id is not None and observed.get("discovery") is not None:
+        # Looked up, and in no load balancer not already left: recorded with the label, so no deregister step
+        # (a sync and a write) follows for nothing. Never when the look-up failed: unknown is not none.
+        annotations[names.DEREGISTERED] = targets.encode(done | set(memberships))
     # What the call read of the Node (the API server's copy once verified): the write is tested against it.
     seen = {key: request.meta.get(key) for key in ("uid", "resourceVersion", "labels", "annotations")}
     actions = [Action("kube.label-node", request.name, {"labels": labels, "annotations": annotations, "uid": uid,
@@ -269,7 +273,10 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
             and not _deletion_deadline_passed(request, settings, now):
         # The exclude step's calls are under way, in this process or another: their record comes within
         # seconds. (The annotation can only delay this step; the calls themselves are the exclude step's.)
-        return Plan(decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS,
+        # Its Attachment is not asked for again while Metacontroller's cache may not show it yet: created
+        # twice, the second create fails the whole sync.
+        return Plan(decorator_response(attachments=attachments if sit.attachment is not None else [],
+                                       resync_after=_LABEL_SETTLE_SECONDS,
                                        finalized=False if request.finalizing else None))
     # Each recorded as deregistered only once its call succeeded; the record is
     # written by this call, so a conflict on Metacontroller's write cannot lose it.
