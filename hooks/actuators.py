@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
@@ -49,6 +50,12 @@ def _annotate_node(ctx: runtime.Context, a: Action) -> None:
         nodes.annotate(ctx.kube, a.target, a.params["annotations"], a.params["uid"])
         return
     ctx.kube.merge_patch(Node, a.target, {"metadata": {"annotations": a.params["annotations"]}})
+
+
+def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
+    from hooks.controllers import node_fencing  # the controller's own decision; it acts through this module
+
+    return node_fencing.start_now(ctx, a.target, a.params["uid"], a.params["decorator"])
 
 
 # Actuators that hand their work over and return a ticket (a callable that waits for the result): a run of
@@ -86,7 +93,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                            labels=a.params.get("labels"),
                                                            annotations=a.params.get("annotations"),
                                                            seen=a.params.get("seen")),
-    "kube.start-fencing": lambda ctx, a: _start_fencing(ctx, a),
+    "kube.start-fencing": _start_fencing,
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
@@ -126,12 +133,6 @@ def _count_disruption(a: Action) -> None:
         MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc()
 
 
-def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
-    from hooks.controllers import node_fencing  # the controller's own decision; it acts through this module
-
-    return node_fencing.start_now(ctx, a.target, a.params["uid"], a.params["decorator"])
-
-
 def _launch(ctx: runtime.Context, a: Action) -> dict:
     p = a.params
     return instances.launch(
@@ -158,10 +159,8 @@ class Budget(Gate):
     """Puts every action off to the next call once this one has run ``seconds``; the first always runs, so
     however many actions a call plans, it answers within its budget and each call makes progress."""
 
-    def __init__(self, seconds: float, clock: Callable[[], float] | None = None):
-        import time
-
-        self.seconds, self.clock = seconds, clock or time.monotonic
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock = seconds, clock
 
     def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
         if outcomes and self.clock() >= started + self.seconds:

@@ -97,10 +97,11 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
             plan = Plan(controller.unverified(request, plan, ctx, str(exc)).response)
     if released:
         plan = dataclasses.replace(plan, response=dict(plan.response, finalized=True))
-    foreground = [a for a in plan.actions if not a.background]
-    outcomes = actuators.act(controller.NAME, foreground, ctx, plan.gate, started)
-    if len(foreground) < len(plan.actions) and request.verified and all(o.ok for o in outcomes):
-        in_background(controller, request, plan, ctx)
+    background = [a for a in plan.actions if a.background]
+    outcomes = actuators.act(controller.NAME, [a for a in plan.actions if not a.background], ctx, plan.gate,
+                             started)
+    if background and request.verified and all(o.ok for o in outcomes):
+        in_background(controller, request, background, plan.background_events, ctx)
     settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,
                    persist=plan.persist)
     if any(not o.ok for o in outcomes):
@@ -162,10 +163,11 @@ def persisted(controller: Controller, request: HookRequest, plan: Plan, ctx: run
     return dataclasses.replace(plan, response=dict(plan.response, annotations=kept))
 
 
-def in_background(controller: Controller, request: HookRequest, plan: Plan, ctx: runtime.Context) -> None:
-    """Carry the plan's background actions on after the call: once they have answered, the records of those
-    that succeeded are written to the parent Node (merged with what it has by then, with its uid as the
-    precondition), and ``background_events`` are sent if every one succeeded. One that failed records
+def in_background(controller: Controller, request: HookRequest, actions: list[Action], said: list,
+                  ctx: runtime.Context) -> None:
+    """Carry ``actions`` on after the call: once they have answered, the records of those that succeeded are
+    written to the parent Node (merged with what it has by then, with its uid as the precondition), and the
+    Events ``said`` are sent if every one succeeded. One that failed records
     nothing, so the next call does its step again, in the call, where a failure is reported."""
     uid = request.meta.get("uid")
     parent = events.ref(request.parent)
@@ -177,10 +179,10 @@ def in_background(controller: Controller, request: HookRequest, plan: Plan, ctx:
             if not actuators.act(controller.NAME, [write], ctx)[0].ok:
                 return
         if all(o.ok for o in outcomes):
-            for event in plan.background_events:
+            for event in said:
                 ctx.events.record(controller.NAME, event.about or parent, event)
 
-    actuators.act_in_background(controller.NAME, [a for a in plan.actions if a.background], ctx, done)
+    actuators.act_in_background(controller.NAME, actions, ctx, done)
 
 
 def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: list[Outcome],

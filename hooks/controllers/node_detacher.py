@@ -219,9 +219,7 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
     # deregistrations may follow at once instead of one pass through Metacontroller's queue later. Nothing
     # else is left for Metacontroller to write on the Node in this call: its update, made from the Node as
     # its cache had it, would conflict with ours.
-    memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
-    done = set(sit.deregistered or ())
-    pending = [m for m in memberships if m not in done]
+    memberships, done, pending = _left(sit, attachments)
     deregistrations = _membership_actions("deregister", pending, sit, record=True, background=True) \
         if sit.instance_id is not None else []
     if deregistrations:  # said with the label, so the next step knows they are under way
@@ -236,6 +234,13 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
                                                         "seen": seen})]
     background_said = [_deregistered_event(sit, deregistrations)] if deregistrations else []
     return Plan(response, actions + deregistrations, said, background_events=background_said)
+
+
+def _left(sit: phases.Situation, attachments: list[dict]) -> tuple[list, set, list]:
+    """The memberships the desired Attachment lists, those recorded as deregistered, and those left to go."""
+    memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
+    done = set(sit.deregistered or ())
+    return memberships, done, [m for m in memberships if m not in done]
 
 
 def _deregistered_event(sit: phases.Situation, actions: list[Action]) -> events.Event:
@@ -265,9 +270,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
         return _failure(request, settings, now, f"cannot detach: {sit.provider_error}", attachments)
     if observed.get("discoveryError"):
         return _failure(request, settings, now, f"load balancer discovery failed: {observed['discoveryError']}", attachments)
-    memberships = targets.from_attachment_spec(attachments[0]["spec"]) if attachments else []
-    done = set(sit.deregistered or ())
-    pending = [m for m in memberships if m not in done]
+    memberships, done, pending = _left(sit, attachments)
     handed = timefmt.seconds_since(request.annotations.get(names.DEREGISTERING_SINCE), now)
     if pending and handed is not None and 0 <= handed < _BACKGROUND_GRACE_SECONDS \
             and not _deletion_deadline_passed(request, settings, now):

@@ -3,6 +3,7 @@ claims' access modes, the FencingRequests of every namespace (and one made as a 
 and the API server's own addresses."""
 from __future__ import annotations
 
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.storage_v1 import VolumeAttachment
@@ -75,8 +76,8 @@ def create_node_attachment(kube, obj: dict, node: dict, decorator: str) -> bool:
                                 "annotations": {**(obj["metadata"].get("annotations") or {}), CLAIM: decorator}}}
     try:
         kube.create(FencingRequest.from_dict(body), namespace=body["metadata"]["namespace"])
-    except Exception as exc:  # noqa: BLE001 - only "already there" is an answer; the rest is the caller's
-        if getattr(getattr(exc, "status", None), "code", None) == 409:
+    except ApiError as exc:
+        if exc.status.code == 409:  # AlreadyExists: made meanwhile (by the Node's own sync)
             return False
         raise
     return True

@@ -2,7 +2,6 @@
 not Ready, in one compact list; labels and annotations set on the one Node a decision was made on."""
 from __future__ import annotations
 
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
 from hooks.fencing import selectors
@@ -45,23 +44,12 @@ def write_metadata(kube, name: str, uid: str, *, labels: dict[str, str] | None =
     resourceVersion, labels and annotations), saves the first read: the
     write is tested against that resourceVersion, and only a conflict reads.
     """
-    def ops(current_labels, current_annotations):
-        return (_map_ops(current_labels, "labels", labels or {})
-                + _map_ops(current_annotations, "annotations", annotations or {}))
+    def ops(node):
+        return (_map_ops(node.metadata.labels, "labels", labels or {})
+                + _map_ops(node.metadata.annotations, "annotations", annotations or {}))
 
-    if seen and seen.get("uid") == uid and isinstance(seen.get("resourceVersion"), str):
-        first = ops(seen.get("labels"), seen.get("annotations"))
-        if not first:
-            return False
-        try:
-            kube.json_patch(Node, name, [{"op": "test", "path": "/metadata/uid", "value": uid},
-                                         {"op": "test", "path": "/metadata/resourceVersion",
-                                          "value": seen["resourceVersion"]}, *first])
-            return True
-        except ApiError as exc:
-            if exc.status.code not in (409, 422):  # anything but "somebody wrote first" is an answer
-                raise
-    return edit(kube, name, lambda node: ops(node.metadata.labels, node.metadata.annotations), uid)
+    first = Node.from_dict({"metadata": seen}) if seen and isinstance(seen.get("resourceVersion"), str) else None
+    return edit(kube, name, ops, uid, first=first)
 
 
 def record(kube, name: str, changes: list, uid: str) -> bool:

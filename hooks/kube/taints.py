@@ -26,24 +26,26 @@ class NodeReplaced(RuntimeError):
     """The Node under that name is not the one the caller verified."""
 
 
-def edit(kube, name: str, change, uid: str | None = None) -> bool:
+def edit(kube, name: str, change, uid: str | None = None, first=None) -> bool:
     """Apply ``change(node) -> JSON patch operations or None`` to the Node; True when it changed.
 
     The patch is tested against the resourceVersion read, so a concurrent
     writer makes it read again and retry. With ``uid``, only the Node of that
-    uid is written (the resourceVersion test then keeps it the same object up
-    to the patch).
+    uid is written (tested in the patch too, so it stays the same object up
+    to the write). ``first``, the Node as the API server answered it earlier
+    in this call, stands for the first read: only a conflict reads again.
     """
     for attempt in range(_ATTEMPTS):
-        node = kube.get(Node, name)
+        node = first if attempt == 0 and first is not None else kube.get(Node, name)
         if uid and node.metadata.uid != uid:
             raise NodeReplaced(f"Node {name} is now uid {node.metadata.uid}, not {uid}: not written")
         ops = change(node)
         if not ops:
             return False
+        tests = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
         try:
             kube.json_patch(Node, name, [
-                {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resourceVersion},
+                *tests, {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resourceVersion},
                 *ops])
             return True
         except ApiError as exc:
