@@ -123,7 +123,7 @@ class HookMetrics:
     """The hook server's /metrics, parsed."""
 
     def __init__(self, cluster: Cluster):
-        self.url = f"{cluster.hooks_metrics_url}/metrics"
+        self.url = f"{cluster.hook_server.metrics_url}/metrics"
 
     def samples(self) -> list:
         text = requests.get(self.url, timeout=10).text

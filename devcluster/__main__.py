@@ -120,7 +120,7 @@ def _print_summary(cluster: Cluster, *, with_demo: bool) -> None:
 devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(cluster.layout.logs)}/
   API server   {cluster.api_server}   kubeconfig {kc}
   moto (AWS)   {cluster.moto_endpoint}
-  hook server  {cluster.hooks_url}   metrics {cluster.hooks_metrics_url}/metrics
+  hook server  {cluster.hook_server.url}   metrics {cluster.hook_server.metrics_url}/metrics
   Prometheus   {cluster.prometheus_url}   (API; scrapes the hook server and Metacontroller, nodewarden's alerts loaded:
                {cluster.prometheus_url}/api/v1/alerts, promtool query instant {cluster.prometheus_url} 'nodewarden_events_total')
   {cluster.metacontroller.describe()}

@@ -29,6 +29,7 @@ from . import components, kubeconfig, kwok, manifests, pki, prometheus
 from . import metacontroller as mc
 from .api import AdminApi
 from .components import Ports
+from .hook_endpoint import HookEndpoint
 from .kubelet import LOG_NAME as KUBELET_LOG, KubeletStandin
 from .layout import Layout
 from .procs import Supervisor
@@ -71,6 +72,7 @@ class Cluster:
         self.kubelet_standin: KubeletStandin | None = None
         # Set when the running Metacontroller can authenticate itself (v4.16+): HTTPS and a token.
         self.hook_credentials: pki.HookCredentials | None = None
+        self._second_hook_server: HookEndpoint | None = None
 
     # -- public ------------------------------------------------------------
     @property
@@ -86,27 +88,28 @@ class Cluster:
         return f"http://127.0.0.1:{self.ports.moto}"
 
     @property
-    def hooks_url(self) -> str:
-        scheme = "https" if self.hook_credentials else "http"
-        return f"{scheme}://127.0.0.1:{self.ports.hooks}"
-
-    @property
-    def hooks_metrics_url(self) -> str:
-        """/metrics, /healthz and /readyz of the hook server: plain HTTP, open."""
-        return f"http://127.0.0.1:{self.ports.hooks_metrics}"
+    def hook_server(self) -> HookEndpoint:
+        """The stack's own hook server, the one Metacontroller calls."""
+        return HookEndpoint(self.ports.hooks, self.ports.hooks_metrics, self.hook_credentials)
 
     @property
     def prometheus_url(self) -> str:
         """Prometheus' HTTP API; it scrapes the hook server and Metacontroller, with the alerts loaded."""
         return f"http://127.0.0.1:{self.ports.prometheus}"
 
-    def hook_session(self) -> requests.Session:
-        """A client that calls the hooks as Metacontroller does: with the token, trusting the hook CA."""
-        session = requests.Session()
+    def authenticated_hook_server(self) -> HookEndpoint:
+        """A hook server behind the door Metacontroller v4.16+ passes (HTTPS, a bearer token): the
+        stack's own where it authenticates; otherwise a second one beside it, started once, set up as
+        the stack sets its own up for v4 (the same API server identity, AWS and settings) and called
+        by nobody but the caller, so both lines in front of the hooks can be tested on any release."""
         if self.hook_credentials:
-            session.verify = str(self.hook_credentials.ca_cert)
-            session.headers["Authorization"] = f"Bearer {self.hook_credentials.token.read_text().strip()}"
-        return session
+            return self.hook_server
+        if self._second_hook_server is None:
+            credentials = pki.hook_credentials(self.layout.workdir / "second-hook-credentials")
+            endpoint = HookEndpoint(free_port(), free_port(), credentials)
+            self._run_hook_server("hooks-authenticated", endpoint, self.layout.workdir / "second-hook-metrics")
+            self._second_hook_server = endpoint
+        return self._second_hook_server
 
     def aws_env(self) -> dict[str, str]:
         return {
@@ -276,7 +279,7 @@ class Cluster:
             self.hooks_service_account = accounts[0]["metadata"]["name"]
             self.hooks_namespace = accounts[0]["metadata"].get("namespace", self.hooks_namespace)
         secrets = self._hook_auth(docs)
-        manifests.point_hooks_at(docs, self.hooks_url)
+        manifests.point_hooks_at(docs, self.hook_server.url)
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
         rest, self._controllers = manifests.split_controllers(docs)
         rest = crds + manifests.capa_crds(self.layout) + rest + secrets
@@ -313,6 +316,9 @@ class Cluster:
         kubeconfig.write_token(self.layout.hooks_kubeconfig, self.api_server, self._pki.ca_cert,
                                f"system:serviceaccount:{self.hooks_namespace}:{self.hooks_service_account}",
                                token)
+        self._run_hook_server("hooks", self.hook_server, self.layout.workdir / "metrics")
+
+    def _run_hook_server(self, name: str, endpoint: HookEndpoint, metrics_dir: Path) -> None:
         env = {
             **os.environ,
             **self.aws_env(),
@@ -320,18 +326,18 @@ class Cluster:
             "NODEWARDEN_NAMESPACE": self.hooks_namespace,
             "KUBECONFIG": str(self.layout.hooks_kubeconfig),
             # As in the image: /metrics adds up every gunicorn worker.
-            "PROMETHEUS_MULTIPROC_DIR": str(self.layout.workdir / "metrics"),
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
             # The hooks package from this checkout, installed or not.
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.layout.repo), os.environ.get("PYTHONPATH")])),
-            "NODEWARDEN_METRICS_PORT": str(self.ports.hooks_metrics),
-            **(self.hook_credentials.server_env() if self.hook_credentials else {}),
+            "NODEWARDEN_METRICS_PORT": str(endpoint.metrics_port),
+            **(endpoint.credentials.server_env() if endpoint.credentials else {}),
             **self.hook_env,
         }
-        argv = components.hook_server(self.layout.repo, f"127.0.0.1:{self.ports.hooks}",
-                                      f"127.0.0.1:{self.ports.hooks_metrics}")
-        child = self._start("hooks", argv, env=env, cwd=self.layout.workdir)
-        wait_until(http_ok(f"{self.hooks_metrics_url}/readyz"), "hook server", timeout=60, watch=[child])
+        argv = components.hook_server(self.layout.repo, f"127.0.0.1:{endpoint.port}",
+                                      f"127.0.0.1:{endpoint.metrics_port}")
+        child = self._start(name, argv, env=env, cwd=self.layout.workdir)
+        wait_until(http_ok(f"{endpoint.metrics_url}/readyz"), name, timeout=60, watch=[child])
 
     def _start_kubelet_standin(self) -> None:
         self.kubelet_standin = KubeletStandin.for_env(
@@ -342,7 +348,7 @@ class Cluster:
         where = self.layout.prometheus_dir
         rules = prometheus.write_rules(where / "rules.yaml")
         config = prometheus.config(rules, {
-            "nodewarden": f"127.0.0.1:{self.ports.hooks_metrics}",
+            "nodewarden": f"127.0.0.1:{self.hook_server.metrics_port}",
             "metacontroller": f"127.0.0.1:{self.ports.metacontroller_metrics}",
         })
         config_file = where / "prometheus.yml"
@@ -366,8 +372,8 @@ class Cluster:
             "ports": asdict(self.ports),
             "kubeconfig": str(self.kubeconfig),
             "moto": self.moto_endpoint,
-            "hooks": self.hooks_url,
-            "hooks_metrics": self.hooks_metrics_url,
+            "hooks": self.hook_server.url,
+            "hooks_metrics": self.hook_server.metrics_url,
             "hooks_auth": "bearer token over TLS" if self.hook_credentials else "off",
             "prometheus": self.prometheus_url,
             "children": {c.name: c.pid for c in self.supervisor.children},

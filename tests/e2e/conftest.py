@@ -86,6 +86,13 @@ def _components_alive(request):
 
 
 @pytest.fixture(scope="session")
+def door(cluster):
+    """A hook server that takes only authenticated HTTPS, as the stack runs its own on Metacontroller
+    v4.16+: that one where the stack authenticates, a second one beside it where it cannot."""
+    return cluster.authenticated_hook_server()
+
+
+@pytest.fixture(scope="session")
 def api(cluster) -> AdminApi:
     return AdminApi(cluster.kubeconfig)
 

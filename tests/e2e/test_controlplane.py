@@ -38,12 +38,12 @@ def test_controllers_point_at_the_local_hook_server(api, cluster):
     assert decorators, "the dev overlay applied no DecoratorController"
     for controller in decorators:
         for hook in controller["spec"]["hooks"].values():
-            assert hook["webhook"]["url"].startswith(cluster.hooks_url + "/")
+            assert hook["webhook"]["url"].startswith(cluster.hook_server.url + "/")
 
 
 def test_metacontroller_and_hook_server_answer(cluster):
     assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_metrics}/metrics", timeout=5).ok
-    assert requests.get(f"{cluster.hooks_metrics_url}/readyz", timeout=5).ok
+    assert requests.get(f"{cluster.hook_server.metrics_url}/readyz", timeout=5).ok
     if not cluster.metacontroller.legacy_flags:
         assert requests.get(f"http://127.0.0.1:{cluster.ports.metacontroller_health}/readyz", timeout=5).ok
 

@@ -94,13 +94,13 @@ def test_the_stack_authenticates_hooks_exactly_when_the_controllers_keep_their_e
             for doc in docs:
                 (doc.get("spec") or {}).pop("endpointConfigs", None)
         secrets = cluster._hook_auth(docs)
-        manifests.point_hooks_at(docs, cluster.hooks_url)
+        manifests.point_hooks_at(docs, cluster.hook_server.url)
         controllers = [d for d in docs if d["kind"] in manifests.CONTROLLER_KINDS]
         if not keep:
-            assert secrets == [] and cluster.hooks_url.startswith("http://")
-            assert "Authorization" not in cluster.hook_session().headers
+            assert secrets == [] and cluster.hook_server.url.startswith("http://")
+            assert "Authorization" not in cluster.hook_server.session().headers
             continue
-        assert cluster.hooks_url == f"https://127.0.0.1:{ports.hooks}"
+        assert cluster.hook_server.url == f"https://127.0.0.1:{ports.hooks}"
         made = {(s["metadata"]["namespace"], s["metadata"]["name"]): s["stringData"] for s in secrets}
         for c in controllers:
             [entry] = c["spec"]["endpointConfigs"]
@@ -109,7 +109,7 @@ def test_the_stack_authenticates_hooks_exactly_when_the_controllers_keep_their_e
             token = made[(token_ref["namespace"], token_ref["name"])][token_ref["key"]]
             assert made[(ca_ref["namespace"], ca_ref["name"])][ca_ref["key"]] == \
                 cluster.hook_credentials.ca_cert.read_text()
-        session = cluster.hook_session()
+        session = cluster.hook_server.session()
         assert session.headers["Authorization"] == f"Bearer {token}"
         assert session.verify == str(cluster.hook_credentials.ca_cert)
         assert cluster.hook_credentials.server_env()["NODEWARDEN_AUTH_TOKEN_FILES"] == \

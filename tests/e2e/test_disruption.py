@@ -42,7 +42,7 @@ def _reason(obj: dict) -> str | None:
 
 
 def _metric(cluster, name: str, **labels) -> float:
-    text = requests.get(f"{cluster.hooks_metrics_url}/metrics", timeout=10).text
+    text = requests.get(f"{cluster.hook_server.metrics_url}/metrics", timeout=10).text
     total = 0.0
     for line in text.splitlines():
         if not line.startswith(name + "{"):

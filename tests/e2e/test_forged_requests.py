@@ -1,12 +1,16 @@
-"""Forged hook requests, sent straight to the hook server by a caller that gets through the door.
+"""Forged hook requests, sent straight to a hook server that takes only authenticated HTTPS.
 
-Two lines stand before these: the NetworkPolicy (not enforced here, the local
-stack has no network plugin) and, where Metacontroller can send one, the
-bearer token (test_a_request_without_credentials_changes_nothing). These
-tests prove the line behind them, for a caller that holds the token: a
-request body alone never makes nodewarden delete, stop or force-delete
-anything. Only what the API server says about the objects a body names
-counts. moto is checked after each forged request: nothing changed.
+Three lines stand in front of the hooks: the NetworkPolicy (not enforced
+here, the local stack has no network plugin), the bearer token, and the
+hooks' own checks with the API server. Every forged body here is sent to the
+`door` fixture's server (the stack's own where Metacontroller authenticates,
+a second one set up the same way where it cannot) twice over: first as a
+stranger, without the token or with a wrong one, which gets 401 before its
+body is read and changes nothing; then as a holder of a leaked token, which
+reaches the hooks: a request body alone still never makes nodewarden delete,
+stop or force-delete anything. Only what the API server says about the
+objects a body names counts. moto and the API server are checked after each
+line: nothing changed.
 """
 from __future__ import annotations
 
@@ -30,8 +34,16 @@ REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/{}/fencingrequests"
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 
 
-def _post(cluster, route: str, body: dict) -> requests.Response:
-    reply = cluster.hook_session().post(f"{cluster.hooks_url}/{route}", json=body, timeout=10)
+def _forge(door, route: str, body: dict, unchanged) -> requests.Response:
+    """``body`` as a stranger (no token, a wrong one: 401, and ``unchanged()`` holds), then with the
+    leaked token (answered; what it changed is for the caller to check)."""
+    url = f"{door.url}/{route}"
+    stranger = door.session(token=False)
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}):
+        refused = stranger.post(url, json=body, headers=headers, timeout=10)
+        assert refused.status_code == 401, refused.text
+    unchanged()
+    reply = door.session().post(url, json=body, timeout=10)
     assert reply.status_code in (200, 400), reply.text
     return reply
 
@@ -54,26 +66,33 @@ def _refused(reply: requests.Response) -> None:
     assert "not verified with the API server" in answer["annotations"][LAST_ERROR], answer
 
 
-def test_a_forged_finalize_for_a_cluster_that_does_not_exist_deletes_nothing(capa, api, cluster, cloud, namespace):
+def _cloud_keeps(cloud, made: dict):
+    def check() -> None:
+        assert w.existing(lambda s: getattr(cloud, s), made) == made
+    return check
+
+
+def test_a_forged_finalize_for_a_cluster_that_does_not_exist_deletes_nothing(capa, api, door, cloud, namespace):
     victim = f"{namespace}-prod"
     net = w.network(cloud.ec2)
     made = w.build_cluster(lambda s: getattr(cloud, s), net, f"{namespace[-6:]}f", w.cluster_tags(victim),
                            load_balancers=1, target_groups=1, security_groups=1)
+    unchanged = _cloud_keeps(cloud, made)
     forged = _forged_cluster(namespace, "prod", victim, str(uuid.uuid4()))
     for _ in range(3):
-        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(forged)))
+        _refused(_forge(door, "cluster-gc/finalize", _finalize_body(forged), unchanged))
     # Bodies that would skip or block (a move, an opt-out, an unreadable value) are checked first too.
     for claim in ({DELETE_FOR_MOVE: ""}, {GC: "false"}, {GC: "maybe"}):
         variant = copy.deepcopy(forged)
         variant["metadata"]["annotations"] = claim
-        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(variant)))
-    assert w.existing(lambda s: getattr(cloud, s), made) == made
+        _refused(_forge(door, "cluster-gc/finalize", _finalize_body(variant), unchanged))
+    unchanged()
     events = api.get(f"/api/v1/namespaces/{namespace}/events",
                      params={"fieldSelector": "involvedObject.name=prod"})["items"]
     assert events == []  # nothing written about an object the API server does not have
 
 
-def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, cluster, cloud, namespace):
+def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, door, cloud, namespace):
     workload = f"{namespace}-live"
     net = w.network(cloud.ec2)
     made = w.build_cluster(lambda s: getattr(cloud, s), net, f"{namespace[-6:]}l", w.cluster_tags(workload),
@@ -83,10 +102,14 @@ def test_a_forged_finalize_naming_a_live_cluster_deletes_nothing(capa, api, clus
     wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
     # Its real name, namespace and uid; only the deletion is made up.
     forged = _forged_cluster(namespace, "live", workload, live["metadata"]["uid"])
+
+    def unchanged() -> None:
+        _cloud_keeps(cloud, made)()
+        assert not api.get(path)["metadata"].get("deletionTimestamp")
+
     for _ in range(3):
-        _refused(_post(cluster, "cluster-gc/finalize", _finalize_body(forged)))
-    assert w.existing(lambda s: getattr(cloud, s), made) == made
-    assert not api.get(path)["metadata"].get("deletionTimestamp")
+        _refused(_forge(door, "cluster-gc/finalize", _finalize_body(forged), unchanged))
+    unchanged()
     api.patch(path, {"metadata": {"annotations": {GC: "false"}}})  # let it go without collecting
     api.delete(path)
     wait_for(lambda: api.get_or_none(path) is None, "the live AWSCluster to go", timeout=60)
@@ -101,7 +124,7 @@ def _state(cloud, instance_id: str) -> str:
     return reservations[0]["Instances"][0]["State"]["Name"]
 
 
-def test_a_forged_fencing_request_stops_no_instance(api, cluster, cloud, namespace):
+def test_a_forged_fencing_request_stops_no_instance(api, door, cloud, namespace):
     (instance,) = fleet.launch_instances(cloud, 1)
     name = f"forged-{instance[-6:]}"
     node = fleet.node_manifest(name, instance)
@@ -111,18 +134,23 @@ def test_a_forged_fencing_request_stops_no_instance(api, cluster, cloud, namespa
     request = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
                "metadata": {"name": "made-up", "namespace": namespace, "uid": str(uuid.uuid4()), "generation": 1},
                "spec": {"nodeRef": {"name": name}}}
+
+    def unchanged() -> None:
+        assert _state(cloud, instance) == "running"
+        node_now = api.get_or_none(f"/api/v1/nodes/{name}")
+        assert not any(t["key"] == "node.kubernetes.io/out-of-service"
+                       for t in ((node_now or {}).get("spec") or {}).get("taints") or [])
+
     for _ in range(3):
-        _post(cluster, "fencing-request/sync", _request_body(request, node))
-    assert _state(cloud, instance) == "running"
+        _forge(door, "fencing-request/sync", _request_body(request, node), unchanged)
+    unchanged()
     # The Node is real now (no kubelet, not even kwok: NotReady), the request still is not.
     real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance, alive=False))
     try:
         node["metadata"]["uid"] = real["metadata"]["uid"]
         for _ in range(3):
-            _post(cluster, "fencing-request/sync", _request_body(request, node))
-        assert _state(cloud, instance) == "running"
-        assert not any(t["key"] == "node.kubernetes.io/out-of-service"
-                       for t in api.get(f"/api/v1/nodes/{name}")["spec"].get("taints") or [])
+            _forge(door, "fencing-request/sync", _request_body(request, node), unchanged)
+        unchanged()
     finally:
         api.delete(f"/api/v1/nodes/{name}")
 
@@ -136,47 +164,32 @@ def test_the_api_server_refuses_a_fencing_request_with_a_zero_timeout(api, names
     assert "timeout" in str(refused.value)
 
 
-def test_a_request_without_credentials_changes_nothing(api, cluster, cloud, namespace):
-    """The door: where Metacontroller can authenticate itself (v4.16+), a caller without its
-    token gets 401 before its body is read; the stack runs so whenever the CRDs allow it."""
-    ready = requests.get(f"{cluster.hooks_metrics_url}/readyz", timeout=5).json()
+def test_the_stack_authenticates_wherever_metacontroller_can(api, cluster, door):
+    """The stack's own hook server takes only authenticated HTTPS whenever the CRDs let Metacontroller
+    send credentials, and says which it runs; the door's server, on any release, serves no plain HTTP."""
+    ready = requests.get(f"{cluster.hook_server.metrics_url}/readyz", timeout=5).json()
     crd = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/decoratorcontrollers.metacontroller.k8s.io")
     can_authenticate = "endpointConfigs" in crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
         "properties"]["spec"]["properties"]
     assert (ready["auth"] != "off") == can_authenticate == (cluster.hook_credentials is not None)
-    if not can_authenticate:
-        pytest.skip(f"Metacontroller {cluster.metacontroller.release} cannot send credentials: "
-                    "the local stack runs with hook authentication off and says so")
-    for controller in api.get("/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers")["items"]:
-        [entry] = controller["spec"]["endpointConfigs"]
-        assert entry["authorization"]["secretRef"]["name"] == "nodewarden-hook-token"
-        assert all(h["webhook"]["url"].startswith(f"https://{entry['host']}/")
-                   for h in controller["spec"]["hooks"].values())
-    (instance,) = fleet.launch_instances(cloud, 1)
-    name = f"nocreds-{instance[-6:]}"
-    real = api.create("/api/v1/nodes", fleet.node_manifest(name, instance, alive=False))
-    try:
-        request = {"apiVersion": "nodewarden.io/v1alpha1", "kind": "FencingRequest",
-                   "metadata": {"name": "made-up", "namespace": namespace, "uid": str(uuid.uuid4())},
-                   "spec": {"nodeRef": {"name": name}}}
-        body = _request_body(request, real)
-        verify = str(cluster.hook_credentials.ca_cert)
-        for headers in ({}, {"Authorization": "Bearer not-the-token"}):
-            reply = requests.post(f"{cluster.hooks_url}/fencing-request/sync", json=body, headers=headers,
-                                  verify=verify, timeout=10)
-            assert reply.status_code == 401, reply.text
-        assert _state(cloud, instance) == "running"
-        with pytest.raises(requests.exceptions.ConnectionError):  # plain HTTP is not served at all
-            requests.post(f"http://127.0.0.1:{cluster.ports.hooks}/fencing-request/sync", json=body, timeout=10)
-    finally:
-        api.delete(f"/api/v1/nodes/{name}")
+    assert (door == cluster.hook_server) == can_authenticate
+    if can_authenticate:
+        for controller in api.get("/apis/metacontroller.k8s.io/v1alpha1/decoratorcontrollers")["items"]:
+            [entry] = controller["spec"]["endpointConfigs"]
+            assert entry["authorization"]["secretRef"]["name"] == "nodewarden-hook-token"
+            assert all(h["webhook"]["url"].startswith(f"https://{entry['host']}/")
+                       for h in controller["spec"]["hooks"].values())
+    assert requests.get(f"{door.metrics_url}/readyz", timeout=5).json()["auth"] != "off"
+    assert door.url.startswith("https://")
+    with pytest.raises(requests.exceptions.ConnectionError):  # plain HTTP is not served at all
+        requests.post(f"http://127.0.0.1:{door.port}/fencing-request/sync", json={}, timeout=10)
 
 
 def _node_fencing_body(node: dict, policy: dict) -> dict:
     return hook_request("node-fencing", node, related=[policy])  # as Metacontroller v4 sends it (hook v2)
 
 
-def test_a_forged_node_fencing_sync_taints_no_ready_node(api, cluster, cloud):
+def test_a_forged_node_fencing_sync_taints_no_ready_node(api, door, cloud):
     """A Ready node, a real policy selecting it; bodies claiming the node has been NotReady for ten minutes
     with every fencing condition already written (so only the taints would be left to lay), and the
     policy's count admitting it: the node keeps its taints and conditions, no FencingRequest is made."""
@@ -202,38 +215,43 @@ def test_a_forged_node_fencing_sync_taints_no_ready_node(api, cluster, cloud):
              "message": "waiting for the power-off to be confirmed", "lastTransitionTime": long_ago}]
         counted = copy.deepcopy(policy)
         counted["status"].update(unhealthyNodeNames=[name], countedAt=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+        def unchanged() -> None:
+            after = api.get(f"/api/v1/nodes/{name}")
+            assert not {t["key"] for t in after["spec"].get("taints") or []} & {
+                "node.kubernetes.io/fencingtriaged", "node.kubernetes.io/fencingrequired"}
+            assert after["spec"].get("taints") == before["spec"].get("taints")
+            assert not any(c["type"].startswith("Fencing") for c in after["status"]["conditions"])
+            assert api.get_or_none(f"{failover.REQUESTS}/fence-{name}") is None
+            assert _state(cloud, instance) == "running"
+
         for uid in (real["metadata"]["uid"], str(uuid.uuid4())):
             forged["metadata"]["uid"] = uid
             for _ in range(3):
-                _post(cluster, "node-fencing/sync", _node_fencing_body(forged, counted))
-        after = api.get(f"/api/v1/nodes/{name}")
-        assert not {t["key"] for t in after["spec"].get("taints") or []} & {
-            "node.kubernetes.io/fencingtriaged", "node.kubernetes.io/fencingrequired"}
-        assert after["spec"].get("taints") == before["spec"].get("taints")
-        assert not any(c["type"].startswith("Fencing") for c in after["status"]["conditions"])
-        assert api.get_or_none(f"{failover.REQUESTS}/fence-{name}") is None
-        assert _state(cloud, instance) == "running"
+                _forge(door, "node-fencing/sync", _node_fencing_body(forged, counted), unchanged)
+        unchanged()
     finally:
         api.delete(f"{failover.POLICIES}/{name}")
         api.delete(f"/api/v1/nodes/{name}")
 
 
-def _storm_guard_series(cluster) -> dict[str, float]:
-    text = requests.get(f"{cluster.hooks_metrics_url}/metrics", timeout=10).text
+def _storm_guard_series(server) -> dict[str, float]:
+    text = requests.get(f"{server.metrics_url}/metrics", timeout=10).text
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r'^nodewarden_fencing_storm_guard_active\{policy="([^"]*)"\} (\S+)$', text, re.M)}
 
 
-def test_forged_policy_syncs_count_nothing_and_write_no_metric(api, cluster, cloud):
+def test_forged_policy_syncs_count_nothing_and_write_no_metric(api, cluster, door, cloud):
     """A real policy holds its guard (its one node is NotReady, maxUnhealthy 0). Bodies naming invented
     policies, and the real one with a made-up uid or with its uid and a spec selecting nothing: no metric
-    series appears, the real policy's gauge stays 1, no Event is written."""
+    series appears on the server they reach, the real policy's gauge stays 1 (on the server Metacontroller
+    calls, and on the door's if it has one), no Event is written."""
     (instance,) = fleet.launch_instances(cloud, 1)
     name = f"forged-policy-{instance[-6:]}"
     api.create("/api/v1/nodes", fleet.node_manifest(name, instance, {failover.SCENARIO_LABEL: name}, alive=False))
     api.create(failover.POLICIES, failover.policy_manifest(name, name, duration="10m", max_unhealthy=0))
     try:
-        wait_for(lambda: _storm_guard_series(cluster).get(name) == 1.0, "the real policy's guard holding",
+        wait_for(lambda: _storm_guard_series(cluster.hook_server).get(name) == 1.0, "the real policy's guard holding",
                  timeout=30, interval=0.5)
         real = api.get(f"{failover.POLICIES}/{name}")
         invented = [f"{name}-invented-{i}" for i in range(3)]
@@ -248,12 +266,17 @@ def test_forged_policy_syncs_count_nothing_and_write_no_metric(api, cluster, clo
             if selector:
                 fake["spec"]["nodeSelector"] = selector
             bodies.append(fake)
+
+        def unchanged() -> None:
+            reached = _storm_guard_series(door)
+            assert not any(other in reached for other in invented), reached
+            assert reached.get(name, 1.0) == 1.0, "a gauge for the real policy follows the real policy"
+            assert _storm_guard_series(cluster.hook_server)[name] == 1.0
+
         for body in bodies:
             for _ in range(2):
-                _post(cluster, "node-fencing-policy/sync", hook_request("node-fencing-policy", body))
-        series = _storm_guard_series(cluster)
-        assert not any(other in series for other in invented), series
-        assert series[name] == 1.0, "the real policy's gauge follows the real policy"
+                _forge(door, "node-fencing-policy/sync", hook_request("node-fencing-policy", body), unchanged)
+        unchanged()
         for other in invented:
             assert api.get("/api/v1/namespaces/default/events",
                            params={"fieldSelector": f"involvedObject.name={other}"})["items"] == []

@@ -187,15 +187,18 @@ def _untouched(api, cloud, machine: dict) -> None:
     assert _pool_instances(cloud, pool)[machine["status"]["instanceID"]] == "running"
 
 
-def test_a_forged_finalize_of_a_live_machine_changes_nothing(api, cloud, cluster, pools):
-    """The API server's own copy of a live Machine, with only finalizing: true invented, sent with the hook
-    credentials: the Machine is not being deleted, so nothing is cordoned, drained or terminated."""
+def test_a_forged_finalize_of_a_live_machine_changes_nothing(api, cloud, door, pools):
+    """The API server's own copy of a live Machine, with only finalizing: true invented, sent to a hook
+    server that takes only authenticated HTTPS: without the token it is refused at the door; with the
+    token the Machine is still not being deleted, so nothing is cordoned, drained or terminated."""
     machine = _one_initialized(api, cloud, pools, "forged")
     live = api.get(f"{MACHINES}/{machine['metadata']['name']}")
+    body = hook_request("machine", live, finalizing=True)
+    refused = door.session(token=False).post(f"{door.url}/machine/finalize", json=body, timeout=10)
+    assert refused.status_code == 401, refused.text
     answers = []
     for _ in range(3):
-        reply = cluster.hook_session().post(f"{cluster.hooks_url}/machine/finalize",
-                                            json=hook_request("machine", live, finalizing=True), timeout=10)
+        reply = door.session().post(f"{door.url}/machine/finalize", json=body, timeout=10)
         assert reply.status_code == 200, reply.text
         answers.append(reply.json())
         time.sleep(0.5)

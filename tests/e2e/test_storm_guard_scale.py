@@ -141,7 +141,7 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
     api.create(failover.POLICIES, policy)
     wait_for(lambda: (pool.policy().get("status") or {}).get("observedNodes") == SIZE and pool.guard() == "False",
              "the policy counted its 200 nodes", timeout=60, interval=0.5)
-    oversized_before, syncs_before = _oversized_policy_syncs(cluster.hooks_metrics_url)
+    oversized_before, syncs_before = _oversized_policy_syncs(cluster.hook_server.metrics_url)
 
     # (i) 10 unhealthy, within the limit: fencing proceeds, and the policy's requests carry only those 10.
     first = pool.names[:FIRST]
@@ -150,7 +150,7 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
     status = pool.policy()["status"]
     assert status["observedNodes"] == SIZE and status["unhealthyNodes"] == FIRST
     assert sorted(status["unhealthyNodeNames"]) == first
-    oversized, syncs = _oversized_policy_syncs(cluster.hooks_metrics_url)
+    oversized, syncs = _oversized_policy_syncs(cluster.hook_server.metrics_url)
     assert syncs > syncs_before, "the policy was synced while its nodes failed"
     assert oversized == oversized_before, f"a node-fencing-policy sync request over {LIMIT_BYTES} bytes"
     recorded = api.get("/apis/nodewarden.io/v1alpha1/unhealthynodes",
@@ -167,7 +167,7 @@ def test_a_200_node_policy_counts_small_and_a_partition_fences_nothing(api, clus
     assert pool.requests_for(partition) == [], "no FencingRequest during a storm"
     assert pool.stopped(partition) == []
     # 90 records in the requests now: 90 whole Nodes would be over 1 MB.
-    assert _oversized_policy_syncs(cluster.hooks_metrics_url)[0] == oversized_before, \
+    assert _oversized_policy_syncs(cluster.hook_server.metrics_url)[0] == oversized_before, \
         f"a node-fencing-policy sync request over {LIMIT_BYTES} bytes during the partition"
 
     # (iii) the partition heals but for 5: the guard releases, and fencing resumes for those 5 alone.
