@@ -109,9 +109,12 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.delete-machine": lambda ctx, a: kube_machines.delete_machine(ctx.kube, a.target, a.params["uid"]),
     "kube.mark-disrupted": lambda ctx, a: kube_machines.mark_disrupted(ctx.kube, a.target, a.params["uid"],
                                                                        a.params["value"]),
-    # Interruptions: the signal on the Machine (only over none or a weaker one), then the message off the queue.
+    # Interruptions: the signal on the Machine (only over none or a weaker one), then the message off the queue;
+    # a stop EC2 no longer agrees with, off the Machine.
     "kube.annotate-machine": lambda ctx, a: interruptions.record(ctx.kube, a.target, a.params["uid"],
-                                                                 a.params["interruption"]),
+                                                                 a.params["interruption"], a.params.get("replaces")),
+    "kube.retire-interruption": lambda ctx, a: interruptions.retire(ctx.kube, a.target, a.params["uid"],
+                                                                    a.params["value"]),
     "sqs.delete": lambda ctx, a: sqs.delete(ctx.aws.client("sqs", a.params.get("region") or None),
                                             a.params["queueURL"], a.params["receipt"]),
     # Metrics that follow a decision.

@@ -108,6 +108,7 @@ INTERRUPTION_ACTION_FAILED = "InterruptionActionFailed"
 # Disruption: a Machine chosen to go (on the Machine), its pool starting it and its replacement ready.
 MACHINE_DISRUPTED = "MachineDisrupted"
 MACHINE_INTERRUPTED = "MachineInterrupted"
+INTERRUPTION_RETIRED = "InterruptionRetired"  # a stop EC2 no longer agrees with, taken off the Machine
 DISRUPTION_STARTED = "DisruptionStarted"
 REPLACEMENT_INITIALIZED = "ReplacementInitialized"
 

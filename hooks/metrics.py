@@ -85,7 +85,8 @@ INTERRUPTION_MESSAGES = Counter(
     "nodewarden_interruption_messages_total",
     "Interruption messages and status checks by kind (SpotInterruption, RebalanceRecommendation,"
     " ScheduledChange, InstanceStopping, StatusImpaired, unknown) and outcome (recorded, duplicate, ignored,"
-    " unknown, malformed, foreign, unconfirmed); see docs/interruptions.md.",
+    " unknown, malformed, foreign, unconfirmed, waiting: left on the queue for its Machine); see"
+    " docs/interruptions.md.",
     ["kind", "outcome"],
 )
 

@@ -5,7 +5,9 @@ import datetime as dt
 
 
 def fmt(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``moment`` in UTC to the second; the year always has four digits, so every time written reads back with
+    ``parse`` (strftime writes the year 999 as ``999``, which no RFC 3339 reader accepts)."""
+    return moment.astimezone(dt.timezone.utc).replace(tzinfo=None, microsecond=0).isoformat() + "Z"
 
 
 def parse(value: str | None) -> dt.datetime | None:

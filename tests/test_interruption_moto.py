@@ -4,14 +4,18 @@ Events reach the queue the way they do in AWS: an EventBridge rule per kind
 (the patterns of docs/interruptions.md) with the queue as its target, and
 ``put_events`` standing in for EC2 and AWS Health (AWS refuses ``aws.*``
 sources from callers; moto accepts them and delivers the event to the queue
-in EventBridge's envelope). Where moto lacks an AWS behaviour the test says
-so: it never makes an instance's status checks impaired, so that test marks
-one impaired in moto's own DescribeInstanceStatus answer with a botocore
-event handler.
+in EventBridge's envelope, with its own clock's ``time``). A message that no
+rule would deliver (a replay, a redrive from a dead-letter queue, a time
+EventBridge would never write) is sent to the queue straight, as anyone
+allowed to send to it could. Where moto lacks an AWS behaviour the test says
+so: it never makes an instance's status checks impaired, nor marks a spot
+request for termination, so those tests mark them in moto's own answer with
+a botocore event handler.
 """
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import json
 
 import pytest
@@ -23,6 +27,7 @@ from gc_world import Calls
 from hooks import metrics, timefmt
 from hooks.aws import sqs as sqs_calls
 from hooks.dispatch import serve
+from hooks.interruption import judge
 from hooks.machines import names, signals
 from support import hook_request
 from tests.fixtures import ec2_events as ev
@@ -68,6 +73,10 @@ class World:
 
     def machine(self, name: str, uid: str, instance_id: str, annotations: dict | None = None) -> None:
         self.kube.add_object(_machine(name, uid, instance_id, annotations))
+
+    def send(self, event: dict) -> None:
+        """Straight onto the queue, as a replay or a redrive would put it (EventBridge would stamp its time)."""
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=ev.body(event))
 
     def annotation(self, name: str) -> signals.Signal | None:
         obj = self.kube.objects[(names.MACHINE_KIND, "", name)]
@@ -124,13 +133,13 @@ def test_a_scheduled_retirement_records_its_start_as_the_deadline(aws, make_ctx)
     world = World(aws, make_ctx)
     iid = _launch(world.ec2, uid="uid-m1", spot=False)
     world.machine("web-m1", "uid-m1", iid)
-    interruptions.put(world.events,
-                      ev.scheduled_change([iid], "2026-11-23T12:00:00Z", "Sat, 28 Nov 2026 20:00:00 GMT"))
+    start = _now() + dt.timedelta(days=8)
+    interruptions.put(world.events, ev.scheduled_change([iid], "2026-11-23T12:00:00Z", _health_time(start)))
 
     world.sync()
 
     signal = world.annotation("web-m1")
-    assert signal.reason == signals.SCHEDULED_CHANGE and timefmt.fmt(signal.deadline) == "2026-11-28T20:00:00Z"
+    assert signal.reason == signals.SCHEDULED_CHANGE and signal.deadline == start
     assert world.on_queue() == 0
 
 
@@ -323,3 +332,198 @@ def test_impaired_status_checks_are_recorded_every_interval(aws, make_ctx):
     world.sync()
     assert calls.by_operation["DescribeInstanceStatus"] == 2
     assert len(world.machine_patches()) == 1, "a Machine already impaired is not written again"
+
+
+# -------------------------------------------------------------------------------- times, confirmation, waiting
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
+def _health_time(moment: dt.datetime) -> str:
+    """A time as AWS Health writes a scheduled change's startTime."""
+    return email.utils.format_datetime(moment, usegmt=True)
+
+
+def _spot_request(ec2, uid: str) -> str:
+    """A spot instance behind a spot request, tagged as a Machine's (EC2 keeps a request for every spot instance)."""
+    made = ec2.request_spot_instances(InstanceCount=1, LaunchSpecification={"ImageId": "ami-12c6146b",
+                                                                          "InstanceType": "m5.large"})
+    request_id = made["SpotInstanceRequests"][0]["SpotInstanceRequestId"]
+    [request] = ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[request_id])["SpotInstanceRequests"]
+    ec2.create_tags(Resources=[request["InstanceId"]],
+                    Tags=[{"Key": names.TAG_MACHINE_UID, "Value": uid},
+                          {"Key": names.cluster_tag(CLUSTER), "Value": names.CLUSTER_TAG_VALUE}])
+    return request["InstanceId"]
+
+
+def test_a_time_out_of_range_is_dropped_as_malformed_and_the_rest_of_its_batch_goes_on(aws, make_ctx):
+    world = World(aws, make_ctx)
+    spot = _launch(world.ec2, uid="uid-m1")
+    other = _launch(world.ec2, uid="uid-m2", spot=False)
+    world.machine("web-m1", "uid-m1", spot)
+    world.machine("web-m2", "uid-m2", other)
+    before = (_count(signals.SPOT_INTERRUPTION, "malformed"), _count(signals.SCHEDULED_CHANGE, "malformed"))
+    world.send(ev.spot_warning(spot, "9999-12-31T23:59:59Z"))  # its deadline, two minutes on, is past year 9999
+    world.send(ev.scheduled_change([other], timefmt.fmt(_now()), "Fri, 31 Dec 9999 23:59:59 -0100"))  # so in UTC
+    interruptions.put(world.events, ev.spot_warning(spot, "2026-11-23T12:00:00Z"))  # a real one, in the same batch
+
+    response = world.sync()
+
+    assert world.annotation("web-m1").reason == signals.SPOT_INTERRUPTION
+    assert world.annotation("web-m2") is None
+    counts = response["status"]["messages"]
+    assert (counts["malformed"], counts["recorded"]) == (2, 1)
+    assert (_count(signals.SPOT_INTERRUPTION, "malformed"), _count(signals.SCHEDULED_CHANGE, "malformed")) == \
+        (before[0] + 1, before[1] + 1)
+    assert world.on_queue() == 0, "dropped and deleted, not received again"
+    assert "lastError" not in response["status"]
+
+
+def test_a_time_before_the_year_1000_is_dropped_and_hides_no_other_notice(aws, make_ctx):
+    """A time nodewarden could not write back would never be written: the message would come back for ever,
+    and a real notice for the same Machine in the batch be taken for its duplicate."""
+    world = World(aws, make_ctx)
+    iid = _launch(world.ec2, uid="uid-m1", spot=False)
+    world.machine("web-m1", "uid-m1", iid)
+    start = _now() + dt.timedelta(days=8)
+    world.send(ev.scheduled_change([iid], "0999-01-01T00:00:00Z", _health_time(start)))
+    world.send(ev.scheduled_change([iid], timefmt.fmt(_now()), "0999-01-01T00:00:00Z"))
+    interruptions.put(world.events, ev.scheduled_change([iid], "2026-11-23T12:00:00Z", _health_time(start)))
+
+    response = world.sync()
+
+    signal = world.annotation("web-m1")
+    assert signal is not None and signal.reason == signals.SCHEDULED_CHANGE and signal.deadline == start
+    assert timefmt.parse(timefmt.fmt(signal.at)) == signal.at
+    counts = response["status"]["messages"]
+    assert (counts["malformed"], counts["recorded"], counts["duplicate"]) == (2, 1, 0)
+    assert world.on_queue() == 0
+    assert "lastError" not in response["status"] and "InterruptionActionFailed" not in events_of(world)
+
+
+def test_a_spot_warning_past_its_deadline_is_recorded_only_when_ec2_says_the_instance_goes(aws, make_ctx):
+    """A redrive or a replay an hour late: the instance still runs, so the warning is not an interruption,
+    unless EC2 says now that it is reclaiming the instance (its spot request) or the instance has left running."""
+    world = World(aws, make_ctx)
+    running = _spot_request(world.ec2, "uid-m1")
+    marked = _spot_request(world.ec2, "uid-m2")
+    gone = _spot_request(world.ec2, "uid-m3")
+    for n, iid in enumerate((running, marked, gone), 1):
+        world.machine(f"web-m{n}", f"uid-m{n}", iid)
+    world.ec2.terminate_instances(InstanceIds=[gone])
+
+    def reclaim(parsed=None, **_):
+        # moto never marks a spot request for termination; EC2 does from the warning until the reclaim.
+        for request in parsed.get("SpotInstanceRequests") or []:
+            if request.get("InstanceId") == marked:
+                request["Status"]["Code"] = "marked-for-termination"
+
+    world.ctx.aws.client("ec2").meta.events.register("after-call.ec2.DescribeSpotInstanceRequests", reclaim)
+    an_hour_ago = timefmt.fmt(_now() - dt.timedelta(hours=1))
+    for iid in (running, marked, gone):
+        world.send(ev.spot_warning(iid, an_hour_ago))
+
+    response = world.sync()
+
+    assert world.annotation("web-m1") is None, "its deadline passed while EC2 says it runs"
+    assert world.annotation("web-m2").reason == signals.SPOT_INTERRUPTION
+    assert world.annotation("web-m3").reason == signals.SPOT_INTERRUPTION
+    counts = response["status"]["messages"]
+    assert (counts["unconfirmed"], counts["recorded"]) == (1, 2)
+    assert world.on_queue() == 0
+
+
+def test_a_notice_for_our_instance_waits_for_its_machine_to_record_it(aws, make_ctx, monkeypatch):
+    """Right after RunInstances (or a crash before the status write) the instance carries the Machine's uid
+    tag, and the Machine records no instance yet: the message stays on the queue until it does."""
+    monkeypatch.setattr(sqs_calls, "VISIBILITY_TIMEOUT", 0)
+    world = World(aws, make_ctx)
+    iid = _launch(world.ec2, uid="uid-m1")
+    world.machine("web-m1", "uid-m1", "")
+    before = _count(signals.SPOT_INTERRUPTION, "waiting")
+    interruptions.put(world.events, ev.spot_warning(iid, "2026-11-23T12:00:00Z"))
+
+    first = world.sync()
+
+    assert world.on_queue() == 1, "not deleted"
+    assert world.machine_patches() == [] and world.annotation("web-m1") is None
+    assert (first["status"]["messages"]["waiting"], first["status"]["messages"]["foreign"]) == (1, 0)
+    assert _count(signals.SPOT_INTERRUPTION, "waiting") == before + 1
+    assert "lastError" not in first["status"]
+    world.kube.objects[(names.MACHINE_KIND, "", "web-m1")]["status"]["instanceID"] = iid  # the Machine records it
+
+    second = world.sync()
+
+    assert world.annotation("web-m1").reason == signals.SPOT_INTERRUPTION
+    assert second["status"]["messages"]["recorded"] == 1 and world.on_queue() == 0
+
+
+def test_a_notice_waits_for_its_machine_only_so_long(aws, make_ctx):
+    world = World(aws, make_ctx)
+    iid = _launch(world.ec2, uid="uid-m1", spot=False)
+    world.machine("web-m1", "uid-m1", "")
+    late = _now() - dt.timedelta(seconds=judge.RECORD_WAIT_SECONDS + 60)
+    world.send(ev.scheduled_change([iid], timefmt.fmt(late), _health_time(_now() + dt.timedelta(days=8))))
+
+    response = world.sync()
+
+    assert response["status"]["messages"]["foreign"] == 1 and response["status"]["messages"]["waiting"] == 0
+    assert world.on_queue() == 0 and world.annotation("web-m1") is None
+
+
+def test_a_stop_ec2_no_longer_agrees_with_gives_way_to_a_later_notice(aws, make_ctx):
+    world = World(aws, make_ctx)
+    iid = _launch(world.ec2, uid="uid-m1", spot=False)
+    world.ec2.stop_instances(InstanceIds=[iid])
+    world.ec2.start_instances(InstanceIds=[iid])  # fencing's Reboot, or an operator
+    stop = signals.Signal(signals.INSTANCE_STOPPING, _now() - dt.timedelta(minutes=5), None, "the-stop").encode()
+    world.machine("web-m1", "uid-m1", iid, {signals.INTERRUPTION_ANNOTATION: stop})
+    start = _now() + dt.timedelta(days=8)
+    interruptions.put(world.events, ev.scheduled_change([iid], "2026-11-23T12:00:00Z", _health_time(start)))
+
+    response = world.sync()
+
+    signal = world.annotation("web-m1")
+    assert signal.reason == signals.SCHEDULED_CHANGE and signal.deadline == start
+    assert response["status"]["messages"]["recorded"] == 1 and world.on_queue() == 0
+
+
+def test_our_own_termination_is_not_an_ec2_disruption(aws, make_ctx):
+    """A Machine being deleted (a scale-down, a delete, a registration timeout) terminates its instance
+    itself: EC2's state changes for it record nothing, and its pool counts no disruption."""
+    from machine_world import MachineWorld
+
+    machines = MachineWorld(make_ctx, aws)
+    world = World(aws, make_ctx, kube=machines.kube)
+    machines.until(lambda: machines.condition(names.LAUNCHED) == "True")
+    iid = machines.status["instanceID"]
+    machines.delete()  # what Metacontroller does with a Machine its pool left out
+    machines.until(lambda: _state(world.ec2, iid) == "terminated")
+    assert not machines.gone
+    for state in ("shutting-down", "terminated"):
+        interruptions.put(world.events, ev.state_change(iid, state, "2026-11-23T12:00:00Z"))
+
+    response = world.sync()
+
+    assert world.annotation(machines.name) is None and world.machine_patches() == []
+    assert response["status"]["messages"]["ignored"] == 2 and world.on_queue() == 0
+    pool = {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+            "metadata": {"name": "web", "uid": "uid-pool", "generation": 1, "creationTimestamp": "2026-11-23T10:00:00Z"},
+            "spec": {"replicas": 1, "template": {"spec": {"instanceTypes": ["m5.large"], "subnets": ["subnet-1"],
+                                                          "imageId": "ami-1"}}}}
+    machines.machine["metadata"]["ownerReferences"] = [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+                                                         "name": "web", "uid": "uid-pool", "controller": True}]
+    machines.kube.add_object(pool)
+    counted = metrics.MACHINES_DISRUPTED.labels("web", signals.INSTANCE_STOPPING)._value.get()
+
+    answer = serve("nodepool", "sync", hook_request("nodepool", pool, children=[machines.machine]), machines.ctx)
+
+    assert answer["status"]["disruptions"] == []
+    assert "DisruptionStarted" not in machines.kube.reasons()
+    assert metrics.MACHINES_DISRUPTED.labels("web", signals.INSTANCE_STOPPING)._value.get() == counted
+
+
+def _state(ec2, instance_id: str) -> str:
+    return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]

@@ -16,7 +16,7 @@ import pytest
 
 from gc_world import Calls, Faults
 from hooks.dispatch import serve
-from hooks.machines import names
+from hooks.machines import names, signals
 from machine_world import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
                            machine_instances, machine_object, machine_spec)
 from support import hook_request
@@ -181,6 +181,28 @@ def test_not_registered_within_the_ttl_deletes_the_machine(aws, make_ctx):
     world.call(after=61)
     assert world.gone, "deleted (its finalizer then terminates the instance)"
     assert "RegistrationTimedOut" in world.kube.reasons()
+
+
+def test_a_stop_notice_outlived_by_a_start_is_retired(aws, make_ctx):
+    """After a stop and start (fencing's Reboot, an operator) the instance runs: the stop notice is taken off
+    the Machine, and with it the Disrupted condition; the Machine is never deleted for it."""
+    world = MachineWorld(make_ctx, aws)
+    instance_id = _launched(world)
+    world.ec2.stop_instances(InstanceIds=[instance_id])
+    world.ec2.start_instances(InstanceIds=[instance_id])
+    stop = signals.Signal(signals.INSTANCE_STOPPING, world.now, None, "the-stop").encode()
+    world.machine["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION] = stop
+    world.call(after=1)
+    assert world.condition(names.DISRUPTED) == "True", "shown while EC2's answer may predate the stop"
+    assert world.machine["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION] == stop
+
+    world.call(after=120)  # well past signals.STOP_SETTLE_SECONDS: a read that cannot predate the stop
+
+    assert not world.gone
+    assert signals.INTERRUPTION_ANNOTATION not in world.machine["metadata"]["annotations"]
+    assert world.machine["metadata"]["annotations"][names.TEMPLATE_HASH] == "h0", "only the notice is removed"
+    assert "InterruptionRetired" in world.kube.reasons()
+    assert world.condition(names.DISRUPTED) is None
 
 
 def test_termination_cordons_drains_terminates_and_deletes_the_node(aws, make_ctx):

@@ -1,4 +1,4 @@
-"""What EC2 says now about instances an interruption names: tags, state, lifecycle, impaired checks."""
+"""What EC2 says now about instances an interruption names: tags, state, lifecycle, spot requests, impaired checks."""
 from __future__ import annotations
 
 import re
@@ -32,6 +32,22 @@ def describe(ec2, instance_ids: list[str]) -> dict[str, dict]:
                         summary = instances.summary(instance)
                         summary["lifecycle"] = instance.get("InstanceLifecycle") or "on-demand"
                         found[summary["instanceID"]] = summary
+    return found
+
+
+def spot_requests(ec2, instance_ids: list[str]) -> dict[str, str]:
+    """The status code of the spot request behind each of ``instance_ids`` that has one, by instance id
+    (``fulfilled``, ``marked-for-termination``, ...). Filtered by instance-id, like ``describe``."""
+    found: dict[str, str] = {}
+    ids = sorted(set(instance_ids))
+    for start in range(0, len(ids), _FILTER_VALUES):
+        batch = ids[start:start + _FILTER_VALUES]
+        for page in ec2.get_paginator("describe_spot_instance_requests").paginate(
+                Filters=[{"Name": "instance-id", "Values": batch}]):
+            for request in page.get("SpotInstanceRequests") or []:
+                code = (request.get("Status") or {}).get("Code")
+                if request.get("InstanceId") in batch and isinstance(code, str):
+                    found[request["InstanceId"]] = code
     return found
 
 

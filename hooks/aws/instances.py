@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
+from hooks import timefmt
 from hooks.aws.clients import error_code
 from hooks.machines import names
 
@@ -52,7 +53,7 @@ def summary(instance: dict) -> dict:
     tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags") or []}
     launched = instance.get("LaunchTime")
     if isinstance(launched, dt.datetime):
-        launched = launched.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        launched = timefmt.fmt(launched)
     zone = (instance.get("Placement") or {}).get("AvailabilityZone")
     return {
         "instanceID": instance.get("InstanceId"),

@@ -11,21 +11,25 @@ Each verified call (a body alone receives nothing: decide asks for
 verification first):
 
 1. ReceiveMessage: at most ``maxMessagesPerCall`` messages, long-polled at
-   most ``waitSeconds``; each read by hooks.interruption.messages.
+   most ``waitSeconds``; each read by hooks.interruption.messages against
+   the call's clock (a time out of range is malformed, never an exception).
 2. Only when there is a claim to check, or status checks are due: the
    Machines listed from the API server, DescribeInstances for every instance
-   named, and every ``statusCheckInterval`` DescribeInstanceStatus for the
-   instances the Machines record.
+   named, DescribeSpotInstanceRequests for the spot instances of spot
+   warnings whose deadline has passed, and every ``statusCheckInterval``
+   DescribeInstanceStatus for the instances the Machines record.
 3. hooks.interruption.judge: a claim is recorded only on the one Machine
    recording an instance that carries this cluster's tag and is that
-   Machine's, and only when EC2 agrees now (a spot instance, a leaving state).
+   Machine's, and only when EC2 agrees now (a spot instance, a leaving state,
+   a spot warning past its deadline reclaimed); a claim for an instance our
+   tags give to a Machine that has not recorded it yet waits.
 4. Per message, in order: the signal written on the Machine
    (``kube.annotate-machine``, checked against the Machine's uid and the
    signal already there), then the message deleted (``sqs.delete``) only if
    every write before it succeeded (the chain gate); a dropped message is
-   deleted at once. Each message's outcome is counted in
-   ``nodewarden_interruption_messages_total{kind, outcome}`` and the
-   InterruptionQueue's status.
+   deleted at once, a waiting one is left on the queue. Each message's
+   outcome is counted in ``nodewarden_interruption_messages_total{kind,
+   outcome}`` and the InterruptionQueue's status.
 
 What the signal then causes (the replacement, the cordon, the drain within a
 spot warning's two minutes) is the nodepool and machine controllers' to decide.
@@ -93,7 +97,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     except Exception as exc:  # noqa: BLE001 - recorded; nothing received is nothing decided
         observed["receiveError"] = aws_error(exc)
         observed["messages"] = []
-    claims = [c for c in (messages.parse(messages.message_id(m.get("id")), m.get("body"), observed["region"])
+    claims = [c for c in (messages.parse(messages.message_id(m.get("id")), m.get("body"), observed["region"], now)
                           for m in observed["messages"]) if isinstance(c, messages.Claim)]
     checks_due = _status_check_due(request, spec, now)
     if not claims and not checks_due:
@@ -116,7 +120,25 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["instances"] = instance_health.describe(_ec2(ctx), sorted(wanted))
         except Exception as exc:  # noqa: BLE001 - not described is not proof of anything
             observed["instancesError"] = aws_error(exc)
+            return observed
+    _spot_requests(ctx, claims, now, observed)
     return observed
+
+
+def _spot_requests(ctx: runtime.Context, claims: list, now: dt.datetime, observed: dict) -> None:
+    """For spot warnings past their deadline: each spot instance's request status, as ``spotRequest``."""
+    described = observed.get("instances") or {}
+    stale = sorted({iid for c in claims if judge.spot_status_needed(c, now) for iid in c.instances
+                    if (described.get(iid) or {}).get("lifecycle") == "spot"})
+    if not stale:
+        return
+    try:
+        codes = instance_health.spot_requests(_ec2(ctx), stale)
+    except Exception as exc:  # noqa: BLE001 - not asked is not reclaimed, nor proof it is not
+        observed["spotRequestsError"] = aws_error(exc)
+        return
+    for iid, code in codes.items():
+        described[iid]["spotRequest"] = code
 
 
 def _ec2(ctx: runtime.Context):
@@ -167,15 +189,16 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     region = observed.get("region") or settings.aws_region
     errors = [f"{what}: {observed[key]}" for key, what in (
         ("receiveError", "ReceiveMessage"), ("machinesError", "Machines"), ("instancesError", "DescribeInstances"),
-        ("statusError", "DescribeInstanceStatus")) if observed.get(key)]
+        ("statusError", "DescribeInstanceStatus"), ("spotRequestsError", "DescribeSpotInstanceRequests"))
+        if observed.get(key)]
     actions: list[Action] = []
     book = judge.Book(observed.get("machines") or [])
     for index, raw in enumerate(observed.get("messages") or []):
-        actions += _message_actions(f"m{index}", raw, spec, region, book, observed, settings)
+        actions += _message_actions(f"m{index}", raw, spec, region, book, observed, settings, now)
     if "impaired" in observed and (not observed["impaired"] or "instances" in observed):
         status["lastStatusCheck"] = timefmt.fmt(now)
         for claim in judge.status_claims(observed["impaired"], now):
-            for verdict in judge.judge(claim, book, observed.get("instances") or {}, settings.cluster_name):
+            for verdict in judge.judge(claim, book, observed.get("instances") or {}, settings.cluster_name, now):
                 if verdict.outcome == messages.RECORDED:
                     actions += _record(f"s-{verdict.instance}", verdict,
                                        (Change(("status", "statusImpaired"), add=1),))
@@ -195,18 +218,25 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
 
 def _message_actions(chain: str, raw: dict, spec: queue.QueueSpec, region: str, book: judge.Book,
-                     observed: dict, settings: Settings) -> list[Action]:
+                     observed: dict, settings: Settings, now: dt.datetime) -> list[Action]:
     """The writes a message causes, then its deletion and its count; nothing while a look-up it needs failed."""
     receipt = raw.get("receipt") if isinstance(raw, dict) else None
     if not isinstance(receipt, str) or not receipt or len(receipt) > 4096:
         return []  # nothing to delete it with: it comes back, and is read again then
-    parsed = messages.parse(messages.message_id(raw.get("id")), raw.get("body"), region)
+    parsed = messages.parse(messages.message_id(raw.get("id")), raw.get("body"), region, now)
     if isinstance(parsed, messages.Dropped):
         verdicts = [judge.Verdict(parsed.message_id, parsed.kind, parsed.outcome, parsed.why)]
     elif "instances" not in observed:
         return []  # EC2 or the API server not asked, or not answering: the message comes back
+    elif observed.get("spotRequestsError") and judge.spot_status_needed(parsed, now):
+        return []  # EC2 not asked whether it reclaims the instance: the message comes back
     else:
-        verdicts = judge.judge(parsed, book, observed["instances"], settings.cluster_name)
+        verdicts = judge.judge(parsed, book, observed["instances"], settings.cluster_name, now)
+    waiting = [v for v in verdicts if v.outcome == messages.WAITING]
+    if waiting:
+        # Not deleted: it comes back after the visibility timeout. Each wait is counted.
+        return [Action("metric.interruption", v.kind, {"outcome": messages.WAITING, "chain": chain},
+                       record=(Change(("status", "messages", messages.WAITING), add=1),)) for v in waiting]
     actions: list[Action] = []
     for verdict in verdicts:
         if verdict.outcome == messages.RECORDED:
@@ -226,9 +256,11 @@ def _record(chain: str, verdict: judge.Verdict, extra: tuple) -> list[Action]:
     signal = verdict.signal
     deadline = f", deadline {timefmt.fmt(signal.deadline)}" if signal.deadline else ""
     counted = (Change(("status", "messages", messages.RECORDED), add=1),) if not extra else extra
+    params = {"uid": verdict.machine_uid, "interruption": signal.encode(), "chain": chain}
+    if verdict.replaces is not None:
+        params["replaces"] = verdict.replaces  # a stop EC2 no longer agrees with
     return [
-        Action("kube.annotate-machine", verdict.machine,
-               {"uid": verdict.machine_uid, "interruption": signal.encode(), "chain": chain},
+        Action("kube.annotate-machine", verdict.machine, params,
                record=counted,
                reports=events.normal(events.INTERRUPTION_RECORDED,
                                      f"Machine {verdict.machine} (instance {verdict.instance}): {signal.reason} "

@@ -13,7 +13,8 @@ in the order of a Machine's life:
   liveness        never registered within registrationTTL, Node or instance gone: delete
   drift           the pool's template changed since the Machine was made
   disrupted       why it is going (the pool's choice, or EC2's notice); a spot
-                  warning or a stop outside fencing deletes it at once
+                  warning or a stop outside fencing deletes it at once, a stop
+                  EC2 no longer agrees with is retired
   termination     (finalize) cordon, detach, drain, volumes, terminate, delete the Node
 
 A request body is a hint: every call is decided on the Machine read fresh

@@ -12,7 +12,15 @@ EventBridge delivers an event to an SQS target as the event's JSON itself:
   mean the instance is going.
 - ``aws.health`` / ``AWS Health Event`` with ``detail.service`` EC2 and
   ``detail.eventTypeCategory`` scheduledChange (a retirement, a maintenance
-  reboot): ``detail.affectedEntities[].entityValue``, from ``detail.startTime``.
+  reboot): ``detail.affectedEntities[].entityValue``, from ``detail.startTime``
+  (when given, it must be a readable time).
+
+Every time a message gives must lie within a range of the call's clock
+(``EVENT_MAX_AGE_SECONDS`` before to ``EVENT_MAX_AHEAD_SECONDS`` after for the
+event's ``time``, ``SCHEDULE_RANGE_SECONDS`` either side for a Health
+``startTime``): a time outside it is no event EC2 sends, and one in it can be
+computed with and written as nodewarden writes times (``hooks.timefmt``), so
+such a message is malformed rather than a write that can never succeed.
 
 A message is only a claim: what it names is checked against EC2 and the
 Machines before anything is written (``hooks.interruption.judge``).
@@ -44,6 +52,13 @@ HEALTH = ("aws.health", "AWS Health Event")
 LEAVING_STATES = ("stopping", "stopped", "shutting-down", "terminated")
 STATES = ("pending", "running") + LEAVING_STATES
 
+# The times a message may give, around the call's clock. SQS keeps a message at most 14 days; EC2's and
+# EventBridge's clocks are not ours, so an event may look a little ahead. A Health scheduled change is
+# announced days to weeks ahead, and its window may have begun.
+EVENT_MAX_AGE_SECONDS = 14 * 86400.0
+EVENT_MAX_AHEAD_SECONDS = 300.0
+SCHEDULE_RANGE_SECONDS = 366 * 86400.0
+
 # What became of a message (the ``outcome`` label of nodewarden_interruption_messages_total).
 RECORDED = "recorded"  # the signal is on the Machine
 DUPLICATE = "duplicate"  # the Machine already carries this signal or a stronger one
@@ -51,8 +66,11 @@ IGNORED = "ignored"  # a kind we read that asks nothing of us (a state change to
 UNKNOWN = "unknown"  # not a kind we read
 MALFORMED = "malformed"  # unreadable, oversized, or missing what its kind must carry
 FOREIGN = "foreign"  # another region's, or an instance no Machine of this cluster records
-UNCONFIRMED = "unconfirmed"  # EC2 says otherwise now: not a spot instance, not leaving
-OUTCOMES = (RECORDED, DUPLICATE, IGNORED, UNKNOWN, MALFORMED, FOREIGN, UNCONFIRMED)
+UNCONFIRMED = "unconfirmed"  # EC2 says otherwise now: not a spot instance, not leaving, a spot warning outlived
+# Not deleted: the instance is a Machine's by its tags, but the Machine has not recorded it yet (counted each
+# time the message is put back; it is received again after the visibility timeout).
+WAITING = "waiting"
+OUTCOMES = (RECORDED, DUPLICATE, IGNORED, UNKNOWN, MALFORMED, FOREIGN, UNCONFIRMED, WAITING)
 # The ``kind`` label of a message no kind of ours was read from.
 UNREAD = "unknown"
 
@@ -88,8 +106,13 @@ def message_id(raw) -> str:
     return raw if isinstance(raw, str) and _MESSAGE_ID.match(raw) else ""
 
 
-def parse(ident: str, body, region: str) -> Claim | Dropped:
-    """The claim of one message body, or why it is dropped; ``region`` is ours (another's is foreign)."""
+def _within(moment: dt.datetime, now: dt.datetime, before: float, after: float) -> bool:
+    return -after <= (now - moment).total_seconds() <= before
+
+
+def parse(ident: str, body, region: str, now: dt.datetime) -> Claim | Dropped:
+    """The claim of one message body, or why it is dropped; ``region`` is ours (another's is foreign),
+    ``now`` the call's clock, which every time the message gives must lie near."""
     if not ident:
         return Dropped("", MALFORMED, "no readable message id")
     if not isinstance(body, str):
@@ -109,13 +132,16 @@ def parse(ident: str, body, region: str) -> Claim | Dropped:
     at = timefmt.parse(event.get("time")) if isinstance(event.get("time"), str) else None
     if not isinstance(detail, dict) or at is None:
         return Dropped(ident, MALFORMED, "no detail or no readable time", reason)
+    if not _within(at, now, EVENT_MAX_AGE_SECONDS, EVENT_MAX_AHEAD_SECONDS):
+        return Dropped(ident, MALFORMED, f"time {event['time'][:40]!r} is out of range", reason)
+    at = at.replace(microsecond=0)  # to the second, as it is written
     event_region = event.get("region")
     if not isinstance(event_region, str) or not event_region:
         return Dropped(ident, MALFORMED, "no region", reason)
     if region and event_region != region:
         return Dropped(ident, FOREIGN, f"region {event_region[:32]!r}, not {region!r}", reason)
     if key == HEALTH:
-        return _health(ident, detail, at, event_region)
+        return _health(ident, detail, at, event_region, now)
     instance = detail.get("instance-id")
     if not isinstance(instance, str) or not INSTANCE_ID.match(instance):
         return Dropped(ident, MALFORMED, "no readable detail.instance-id", reason)
@@ -130,7 +156,7 @@ def parse(ident: str, body, region: str) -> Claim | Dropped:
     return Claim(ident, reason, (instance,), at, deadline, event_region)
 
 
-def _health(ident: str, detail: dict, at: dt.datetime, region: str) -> Claim | Dropped:
+def _health(ident: str, detail: dict, at: dt.datetime, region: str, now: dt.datetime) -> Claim | Dropped:
     """An AWS Health scheduled change for EC2 instances; any other Health event asks nothing of us."""
     reason = signals.SCHEDULED_CHANGE
     if detail.get("service") != "EC2" or detail.get("eventTypeCategory") != "scheduledChange":
@@ -146,8 +172,12 @@ def _health(ident: str, detail: dict, at: dt.datetime, region: str) -> Claim | D
             found.append(value)
     if not found:
         return Dropped(ident, MALFORMED, "no instance among affectedEntities", reason)
-    start = health_time(detail.get("startTime"))
-    return Claim(ident, reason, tuple(found), at, start, region)
+    given = detail.get("startTime")
+    start = health_time(given)
+    if given is not None and (start is None or not _within(start, now, SCHEDULE_RANGE_SECONDS,
+                                                           SCHEDULE_RANGE_SECONDS)):
+        return Dropped(ident, MALFORMED, f"startTime {str(given)[:64]!r} is not a time in range", reason)
+    return Claim(ident, reason, tuple(found), at, start.replace(microsecond=0) if start else None, region)
 
 
 def health_time(value) -> dt.datetime | None:
@@ -159,10 +189,10 @@ def health_time(value) -> dt.datetime | None:
         return parsed
     try:
         moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
+        if moment is None:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.timezone.utc)
+        return moment.astimezone(dt.timezone.utc)
+    except (TypeError, ValueError, IndexError, OverflowError):  # OverflowError: a year 9999 shifted past it
         return None
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc)

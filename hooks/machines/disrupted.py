@@ -10,10 +10,15 @@
   and drains within the notice (``drain_limit``). A stop while a
   FencingRequest of ours for the Node is under way is fencing's: the pool
   repairs the Machine once the Node's workloads are recovered.
+- A stop EC2 no longer agrees with (``signals.outlived``: the instance the
+  Machine records is running again, after a stop and start by fencing's
+  Reboot or an operator) is retired: the annotation is removed in a patch
+  that tests the Machine's uid and the annotation's text, so a later notice
+  is recorded again, and ``Disrupted`` is taken off once no signal stands.
 """
 from __future__ import annotations
 
-from hooks import events, timefmt
+from hooks import conditions, events, timefmt
 from hooks.aws import instances
 from hooks.machines import names, signals
 from hooks.machines.view import MachineView, Progress
@@ -32,9 +37,35 @@ def reason(view: MachineView) -> signals.Signal | None:
     return signals.of(view.obj, signals.DISRUPTION_ANNOTATION)
 
 
+def outlived(view: MachineView) -> str | None:
+    """The interruption annotation, when it is a stop EC2 no longer agrees with about the instance the Machine
+    records, as DescribeInstances answered in this call."""
+    found = view.instance
+    if found is None or view.observed.get("instanceError") or not view.instance_id \
+            or found.get("instanceID") != view.instance_id:
+        return None
+    notice = signals.of(view.obj, signals.INTERRUPTION_ANNOTATION)
+    if not signals.outlived(notice, found.get("state"), view.now):
+        return None
+    return view.obj["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION]
+
+
 def step(view: MachineView, progress: Progress, deleting: bool) -> None:
-    why = reason(view)
+    retired = None if deleting or not view.verified else outlived(view)
+    if retired is not None:
+        notice = signals.of(view.obj, signals.INTERRUPTION_ANNOTATION)
+        progress.actions.append(Action(
+            "kube.retire-interruption", view.name, {"uid": view.uid, "value": retired},
+            requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),),
+            reports=events.normal(events.INTERRUPTION_RETIRED,
+                                  f"instance {view.instance_id} is running again after the {notice.reason} of "
+                                  f"{timefmt.fmt(notice.at)}: the notice is retired")))
+    why = signals.of(view.obj, signals.DISRUPTION_ANNOTATION) if retired is not None else reason(view)
     if why is None:
+        # No signal stands (a stop retired, an annotation removed): nothing shows the Machine as going.
+        kept, removed = conditions.remove(view.status, names.DISRUPTED)
+        if removed:
+            view.status["conditions"] = kept["conditions"]
         return
     if progress.condition(names.DISRUPTED, "True", why.reason, f"{why.reason} at {timefmt.fmt(why.at)}"):
         progress.events.append(events.normal(events.MACHINE_DISRUPTED, f"disrupted: {why.reason}"))

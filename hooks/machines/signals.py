@@ -8,6 +8,9 @@ Two annotations on a Machine, each written by one controller only:
   or terminated, impaired status checks — as JSON
   ``{"reason", "at", "deadline", "id"}``. Written only after the instance was
   found to carry this cluster's tag and to be the one the Machine records.
+  A stop EC2 no longer agrees with (``outlived``: the instance runs again)
+  is retired: the machine controller removes it, and a later notice is
+  written over it.
 - ``nodewarden.io/disruption`` (the nodepool controller): that the pool has
   chosen the Machine to go, and why, as JSON ``{"reason", "at"}``. The
   machine controller shows it as the Disrupted condition and on the Node.
@@ -48,6 +51,9 @@ BUDGETED = (REBALANCE, SCHEDULED_CHANGE, STATUS_IMPAIRED, REPAIR, DRIFTED, EXPIR
 
 # A spot instance is reclaimed two minutes after its warning.
 SPOT_NOTICE_SECONDS = 120.0
+# EC2's reads of an instance settle within this long of a state change: a stop is judged outlived only on a
+# read at least this long after it, never on one that may predate it.
+STOP_SETTLE_SECONDS = 60.0
 _MAX_ANNOTATION = 1024
 _MAX_ID = 128
 
@@ -107,3 +113,10 @@ def supersedes(new: Signal, old: Signal | None) -> bool:
     if old is None:
         return True
     return new.forceful and not old.forceful
+
+
+def outlived(signal: Signal | None, state, now: dt.datetime) -> bool:
+    """Whether ``signal`` is a stop EC2 no longer agrees with: the instance is ``running`` (``state``, as
+    DescribeInstances says now) at least STOP_SETTLE_SECONDS after the stop, so it was started again."""
+    return signal is not None and signal.reason == INSTANCE_STOPPING and state == "running" \
+        and (now - signal.at).total_seconds() >= STOP_SETTLE_SECONDS

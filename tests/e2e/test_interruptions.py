@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import email.utils
 
 import pytest
 
@@ -87,14 +88,15 @@ def launched_machine(api, cloud):
 
 def test_a_message_for_a_machines_instance_ends_as_its_annotation(api, interruption_queue, launched_machine):
     name, instance_id = launched_machine["metadata"]["name"], launched_machine["status"]["instanceID"]
-    send(interruption_queue, ev.scheduled_change([instance_id], now(), "Sat, 28 Nov 2026 20:00:00 GMT"))
+    start = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(days=8)
+    send(interruption_queue, ev.scheduled_change([instance_id], now(), email.utils.format_datetime(start, usegmt=True)))
 
     def recorded():
         machine = api.get_or_none(f"{MACHINES}/{name}")
         return machine and signals.of(machine, signals.INTERRUPTION_ANNOTATION)
     signal = wait_for(recorded, "the interruption annotation on the Machine", timeout=15)
     assert signal.reason == signals.SCHEDULED_CHANGE
-    assert signal.deadline == dt.datetime(2026, 11, 28, 20, 0, tzinfo=dt.timezone.utc)
+    assert signal.deadline == start
     wait_for(lambda: interruption_queue.on_queue() == 0, "the message deleted once recorded", timeout=10)
     wait_for(lambda: (api.get(f"{QUEUES}/{interruption_queue.name}")["status"].get("messages") or {})
              .get("recorded", 0) >= 1, "counted as recorded", timeout=10)
