@@ -58,6 +58,23 @@ def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
     return node_fencing.start_now(ctx, a.target, a.params["uid"], a.params["decorator"])
 
 
+def _send_within(ctx: runtime.Context, a: Action) -> float | None:
+    """Seconds left before the action's ``sendBy`` (on the context's clock), after which it is not sent; None
+    when it has none. Raises elb.NotSent once it has passed."""
+    send_by = timefmt.parse(a.params.get("sendBy"))
+    if send_by is None:
+        return None
+    left = (send_by - ctx.now()).total_seconds()
+    if left <= 0:
+        raise elb.NotSent(f"{a.kind} {a.target}: its deadline to go out ({a.params['sendBy']}) had passed")
+    return left
+
+
+def _deregister_instance(ctx: runtime.Context, a: Action):
+    _send_within(ctx, a)
+    return elb.deregister_instance(ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"])
+
+
 # Actuators that hand their work over and return a ticket (a callable that waits for the result): a run of
 # such actions is handed over as a whole before any is waited on.
 SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]] = {
@@ -65,7 +82,8 @@ SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]]
     # other nodes this process deregisters at the same time; a node's groups are called in parallel.
     "elbv2.deregister": lambda ctx, a: elb.DEREGISTRATIONS.submit(
         ctx.aws.client("elbv2", a.params.get("region")), a.params.get("region") or "", a.target,
-        a.params["instance"], a.params["ports"], window=ctx.settings.deregister_batch_window_seconds),
+        a.params["instance"], a.params["ports"], window=ctx.settings.deregister_batch_window_seconds,
+        send_within=_send_within(ctx, a)),
 }
 
 ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
@@ -73,8 +91,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "elbv2.register": lambda ctx, a: elb.register_targets(
         ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"], a.params["ports"]),
     # Classic ELBs.
-    "elb.deregister": lambda ctx, a: elb.deregister_instance(
-        ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"]),
+    "elb.deregister": _deregister_instance,
     "elb.register": lambda ctx, a: elb.register_instance(
         ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"]),
     # cluster-gc: one delete of a load balancer, target group, security group or volume.

@@ -104,7 +104,7 @@ def test_the_deregister_action_goes_through_the_coalescer(make_ctx, monkeypatch)
     ctx = make_ctx(env={"NODEWARDEN_DEREGISTER_BATCH_WINDOW_SECONDS": "0.03"})
     action = Action("elbv2.deregister", "arn:tg", {"instance": "i-1", "region": "us-east-1", "ports": [80]})
     assert actuators.act("node-detacher", [action], ctx)[0].ok
-    assert seen == [(("arn:tg", "i-1", [80]), {"window": 0.03})]
+    assert seen == [(("arn:tg", "i-1", [80]), {"window": 0.03, "send_within": None})]
 
 
 class _Meeting:
@@ -186,3 +186,73 @@ def test_a_node_leaving_many_groups_reuses_the_connections_of_the_process(aws, c
         assert [ticket() for ticket in tickets] == [None] * len(arns)
     assert not [r for r in caplog.records if "pool is full" in r.getMessage()]
     assert all(not admin.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"] for arn in arns)
+
+
+class _HeldFirst:
+    """An elbv2 client whose first DeregisterTargets waits for ``go`` before it reaches moto (a slow call
+    that keeps its group busy; moto answers at once, so the wait is the test's)."""
+
+    def __init__(self, client):
+        self._client, self.go, self.calls = client, threading.Event(), []
+
+    def deregister_targets(self, **params):
+        self.calls.append(sorted(t["Id"] for t in params["Targets"]))
+        if len(self.calls) == 1:
+            assert self.go.wait(10)
+        return self._client.deregister_targets(**params)
+
+
+def test_targets_whose_deadline_passes_while_their_group_is_busy_are_never_sent(aws):
+    elbv2, arn, (first, late, timely) = _group_of(aws, 3)
+    client = _HeldFirst(elbv2)
+    coalescer = elb.DeregisterCoalescer()
+    busy = coalescer.submit(client, "us-east-1", arn, first, [30080], window=0.01)
+    waiting_late = coalescer.submit(client, "us-east-1", arn, late, [30080], window=0.01, send_within=0.05)
+    waiting_timely = coalescer.submit(client, "us-east-1", arn, timely, [30080], window=0.01, send_within=30)
+    threading.Event().wait(0.3)  # the late one's deadline passes while the group's call is under way
+    client.go.set()
+    assert busy() is None and waiting_timely() is None
+    with pytest.raises(elb.NotSent):
+        waiting_late()
+    assert client.calls == [[first], [timely]]
+    assert _members(elbv2, arn) == [(late, 30080)], "never sent, so still registered"
+
+
+def test_a_deadline_already_passed_sends_nothing(aws):
+    elbv2, arn, (instance,) = _group_of(aws, 1)
+    counted = _Counted(elbv2)
+    with pytest.raises(elb.NotSent):
+        elb.DeregisterCoalescer().submit(counted, "us-east-1", arn, instance, [30080], send_within=0)
+    assert counted.calls == [] and _members(elbv2, arn) == [(instance, 30080)]
+
+
+def test_a_deregistration_past_its_send_by_is_not_sent_on_the_contexts_clock(aws, make_ctx):
+    """Both kinds: the deadline is the action's sendBy, read on the hook's clock right before the call."""
+    import datetime as dt
+
+    from hooks import actuators, timefmt
+    from hooks.plan import Action
+
+    vpc, (instance,) = _instances(aws("ec2"), 1)
+    elbv2, classic = aws("elbv2"), aws("elb")
+    arn = _tg(elbv2, vpc, "late", {})
+    elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": instance, "Port": 30080}])
+    classic.create_load_balancer(LoadBalancerName="late", AvailabilityZones=["us-east-1a"],
+                                 Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}])
+    classic.register_instances_with_load_balancer(LoadBalancerName="late", Instances=[{"InstanceId": instance}])
+    now = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
+    ctx = make_ctx(now=now)
+
+    def actions(send_by):
+        params = {"instance": instance, "region": "us-east-1", "sendBy": timefmt.fmt(send_by)}
+        return [Action("elbv2.deregister", arn, {**params, "ports": [30080]}),
+                Action("elb.deregister", "late", {**params, "ports": []})]
+
+    late = actuators.act("node-detacher", actions(now - dt.timedelta(seconds=1)), ctx)
+    assert [(o.ok, o.code) for o in late] == [(False, "NotSent")] * 2
+    assert _members(elbv2, arn) == [(instance, 30080)]
+    assert classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]
+    in_time = actuators.act("node-detacher", actions(now + dt.timedelta(seconds=5)), ctx)
+    assert [o.ok for o in in_time] == [True, True]
+    assert _members(elbv2, arn) == []
+    assert not classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 
 import pytest
@@ -85,30 +86,50 @@ class Harness:
     def __init__(self, ctx, node):
         self.ctx, self.node, self.attachments, self.responses = ctx, node, [], []
         self.behind = False  # the request's Node is older than the API server's
+        self._server_seen: dict = {}  # the API server's labels and annotations as the last call left them
 
-    def sync(self, hook="sync", lost_write=False):
+    def sync(self, hook="sync", lost_write=False, drain=True):
         """One call; ``lost_write``: Metacontroller's write of the response conflicts, so it is dropped
-        and the next call carries the Node as before (the API server keeps what the hook wrote itself)."""
+        and the next call carries the Node as before (the API server keeps what the hook wrote itself).
+        ``drain=False``: the call answers without waiting for what it carries on in the background."""
+        if not self.behind:
+            self._catch_up()
         body = hook_request("node-detacher", self.node, children=self.attachments,
                             child_kinds=["Attachment.nodewarden.io/v1alpha1"], finalizing=hook == "finalize")
         if not self.behind:
             self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
         response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
-        # The calls the hook carried on after answering, and their record, as its worker finishes them.
-        assert actuators.drain_background(10)
+        if drain:
+            # The calls the hook carried on after answering, and their record, as its worker finishes them.
+            assert actuators.drain_background(10)
         self.responses.append(response)
         self.behind = lost_write
         if lost_write:
             return response
         # What the hook wrote to the Node itself (labels, annotations), then the response, as Metacontroller
         # applies it.
-        on_server = self.ctx.kube.nodes[self.node["metadata"]["name"]]["metadata"]
+        on_server = self._on_server()
         self.node = copy.deepcopy(self.node)
         for key in ("labels", "annotations"):
-            self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **(on_server.get(key) or {})}
+            self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **on_server[key]}
         self.node = apply_decorator_response(self.node, response)
         self.attachments = response["attachments"]
+        self._server_seen = self._on_server()
         return response
+
+    def _on_server(self) -> dict:
+        meta = self.ctx.kube.nodes[self.node["metadata"]["name"]]["metadata"]
+        return {key: dict(meta.get(key) or {}) for key in ("labels", "annotations")}
+
+    def _catch_up(self) -> None:
+        """What the hook wrote to the API server's Node since the last call (a background record landing
+        late): Metacontroller's cache sees it before the next call."""
+        if not self._server_seen:
+            return
+        now = self._on_server()
+        for key in ("labels", "annotations"):
+            changed = {k: v for k, v in now[key].items() if self._server_seen[key].get(k) != v}
+            self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **changed}
 
 
 @pytest.fixture
@@ -609,3 +630,245 @@ def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harnes
     h.sync()  # re-attach, from the record
     assert h.sync()["attachments"] == [], "back in service: the Attachment goes"
     assert len(reads) == excluding
+
+
+# ------------------------------------------- a deregistration that lands late, whatever becomes of its record
+
+
+class _Clock:
+    """The hook's clock, moved on by the test (how long things take is what is tested, not waited for)."""
+
+    def __init__(self):
+        import datetime as dt
+
+        self.now = dt.datetime.now(dt.timezone.utc)
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        import datetime as dt
+
+        self.now += dt.timedelta(seconds=seconds)
+
+
+class ProcessEnded(BaseException):
+    """The hook process ending right after an AWS call: raised from botocore's after-call event, past every
+    ``except Exception`` of the hook, so nothing that process would have done after the call happens (no
+    record of it, no second look at the Node)."""
+
+
+class HeldAtTheWire:
+    """Holds the hook's deregistration calls (DeregisterTargets, DeregisterInstancesFromLoadBalancer) at
+    botocore's before-send event, where AWS has not seen them yet, until ``land``; then each reaches moto
+    as it is. Mocked timing: moto answers at once and no real part here can make a call the hook sent land
+    after later syncs, which is what a slow network or a busy AWS does. After a call has answered, the
+    process goes on, or ends (``land(end_process=True)``)."""
+
+    OPERATIONS = (("elbv2", "elastic-load-balancing-v2.DeregisterTargets"),
+                  ("elb", "elastic-load-balancing.DeregisterInstancesFromLoadBalancer"))
+    DEADLINE_SECONDS = 20.0
+
+    def __init__(self, ctx):
+        import threading
+
+        self._open = threading.Event()
+        self._changed = threading.Condition()
+        self.held = self.landed = 0
+        self.end_process = False
+        self._hooks = []
+        for service, operation in self.OPERATIONS:
+            events = ctx.aws.client(service, "us-east-1").meta.events
+            for event, handler in ((f"before-send.{operation}", self._hold),
+                                   (f"after-call.{operation}", self._after)):
+                events.register(event, handler)
+                self._hooks.append((events, event, handler))
+
+    def _hold(self, **_):
+        with self._changed:
+            self.held += 1
+            self._changed.notify_all()
+        if not self._open.wait(self.DEADLINE_SECONDS):
+            raise AssertionError("a held deregistration was never let go")
+
+    def _after(self, **_):
+        with self._changed:
+            self.landed += 1
+            self._changed.notify_all()
+        if self.end_process:
+            raise ProcessEnded()
+
+    def wait_held(self, count: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.held >= count, self.DEADLINE_SECONDS), self.held
+
+    def land(self, end_process: bool = False) -> None:
+        """Let every held call through and wait until each has answered; calls after them pass at once (and
+        the process that made them, if it ended, is another one by then)."""
+        self.end_process = end_process
+        self._open.set()
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.landed >= self.held, self.DEADLINE_SECONDS)
+        self.end_process = False
+
+    def close(self) -> None:
+        self._open.set()
+        for events, event, handler in self._hooks:
+            events.unregister(event, handler)
+
+
+def _registered_where(world) -> dict:
+    """Which of our load balancers the instance is in now (moto's view)."""
+    mine = world["mine"]
+    found = {key: any(i == mine for i, _ in _members(world["elbv2"], world[key]))
+             for key in ("ours", "lbc", "static")}
+    found["legacy"] = mine in _elb_members(world["elb"], "legacy")
+    return found
+
+
+EVERYWHERE = {"ours": True, "lbc": True, "static": True, "legacy": True}
+NOWHERE = {"ours": False, "lbc": False, "static": False, "legacy": False}
+
+
+def _end_the_worker() -> None:
+    """gunicorn's worker_exit, as the image runs it: it waits for the background runs within the graceful
+    timeout (made short here), and the worker goes whether they finished or not."""
+    import pathlib
+    import runpy
+
+    conf = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "gunicorn.conf.py"))
+    conf["worker_exit"].__globals__["graceful_timeout"] = 0  # waits its floor of 1 s
+    conf["worker_exit"](None, None)
+
+
+@pytest.mark.parametrize("record", ["refused", "process-ended"])
+def test_a_deregistration_landing_after_the_uncordon_never_keeps_the_node_out(world, harness, record):
+    """Cordon: the exclude step writes the label and hands its deregistrations over; they are held on the
+    wire. Uncordon: the re-attach registers the node and takes the label off. Then the held calls land, and
+    their record is never written: the API server refuses it, or the worker stops (its drain gives up) and
+    the process ends right after the calls. The node is schedulable and out of every load balancer, with
+    nothing of the detach left on it; the syncs that follow must bring it back, and do once no
+    deregistration sent before the re-attach can still land."""
+    h, kube = harness
+    clock = _Clock()
+    h.ctx.clock = clock
+    h.sync()
+    assert _registered_where(world) == EVERYWHERE
+    held = HeldAtTheWire(h.ctx)
+    try:
+        h.node["spec"]["unschedulable"] = True
+        h.sync(drain=False)  # exclude: the label, then the calls handed over, and held
+        held.wait_held(4)  # three target groups and the classic ELB
+        assert kube.nodes["node-a"]["metadata"]["labels"][names.EXCLUDE_LABEL] == names.EXCLUDE_VALUE
+        assert _registered_where(world) == EVERYWHERE
+
+        h.node["spec"]["unschedulable"] = False
+        h.sync(drain=False)  # re-attach: registered (it still is), label and annotations off
+        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert names.SINCE not in h.node["metadata"]["annotations"]
+
+        if record == "refused":
+            kube.refused = {("json_patch", "Node")}
+            held.land()
+            assert actuators.drain_background(10)
+            kube.refused = set()
+        else:
+            _end_the_worker()
+            held.land(end_process=True)
+        assert _registered_where(world) == NOWHERE, "the late calls took the serving node out"
+        assert names.DEREGISTERED not in kube.nodes["node-a"]["metadata"]["annotations"], "and no record says so"
+
+        for _ in range(2):
+            h.sync()
+        clock.advance(120)  # past the time any deregistration sent before the re-attach can take to land
+        for _ in range(3):
+            h.sync()
+        assert _registered_where(world) == EVERYWHERE
+        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+    finally:
+        held.close()
+
+
+def _registrations_while_leaving(h, kube):
+    """Watches every registration the hook makes: the list of those made while the API server's Node was
+    cordoned, and the function that stops watching."""
+    leaving = []
+
+    def check(**_):
+        if kube.nodes["node-a"]["spec"].get("unschedulable"):
+            leaving.append(dict(kube.nodes["node-a"]["metadata"].get("annotations") or {}))
+
+    hooked = [(h.ctx.aws.client("elbv2", "us-east-1"), "provide-client-params.elastic-load-balancing-v2.RegisterTargets"),
+              (h.ctx.aws.client("elb", "us-east-1"),
+               "provide-client-params.elastic-load-balancing.RegisterInstancesWithLoadBalancer")]
+    for client, event in hooked:
+        client.meta.events.register(event, check)
+    return leaving, lambda: [client.meta.events.unregister(event, check) for client, event in hooked]
+
+
+def _interleavings():
+    """After the exclude step has handed its calls over (held): the calls landing and the uncordon in either
+    order, a further sync or none before and between them (one always follows); their record written,
+    refused by the API server, or never written (the process ends right after the calls); and whether the
+    node is cordoned again before it settles."""
+    for first, second in (("land", "uncordon"), ("uncordon", "land")):
+        for gaps in itertools.product((False, True), repeat=2):
+            steps = ["sync"] * gaps[0] + [first] + ["sync"] * gaps[1] + [second, "sync"]
+            for record in ("written", "refused", "process-ended"):
+                for again in (False, True):
+                    yield tuple(steps), record, again
+
+
+@pytest.mark.parametrize("steps,record,again", list(_interleavings()),
+                         ids=lambda v: "-".join(v) if isinstance(v, tuple) else str(v))
+def test_a_schedulable_node_ends_in_every_group_whatever_order_the_calls_land_in(world, harness, steps, record,
+                                                                                again):
+    """Cordon, then every interleaving of the exclude step's held deregistrations landing (whatever becomes
+    of their record) with the uncordon and the syncs around it. Once the node is schedulable and the calls
+    have settled, it is in every group it was in and nothing of the detach is left on it; while it is
+    cordoned it is never registered anywhere."""
+    h, kube = harness
+    clock = _Clock()
+    h.ctx.clock = clock
+    h.sync()
+    registered_while_leaving, stop = _registrations_while_leaving(h, kube)
+    held = HeldAtTheWire(h.ctx)
+
+    def land():
+        if record == "refused":
+            kube.refused = {("json_patch", "Node")}
+        held.land(end_process=record == "process-ended")
+        assert actuators.drain_background(10)
+        kube.refused = set()
+
+    try:
+        h.node["spec"]["unschedulable"] = True
+        h.sync(drain=False)
+        held.wait_held(4)
+        for step in steps:
+            if step == "uncordon":
+                h.node["spec"]["unschedulable"] = False
+            if step == "land":
+                land()
+            else:
+                h.sync(drain=False)
+        if again:  # cordoned again, and kept so for longer than a rejoin waits
+            h.node["spec"]["unschedulable"] = True
+            h.sync()
+            clock.advance(120)
+            for _ in range(3):
+                h.sync()
+            assert _registered_where(world) == NOWHERE
+            h.node["spec"]["unschedulable"] = False
+            h.sync()
+        for _ in range(4):  # each time past the time any deregistration sent before can take to land
+            clock.advance(60)
+            h.sync()
+        assert _registered_where(world) == EVERYWHERE
+        assert registered_while_leaving == []
+        left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
+        assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert _members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
+    finally:
+        held.close()
+        stop()

@@ -20,6 +20,13 @@ GONE_STATES = ("unused",)
 GONE_CODES = ("TargetGroupNotFound", "LoadBalancerNotFound")
 # What register/deregister report when the load balancer was already gone.
 GONE = "gone"
+# How long a call sent here can take to land at AWS: longer than botocore's worst case for one call (3
+# attempts of 2 s connect + 5 s read, and backoff). A ticket gives up waiting for it then.
+CALL_SECONDS = 30.0
+
+
+class NotSent(Exception):
+    """A deregistration whose deadline to go out passed before it could: not sent at all."""
 
 
 def _chunks(items: list, size: int = BATCH):
@@ -231,6 +238,7 @@ class _Batch:
 
     def __init__(self):
         self.parts: list[list[dict]] = []  # one list of targets per caller
+        self.send_by: list[float | None] = []  # per part: the monotonic time after which it is not sent
         self.done = threading.Event()
         self.results: list = []  # per part: None, GONE, or the exception it failed with
 
@@ -256,11 +264,13 @@ class DeregisterCoalescer:
     names a target AWS does not know (InvalidTarget) is redone one caller at a
     time, so no caller is told its targets left on another's account. Every
     wait ends: a ticket gives up after ``TICKET_DEADLINE_SECONDS`` (the call
-    itself goes on; deregistering again is harmless).
+    itself goes on; deregistering again is harmless). A caller may give its
+    targets a deadline to go out (``send_within``): if the group's turn comes
+    later, they are left out of the call and the ticket raises NotSent, so no
+    deregistration goes out long after the reading of the Node it rests on.
     """
 
-    # Longer than botocore's worst case for one call here (3 attempts of 2 s connect + 5 s read, and backoff).
-    TICKET_DEADLINE_SECONDS = 30.0
+    TICKET_DEADLINE_SECONDS = CALL_SECONDS
 
     def __init__(self, window: float = 0.02):
         self.window = window
@@ -270,16 +280,19 @@ class DeregisterCoalescer:
         self._pending: dict[tuple, _Batch] = {}  # group -> the batch callers are joining
 
     def deregister(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
-                   window: float | None = None) -> str | None:
+                   window: float | None = None, send_within: float | None = None) -> str | None:
         """Out of the target group; GONE when the group no longer exists (out all the same)."""
-        return self.submit(elbv2, region, target_group_arn, instance_id, ports, window)()
+        return self.submit(elbv2, region, target_group_arn, instance_id, ports, window, send_within)()
 
     def submit(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
-               window: float | None = None):
-        """Join the group's next call; the returned ticket waits for it and answers as ``deregister`` does."""
+               window: float | None = None, send_within: float | None = None):
+        """Join the group's next call; the returned ticket waits for it and answers as ``deregister`` does.
+        ``send_within``: seconds from now after which these targets are no longer sent (NotSent)."""
         window = self.window if window is None else window
         key = (region, target_group_arn)
         targets = _targets(instance_id, ports)
+        if send_within is not None and send_within <= 0:
+            raise NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out had passed")
         with self._lock:
             batch = self._pending.get(key)
             lead = batch is None
@@ -287,6 +300,7 @@ class DeregisterCoalescer:
                 batch = self._pending[key] = _Batch()
             index = len(batch.parts)
             batch.parts.append(targets)
+            batch.send_by.append(None if send_within is None else time.monotonic() + send_within)
         if lead:  # the batch's call is made off the caller's thread, so one caller can lead many groups
             threading.Thread(target=self._send, args=(elbv2, key, batch, window), daemon=True,
                              name="deregister").start()
@@ -313,13 +327,24 @@ class DeregisterCoalescer:
                         del self._pending[key]  # later callers start the next batch
                         break
                 time.sleep(max(0.001, min(window, due - time.monotonic())))
-            batch.results = _deregister_parts(elbv2, key[1], batch.parts)
+            batch.results = _in_time_parts(elbv2, key[1], batch)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
             batch.results = [exc] * len(batch.parts)
         finally:
             with self._lock:
                 self._busy.discard(key)
             batch.done.set()
+
+
+def _in_time_parts(elbv2, target_group_arn: str, batch: _Batch) -> list:
+    """The batch's call(s) with the parts whose deadline has not passed; NotSent for the others."""
+    now = time.monotonic()
+    sent = [i for i, send_by in enumerate(batch.send_by) if send_by is None or now <= send_by]
+    results: list = [NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out passed while "
+                             "the group's call waited its turn")] * len(batch.parts)
+    for i, result in zip(sent, _deregister_parts(elbv2, target_group_arn, [batch.parts[i] for i in sent])):
+        results[i] = result
+    return results
 
 
 def _deregister_parts(elbv2, target_group_arn: str, parts: list[list[dict]]) -> list:

@@ -15,6 +15,8 @@ one step of hooks.detacher.assess's phases:
               is gone or 'unused'
   shutdown    evict priority-annotated pods, highest priority first
   reattach    register exactly what was deregistered, remove what is ours
+  rejoin      register it once more when no deregistration sent before the
+              re-attach can still land, then forget it
 
 Progress lives in the Node's annotations, so a failed step never loses what
 already happened and the next call resumes where this one stopped.
@@ -60,6 +62,15 @@ _LABEL_SETTLE_SECONDS = 1.0
 _BACKGROUND_GRACE_SECONDS = 10.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
 _TAINT_SETTLE_SECONDS = 0.2
+# A deregistration goes out within this long of the call that decided it on the Node it read, or not at all
+# (elb.NotSent): one held up on the way (a busy target group, a slow AWS) never goes out long after the node
+# may have come back. Shorter than _BACKGROUND_GRACE_SECONDS, so none of the exclude step's calls still goes
+# out once the deregister step may make them itself.
+_SEND_SECONDS = 5.0
+# Every deregistration decided before a re-attach has landed this long after it: sent within _SEND_SECONDS of
+# its decision and answered within elb.CALL_SECONDS, with room for two processes' clocks, timestamps to the
+# second and the re-attach's own read of the Node.
+_REJOIN_AFTER_SECONDS = _SEND_SECONDS + elb_api.CALL_SECONDS + 10.0
 
 
 class _FirstSeen:
@@ -111,7 +122,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 def _attachment(request: HookRequest, sit: phases.Situation, settings: Settings, observed: dict) -> list[dict]:
     """The desired Attachment of a detaching node: the load balancers it was in as the detach began, with any
     found since, frozen until it is back. A node that is not detaching has none."""
-    if sit.instance_id is None or sit.phase in (phases.SKIP, phases.IDLE):
+    if sit.instance_id is None or sit.phase in (phases.SKIP, phases.IDLE, phases.REJOIN):
         return []
     kept = sit.memberships or []
     discovery = observed.get("discovery")
@@ -212,6 +223,9 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
     said = [events.normal(events.DETACHING, f"Leaving load balancers: {reasons}")]
     response = decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS,
                                   finalized=False if request.finalizing else None)
+    memberships, done, pending = _left(sit, attachments)
+    if pending:  # with the label, before any of them is sent
+        annotations[names.DEREGISTERING] = targets.encode(set(sit.deregistering) | set(pending))
     uid = request.meta.get("uid")
     if not uid:  # no Node to write by uid: Metacontroller writes the label, the next call deregisters
         return Plan(dict(response, labels=labels, annotations=annotations), events=said)
@@ -219,8 +233,8 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
     # deregistrations may follow at once instead of one pass through Metacontroller's queue later. Nothing
     # else is left for Metacontroller to write on the Node in this call: its update, made from the Node as
     # its cache had it, would conflict with ours.
-    memberships, done, pending = _left(sit, attachments)
-    deregistrations = _membership_actions("deregister", pending, sit, record=True, background=True) \
+    deregistrations = _membership_actions("deregister", pending, sit, record=True, background=True,
+                                          send_by=now + dt.timedelta(seconds=_SEND_SECONDS)) \
         if sit.instance_id is not None else []
     if deregistrations:  # said with the label, so the next step knows they are under way
         annotations[names.DEREGISTERING_SINCE] = timefmt.fmt(now)
@@ -281,9 +295,13 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
         return Plan(decorator_response(attachments=attachments if sit.attachment is not None else [],
                                        resync_after=_LABEL_SETTLE_SECONDS,
                                        finalized=False if request.finalizing else None))
+    listed = set(sit.deregistering)
+    if any(m not in listed for m in pending):
+        return _list_before_leaving(request, sit, attachments, listed | set(pending))
     # Each recorded as deregistered only once its call succeeded; the record is
     # written by this call, so a conflict on Metacontroller's write cannot lose it.
-    actions = _membership_actions("deregister", pending, sit, record=True)
+    actions = _membership_actions("deregister", pending, sit, record=True,
+                                  send_by=now + dt.timedelta(seconds=_SEND_SECONDS))
     annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     _clear_error(annotations, request)
     said = [_deregistered_event(sit, actions)]
@@ -300,16 +318,33 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     )
 
 
+def _list_before_leaving(request: HookRequest, sit: phases.Situation, attachments: list[dict],
+                         listed: set) -> Plan:
+    """Memberships about to leave that the Node does not list yet (looked up again at this step) are written
+    on it first, by the hook itself; the next call deregisters them. So a re-attach knows every membership a
+    call may have taken out, whatever becomes of the call, its record or its process."""
+    annotations = {names.DEREGISTERING: targets.encode(listed)}
+    finalized = False if request.finalizing else None
+    uid = request.meta.get("uid")
+    if not uid:
+        return Plan(decorator_response(annotations=annotations, attachments=attachments,
+                                       resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized))
+    return Plan(decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized),
+                [Action("kube.annotate-node", request.name, {"annotations": annotations, "uid": uid})])
+
+
 def _membership_actions(verb: str, memberships, sit: phases.Situation, record: bool = False,
-                        background: bool = False) -> list[Action]:
-    """One batched (de)register call per target group or classic ELB, with every port of the instance."""
+                        background: bool = False, send_by: dt.datetime | None = None) -> list[Action]:
+    """One batched (de)register call per target group or classic ELB, with every port of the instance; a
+    deregistration goes out by ``send_by`` or not at all."""
     actions = []
+    deadline = {"sendBy": timefmt.fmt(send_by)} if send_by is not None else {}
     for (lb_type, lb), ports in targets.group_by_load_balancer(memberships).items():
         covered = [m for m in memberships if (m[0], m[1]) == (lb_type, lb)]
         actions.append(Action(
             f"{'elbv2' if lb_type == 'tg' else 'elb'}.{verb}", lb,
             {"instance": sit.instance_id, "region": sit.region, "ports": ports,
-             "memberships": [list(m) for m in covered]},
+             "memberships": [list(m) for m in covered], **deadline},
             record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),) if record else (),
             background=background))
     return actions
@@ -392,6 +427,9 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
         # Node update lost a race with the uncordon): restore all the frozen Attachment
         # lists too. Registering a registered target changes nothing.
         deregistered |= set(sit.memberships or ())
+    # What was said to be about to leave (a call may have taken it out whatever became of its record), and
+    # what an earlier re-attach still had to register once more.
+    deregistered |= set(sit.deregistering) | set(sit.rejoin)
     deregistered = sorted(deregistered)
     actions = []
     said = []
@@ -410,17 +448,43 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
     if any(t.get("key") == names.DETACHING_TAINT for t in fields.objects(request.parent, "spec", "taints")):
         actions.append(Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT}))
     labels = {names.EXCLUDE_LABEL: None} if request.labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE else {}
-    annotations = {key: None for key in names.OUR_ANNOTATIONS if key in request.annotations}
+    annotations = {key: None for key in names.OUR_ANNOTATIONS + names.REJOIN_ANNOTATIONS if key in request.annotations}
+    if deregistered:
+        # A deregistration sent before this call may still land after these registrations (held up on the
+        # way; its record and its process may be gone by then): all of it is registered once more when none
+        # can still land.
+        annotations.update({names.REJOIN: targets.encode(deregistered),
+                            names.REJOIN_AT: timefmt.fmt(now + dt.timedelta(seconds=_REJOIN_AFTER_SECONDS))})
     status, changed = conditions.remove(fields.mapping(request.parent, "status"), names.CONDITION)
     registered = sum(1 for a in actions if a.kind.endswith(".register"))
     said.append(events.normal(events.REATTACHED, f"Registered again with {registered} load balancer(s)"
                               if registered else "Back in service"))
+    # A node leaving our selector is let go only after its rejoin: no call of ours would come after.
+    finalized = not deregistered if request.finalizing else None
     return Plan(
         decorator_response(labels=labels, annotations=annotations, status=status if changed else None,
-                           attachments=attachments, finalized=True if request.finalizing else None),
+                           attachments=attachments, resync_after=_REJOIN_AFTER_SECONDS if deregistered else None,
+                           finalized=finalized),
         actions,
         said,
     )
+
+
+def _rejoin(request, sit, settings, now, observed) -> Plan:
+    """Back in service: once no deregistration sent before the re-attach can still land, what it registered
+    is registered once more (a target that is in stays as it is), and forgotten."""
+    due = timefmt.parse(request.annotations.get(names.REJOIN_AT))
+    if due is not None and now < due:
+        return Plan(decorator_response(attachments=[], resync_after=(due - now).total_seconds(),
+                                       finalized=False if request.finalizing else None))
+    annotations = {key: None for key in names.REJOIN_ANNOTATIONS if key in request.annotations}
+    _clear_error(annotations, request)
+    said = []
+    if sit.rejoin and sit.instance_id is None:
+        said.append(events.warning(events.REATTACH_ABANDONED, f"cannot register again: {sit.provider_error}"))
+    actions = _membership_actions("register", sit.rejoin, sit) if sit.instance_id is not None else []
+    return Plan(decorator_response(annotations=annotations, attachments=[],
+                                   finalized=True if request.finalizing else None), actions, said)
 
 
 _DECIDERS = {
@@ -431,6 +495,7 @@ _DECIDERS = {
     phases.DRAIN: _drain,
     phases.SHUTDOWN: _shutdown,
     phases.REATTACH: _reattach,
+    phases.REJOIN: _rejoin,
 }
 
 

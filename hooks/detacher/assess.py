@@ -22,6 +22,7 @@ DEREGISTER = "deregister"  # label is on: leave every load balancer
 DRAIN = "drain"  # wait for the targets to finish draining
 SHUTDOWN = "shutdown"  # detached: ordered pod shutdown
 REATTACH = "reattach"  # schedulable again: undo exactly what we did
+REJOIN = "rejoin"  # back in service: register once more when no deregistration sent before can still land
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Situation:
     provider_error: str | None
     attachment: dict | None  # the observed Attachment's spec
     deregistered: tuple | None  # memberships recorded as deregistered
+    deregistering: tuple = ()  # memberships written on the Node as about to leave (sent, or about to be)
+    rejoin: tuple = ()  # memberships a re-attach registered, to register once more (REJOIN)
 
     @property
     def memberships(self) -> list[tuple] | None:
@@ -79,6 +82,8 @@ def _assess(request: HookRequest, settings: Settings) -> Situation:
     if attachment and attachment.get("instanceID") not in (None, instance_id):
         attachment = None  # the node was re-created on another instance: rediscover
     deregistered = targets.decode(annotations.get(names.DEREGISTERED))
+    deregistering = targets.decode(annotations.get(names.DEREGISTERING)) or []
+    rejoin = targets.decode(annotations.get(names.REJOIN)) or []
     reasons = tuple(triggers.reasons(node, settings))
     if request.finalizing and not request.deleting:
         reasons = ()  # the node stopped matching our selector: hand it back as it was
@@ -92,12 +97,16 @@ def _assess(request: HookRequest, settings: Settings) -> Situation:
             provider_error=provider_error,
             attachment=attachment,
             deregistered=tuple(deregistered) if deregistered is not None else None,
+            deregistering=tuple(deregistering),
+            rejoin=tuple(rejoin),
         )
 
     if objects.is_control_plane(fields.mapping(node, "metadata", "labels")) and not settings.detach_control_plane:
         return situation(SKIP)
     if not reasons:
-        return situation(REATTACH if triggers.ours_present(node) else IDLE)
+        if triggers.ours_present(node):
+            return situation(REATTACH)
+        return situation(REJOIN if any(annotations.get(k) for k in names.REJOIN_ANNOTATIONS) else IDLE)
     if not annotations.get(names.SINCE) or names.EXCLUDE_LABEL not in labels:
         return situation(EXCLUDE)
     pending_or_new = deregistered is None or any(

@@ -19,6 +19,9 @@ EXCLUDE_VALUE = "nodewarden"
 SINCE = "nodewarden.io/detaching-since"
 REASON = "nodewarden.io/detach-reason"
 DEREGISTERED = "nodewarden.io/deregistered"
+# What is about to leave: written on the Node before any of it is sent to AWS, so whatever becomes of the
+# calls and their record, a re-attach knows what to register.
+DEREGISTERING = "nodewarden.io/deregistering"
 # When the exclude step handed its deregistrations over (written with the label, only then).
 DEREGISTERING_SINCE = "nodewarden.io/deregistering-since"
 DETACHED_AT = "nodewarden.io/detached-at"
@@ -28,8 +31,14 @@ FOR_POD = "nodewarden.io/detach-for-pod"
 FOR_POD_SINCE = "nodewarden.io/detach-for-pod-since"
 REATTACH_FAILING_SINCE = "nodewarden.io/reattach-failing-since"
 
-OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DEREGISTERING_SINCE, DETACHED_AT, ERROR, ATTEMPTS,
-                   REATTACH_FAILING_SINCE)
+# Left by a re-attach on a node back in service: what it registered, to register once more when no
+# deregistration sent before it can still land (REJOIN_AT).
+REJOIN = "nodewarden.io/rejoin"
+REJOIN_AT = "nodewarden.io/rejoin-at"
+
+OUR_ANNOTATIONS = (DETACHING, SINCE, REASON, DEREGISTERED, DEREGISTERING, DEREGISTERING_SINCE, DETACHED_AT, ERROR,
+                   ATTEMPTS, REATTACH_FAILING_SINCE)
+REJOIN_ANNOTATIONS = (REJOIN, REJOIN_AT)
 
 ATTACHMENT_API = "nodewarden.io/v1alpha1"
 ATTACHMENT_KIND = "Attachment"

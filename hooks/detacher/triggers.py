@@ -64,7 +64,7 @@ def ours_present(node: dict) -> bool:
     """Whether anything of a detach we started is still on the node."""
     annotations = fields.mapping(node, "metadata", "annotations")
     labels = fields.mapping(node, "metadata", "labels")
-    if any(annotations.get(k) for k in (names.SINCE, names.DEREGISTERED, names.DETACHED_AT)):
+    if any(annotations.get(k) for k in (names.SINCE, names.DEREGISTERED, names.DEREGISTERING, names.DETACHED_AT)):
         return True
     if labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE:
         return True
