@@ -90,11 +90,18 @@ def step(view: MachineView, progress: Progress, deleting: bool) -> None:
 
 
 def drain_limit(view: MachineView, started_seconds_ago: float | None) -> float:
-    """How long termination may drain: ``drainTimeout``, cut short to end before a spot notice's deadline."""
+    """How long termination may drain: ``drainTimeout``, cut short to end before a notice's deadline.
+
+    A spot warning's deadline is when EC2 reclaims the instance (confirmed with EC2 when recorded late), so
+    it always cuts the drain. A scheduled change's start that had already passed as the drain began, the
+    instance still running, says nothing about when EC2 will act: the drain takes its usual time.
+    """
     limit = view.spec.drain_timeout
     notice = signals.of(view.obj, signals.INTERRUPTION_ANNOTATION)
     if notice is None or notice.deadline is None:
         return limit
     elapsed = started_seconds_ago or 0.0
-    left = (notice.deadline - view.now).total_seconds() - SPOT_TERMINATE_MARGIN_SECONDS
-    return max(0.0, min(limit, elapsed + left))
+    before_deadline = elapsed + (notice.deadline - view.now).total_seconds() - SPOT_TERMINATE_MARGIN_SECONDS
+    if before_deadline <= 0 and notice.reason != signals.SPOT_INTERRUPTION:
+        return limit
+    return max(0.0, min(limit, before_deadline))
