@@ -33,7 +33,7 @@ from typing import Callable
 from hooks import conditions, controllers, timefmt
 from hooks.config import load_settings
 from hooks.contract import parse_request
-from hooks.fencing import names as fencing
+from hooks.fencing.names import ACTION_OFF, FENCING_SUCCEEDED, RECOVERED, RECOVERING
 from hooks.machines import names, signals
 from tests.fixtures.envelope import hook_request
 
@@ -59,7 +59,6 @@ class Sync:
     records: list[dict]  # the records the pool answered (written or not)
     created: list[str]
     let_go: list[str]  # live Machines Metacontroller knew and the pool no longer returned
-    marked: list[str]  # Machines the pool marked as chosen in this call (the mark written or not)
     replicas: int
 
 
@@ -168,24 +167,23 @@ class PoolWorld:
             "apiVersion": names.API_VERSION, "kind": "FencingRequest",
             "metadata": {"name": f"{status['nodeName']}-fence", "namespace": NAMESPACE,
                          "uid": f"fr-{machine['metadata']['uid']}"},
-            "spec": {"nodeRef": {"name": status["nodeName"], "uid": status["nodeUID"]}, "action": fencing.ACTION_OFF},
-            "status": {"phase": fencing.RECOVERING,
-                       "conditions": [{"type": fencing.FENCING_SUCCEEDED, "status": "True",
+            "spec": {"nodeRef": {"name": status["nodeName"], "uid": status["nodeUID"]}, "action": ACTION_OFF},
+            "status": {"phase": RECOVERING,
+                       "conditions": [{"type": FENCING_SUCCEEDED, "status": "True",
                                        "lastTransitionTime": timefmt.fmt(self.now)}],
                        "providerStatus": {"instanceID": status["instanceID"], "nodeUID": status["nodeUID"]}}})
 
     def recover(self, name: str) -> None:
         node = self.machines[name]["status"].get("nodeName")
         for request in self.requests:
-            if request["spec"]["nodeRef"]["name"] == node and not conditions.is_true(request["status"],
-                                                                                     fencing.RECOVERED):
-                request["status"]["conditions"].append({"type": fencing.RECOVERED, "status": "True",
+            if request["spec"]["nodeRef"]["name"] == node and not conditions.is_true(request["status"], RECOVERED):
+                request["status"]["conditions"].append({"type": RECOVERED, "status": "True",
                                                         "lastTransitionTime": timefmt.fmt(self.now)})
 
     def recovered(self, machine: dict) -> bool:
         node = machine["status"].get("nodeName")
         found = [r for r in self.requests if r["spec"]["nodeRef"]["name"] == node] if node else []
-        return all(conditions.is_true(r["status"], fencing.RECOVERED) for r in found)
+        return all(conditions.is_true(r["status"], RECOVERED) for r in found)
 
     def interrupt(self, name: str) -> None:
         """A spot interruption warning: the Machine deletes itself (hooks.machines.disrupted)."""
@@ -232,11 +230,9 @@ class PoolWorld:
                     "fencingRequests": _copy(self.requests)}
         plan = module.decide(request, self.settings, self.now, observed)
         response = plan.response
-        marked = []
         for action in plan.actions:
             if action.kind != "kube.mark-disrupted":
                 continue
-            marked.append(action.target)
             machine = self.machines.get(action.target)
             if not fail_marks and machine is not None and machine["metadata"]["uid"] == action.params["uid"]:
                 machine["metadata"]["annotations"][signals.DISRUPTION_ANNOTATION] = action.params["value"]
@@ -266,8 +262,7 @@ class PoolWorld:
         if not fail_status:
             self.pool["status"] = response["status"]
             self.chosen.update(r["uid"] for r in records)
-        return Sync(before, previous, chosen, known, response, _copy(records), created, let_go, marked,
-                    self.replicas)
+        return Sync(before, previous, chosen, known, response, _copy(records), created, let_go, self.replicas)
 
     # -- what the pool holds -------------------------------------------------
     def replacements_of(self, uid: str, within: dict[str, dict]) -> list[dict]:
