@@ -93,12 +93,12 @@ class StormWorld:
     def machines(self) -> list[dict]:
         return [o for (kind, _, _), o in self.kube.objects.items() if kind == self.names.MACHINE_KIND]
 
-    def _create(self, name: str, initialized: bool = False) -> None:
+    def _create(self, name: str, initialized: bool = False, annotations: dict | None = None) -> None:
         self.serial += 1
         obj = {"apiVersion": self.names.API_VERSION, "kind": self.names.MACHINE_KIND,
                "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": _fmt(self.now()),
                             "labels": {self.names.POOL_LABEL: "storm"},
-                            "annotations": {self.names.TEMPLATE_HASH: self.template_hash},
+                            "annotations": {self.names.TEMPLATE_HASH: self.template_hash, **(annotations or {})},
                             "ownerReferences": [{"apiVersion": self.names.API_VERSION, "kind": "NodePool",
                                                  "name": "storm", "uid": "uid-pool", "controller": True}]},
                "spec": copy.deepcopy(self.pool["spec"]["template"]["spec"]), "status": {"conditions": []}}
@@ -173,7 +173,7 @@ class StormWorld:
                 self.deleted[name] = self.tick
         for child in response["children"]:
             if (self.names.MACHINE_KIND, "", child["metadata"]["name"]) not in self.kube.objects:
-                self._create(child["metadata"]["name"])
+                self._create(child["metadata"]["name"], annotations=child["metadata"].get("annotations"))
         return response["status"]
 
 

@@ -1,15 +1,20 @@
 """Disruption rules: budgets (rounding, schedules, reasons), signals, repair proof and the pool's choice (pure)."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
 import json
+import zlib
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from hooks import timefmt
 from hooks.contract import RequestError
 from hooks.machines import budgets, disruption, pool, repair, signals
+from pool_world import PoolWorld, check_converged, check_sync
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)  # a Monday
 NS = "nodewarden-system"
@@ -179,12 +184,50 @@ def test_a_forceful_notice_is_never_the_pools_to_start_but_is_recorded_once_it_g
 def test_surge_first_the_old_machine_stays_until_its_replacement_is_initialized():
     machines = [_machine("a", drifted=60), _machine("b")]
     out = _decide(machines, replicas=2)
-    assert out.held == {"a"} and out.leaving == set()
-    disruption.assign_replacements(out.records, ["new"], machines)
-    later = _decide(machines + [_machine("new", initialized=False)], previous=out.records, replicas=2)
-    assert later.leaving == set()
-    done = _decide(machines + [_machine("new")], previous=out.records, replicas=2)
+    assert out.held == {"a"} and out.leaving == set() and [r["machine"] for r in out.needs] == ["a"]
+    made_for = disruption.replaces(out.needs[0])
+    assert disruption.replaces_of(_machine("new", annotations=made_for)).uid == "uid-a"
+    disruption.assign_replacements(out.needs, ["new"])
+    later = _decide(machines + [_machine("new", initialized=False, annotations=made_for)], previous=out.records,
+                    replicas=2)
+    assert later.leaving == set() and later.kept == {"new"} and later.needs == []
+    done = _decide(machines + [_machine("new", annotations=made_for)], previous=out.records, replicas=2)
     assert done.leaving == {"a"} and [r["machine"] for r in done.ready] == ["a"]
+
+
+def test_the_children_alone_prove_a_disruption_and_its_replacement():
+    """No record in status: the replacement's annotation, or the pool's mark on the Machine, is the proof."""
+    machines = [_machine("a", drifted=60), _machine("b")]
+    [record] = _decide(machines, replicas=2).records
+    new = _machine("new", initialized=False, annotations=disruption.replaces(record))
+    rebuilt = _decide(machines + [new], replicas=2)
+    assert [(r["machine"], r["reason"], r["at"], r["replacement"]) for r in rebuilt.records] == \
+        [("a", "Drifted", record["at"], "new")]
+    assert rebuilt.started == [] and rebuilt.leaving == set() and rebuilt.held == {"a"}
+    mark = {signals.DISRUPTION_ANNOTATION: signals.Signal(signals.DRIFTED, NOW).encode()}
+    marked = _decide([_machine("a", drifted=60, annotations=mark), _machine("b")], replicas=2)
+    assert marked.started == [] and marked.held == {"a"} and [r["machine"] for r in marked.needs] == ["a"]
+
+
+def test_a_replacement_named_only_by_its_record_is_still_waited_for():
+    """A replacement made before replacements named the Machine they replace: the record's name pairs them."""
+    machines = [_machine("a", drifted=60), _machine("b"), _machine("new", initialized=False)]
+    record = {"machine": "a", "uid": "uid-a", "reason": "Drifted", "at": timefmt.fmt(NOW),
+              "startedAt": timefmt.fmt(NOW), "replacement": "new"}
+    out = _decide(machines, previous=[record], replicas=2)
+    assert out.leaving == set() and out.kept == {"new"} and out.needs == []
+
+
+@pytest.mark.parametrize("value", [None, "", "{", "[]", json.dumps({"uid": "u", "machine": "a", "reason": "Whim",
+                                                                      "at": timefmt.fmt(NOW)}),
+                                   json.dumps({"uid": "", "machine": "a", "reason": "Drifted", "at": timefmt.fmt(NOW)}),
+                                   json.dumps({"uid": "u", "machine": "a" * 64, "reason": "Drifted",
+                                               "at": timefmt.fmt(NOW)}),
+                                   json.dumps({"uid": "u", "machine": "a", "reason": "Drifted", "at": "soon"}),
+                                   "x" * 2000])
+def test_a_malformed_replaces_annotation_names_nothing(value):
+    annotations = {} if value is None else {"nodewarden.io/replaces": value}
+    assert disruption.replaces_of(_machine("new", annotations=annotations)) is None
 
 
 def test_a_record_closes_once_its_machine_is_gone_and_its_replacement_ready():
@@ -253,3 +296,260 @@ def test_a_disruption_start_decided_again_is_counted_once_per_process(make_ctx):
     actuators.act("nodepool", [same, same, other], make_ctx())
     actuators.act("nodepool", [same], make_ctx())
     assert counter._value.get() == before + 2
+
+
+# --------------------------------------------------------------------------- the pool over many calls
+# tests/pool_world.py: the pool's own decide on the API server's Machines, applied as Metacontroller applies it.
+
+
+def _drift_started(world: PoolWorld):
+    """The template changes: the pool chooses its first drifted Machine and makes its replacement."""
+    world.change_template()
+    step = world.sync()
+    check_sync(world, step, 1)
+    [record] = step.records
+    [replacement] = step.created
+    return record["machine"], replacement
+
+
+def test_a_scale_down_never_removes_the_replacement_a_machine_waits_for():
+    """The default budget (one at a time in a pool of three): the first drifted Machine waits for its
+    replacement when an autoscaler scales the pool down. The scale-down leaves that replacement alone (the
+    other Machines wait for the budget the drift uses), the drifted Machine leaves once its replacement is
+    Initialized, and the pool ends with the new replicas, all up to date."""
+    world = PoolWorld(replicas=3, budget=None)
+    old, replacement = _drift_started(world)
+    world.scale(2)
+    step = world.sync()
+    check_sync(world, step, 1)
+    assert replacement not in step.let_go and old not in step.let_go
+    world.initialize(replacement)
+    step = world.sync()
+    check_sync(world, step, 1)
+    assert old in step.let_go
+    world.settle(check=lambda s: check_sync(world, s, 1))
+    check_converged(world)
+
+
+@pytest.mark.parametrize("replicas", [0, 1])
+def test_scaling_down_to_the_replacements_alone_still_converges(replicas):
+    """Both Machines drifted and wait for their replacements when the pool shrinks to fewer than those."""
+    world = PoolWorld(replicas=2, budget="2")
+    world.change_template()
+    step = world.sync()
+    assert len(step.created) == 2
+    world.scale(replicas)
+    step = world.sync()
+    check_sync(world, step, 2)
+    world.settle(check=lambda s: check_sync(world, s, 2))
+    check_converged(world)
+
+
+def test_a_replacement_fenced_before_it_initializes_is_repaired_and_replaced_in_turn():
+    """The replacement registers, then fencing powers its Node off: it can never be Initialized. It is
+    repaired at once (the budget the drift already uses does not hold it), the drifted Machine gets a new
+    replacement and waits for that one; the fenced Machine goes once its Node's recovery is done."""
+    world = PoolWorld(replicas=3, budget=None)
+    old, replacement = _drift_started(world)
+    world.register(replacement)
+    world.fence(replacement)
+    step = world.sync()
+    check_sync(world, step, 1)
+    reasons = {r["machine"]: r["reason"] for r in step.records}
+    assert reasons == {old: signals.DRIFTED, replacement: signals.REPAIR}
+    [second] = step.created
+    assert world.made_for[world.machines[second]["metadata"]["uid"]] == world.machines[old]["metadata"]["uid"]
+    assert not step.let_go
+    world.initialize(second)
+    step = world.sync()
+    check_sync(world, step, 1)
+    assert step.let_go == [old]  # its new replacement is Initialized; the fenced one waits for recovery
+    world.recover(replacement)
+    step = world.sync()
+    assert replacement in step.let_go
+    world.settle(check=lambda s: check_sync(world, s, 1))
+    check_converged(world)
+
+
+@pytest.mark.parametrize("marks_lost", [False, True], ids=["status-lost", "status-and-mark-lost"])
+def test_a_lost_status_write_never_lets_the_old_machine_go_before_its_replacement_is_initialized(marks_lost):
+    """Metacontroller creates the replacement, then fails to write the pool's status: the next sync has no
+    record. The replacement names the Machine it replaces, so the pool still waits for it (and with the
+    pool's mark lost too)."""
+    world = PoolWorld(replicas=3, budget=None)
+    world.change_template()
+    first = world.sync(fail_status=True, fail_marks=marks_lost)
+    [record] = first.records
+    [replacement] = first.created
+    assert world.open_records() == []
+    again = world.sync()
+    check_sync(world, again, 1)
+    assert again.let_go == [] and replacement in {c["metadata"]["name"] for c in again.response["children"]}
+    assert [(r["machine"], r.get("replacement")) for r in again.records] == [(record["machine"], replacement)]
+    assert again.created == [], "no second replacement"
+    world.initialize(replacement)
+    step = world.sync()
+    assert step.let_go == [record["machine"]]
+    world.settle(check=lambda s: check_sync(world, s, 1))
+    check_converged(world)
+
+
+def test_a_record_lost_with_the_status_keeps_its_place_in_the_budget():
+    """The status write fails after the replacement was made; before the next sync another Machine gets a
+    rebalance notice, which goes before drift. The record rebuilt from the children still holds the budget:
+    the notice waits, and the drifted Machine keeps waiting for its replacement."""
+    world = PoolWorld(replicas=3, budget=None)
+    world.change_template()
+    first = world.sync(fail_status=True)
+    [record] = first.records
+    [replacement] = first.created
+    other = next(n for n in sorted(world.machines) if n not in (record["machine"], replacement))
+    world.notice(other)
+    again = world.sync()
+    check_sync(world, again, 1)
+    assert [(r["machine"], r["startedAt"], r.get("replacement")) for r in again.records] == \
+        [(record["machine"], record["startedAt"], replacement)]
+    assert again.response["status"]["disruption"]["blocked"][signals.REBALANCE] == 1
+    assert again.let_go == [] and again.created == []
+
+
+def test_a_replacement_lost_while_its_record_exists_is_made_again():
+    """The record was written but the replacement's create failed: the next sync makes it (naming the Machine
+    it replaces), and the drifted Machine waits for it."""
+    world = PoolWorld(replicas=3, budget=None)
+    world.change_template()
+    first = world.sync(fail_child=lambda name: True)
+    assert first.created == [] and len(world.open_records()) == 1
+    again = world.sync()
+    check_sync(world, again, 1)
+    [replacement] = again.created
+    old = world.open_records()[0]["uid"]
+    assert world.made_for[world.machines[replacement]["metadata"]["uid"]] == old
+    assert again.let_go == []
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """How one sync goes: which of its writes fail, whether Metacontroller's cache is a step behind, and how
+    long after the last one it comes (0: a repeated call)."""
+
+    fail_status: bool
+    fail_marks: bool
+    fail_children: frozenset[int]  # by a hash of the child's name, so a create or a delete of it fails
+    behind: bool
+    seconds: int
+
+    def fails(self, name: str) -> bool:
+        return zlib.crc32(name.encode()) % 4 in self.fail_children
+
+
+_calls = st.builds(Call, fail_status=st.booleans(), fail_marks=st.booleans(),
+                   fail_children=st.frozensets(st.integers(0, 3), max_size=2), behind=st.booleans(),
+                   seconds=st.sampled_from([0, 1, 30]))
+
+
+class PoolCalls(RuleBasedStateMachine):
+    """The pool over many syncs in Metacontroller's order (children, then status; any write may fail; a sync may
+    be repeated, or see Metacontroller's cache a step behind) while replicas and the template change and
+    Machines come up, are fenced, recover, get a rebalance notice, delete themselves or finish deleting.
+    Each change is followed by a sync, as a change of the pool or of a child makes Metacontroller sync it.
+    After every sync the budget, surge-first and repair after recovery hold (check_sync); once changes stop
+    the pool converges (check_converged)."""
+
+    @initialize(replicas=st.integers(1, 4), budget=st.sampled_from([1, 2, 3]), drifting=st.booleans(), call=_calls)
+    def start(self, replicas, budget, drifting, call):
+        """A pool of Initialized Machines; with ``drifting``, its template has just changed: a surge is under way."""
+        self.budget = budget
+        self.world = PoolWorld(replicas=replicas, budget=str(budget))
+        self.cache = list(copy.deepcopy(self.world.machines).values())
+        if drifting:
+            self.world.change_template()
+            self._sync(call)
+
+    def _pick(self, index: int, machines: list[dict]) -> str | None:
+        """The newest first: small indices, which Hypothesis tries most, hit the replacements."""
+        found = sorted(machines, key=lambda m: (m["metadata"]["creationTimestamp"], m["metadata"]["name"]),
+                       reverse=True)
+        return found[index % len(found)]["metadata"]["name"] if found else None
+
+    def _sync(self, call: Call) -> None:
+        self.world.tick(call.seconds)
+        step = self.world.sync(fail_status=call.fail_status, fail_marks=call.fail_marks, fail_child=call.fails,
+                               cache=self.cache if call.behind else None)
+        check_sync(self.world, step, self.budget)
+        self.cache = list(step.before.values())
+
+    @rule(call=_calls)
+    def repeat(self, call):
+        self._sync(call)
+
+    @rule(replicas=st.integers(0, 4), call=_calls)
+    def scale(self, replicas, call):
+        self.world.scale(replicas)
+        self._sync(call)
+
+    @rule(back=st.booleans(), call=_calls)
+    def change_template(self, back, call):
+        self.world.change_template(back=back)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def register(self, index, call):
+        name = self._pick(index, self.world.live())
+        if name:
+            self.world.register(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def initialize(self, index, call):
+        name = self._pick(index, self.world.live())
+        if name:
+            self.world.initialize(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def fence(self, index, call):
+        """A Node dies and fencing powers it off; a Node that had just registered too."""
+        name = self._pick(index, self.world.live())
+        if name:
+            self.world.register(name)
+            self.world.fence(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def recover(self, index, call):
+        name = self._pick(index, [m for m in self.world.machines.values() if self.world.powered_off(m)])
+        if name:
+            self.world.recover(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def notice(self, index, call):
+        name = self._pick(index, self.world.live())
+        if name:
+            self.world.notice(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), spot=st.booleans(), call=_calls)
+    def delete_itself(self, index, spot, call):
+        name = self._pick(index, self.world.live())
+        if name:
+            (self.world.interrupt if spot else self.world.lose)(name)
+        self._sync(call)
+
+    @rule(index=st.integers(0, 7), call=_calls)
+    def finish(self, index, call):
+        name = self._pick(index, self.world.deleting())
+        if name:
+            self.world.finish(name)
+        self._sync(call)
+
+    def teardown(self):
+        if hasattr(self, "world"):
+            self.world.settle(check=lambda step: check_sync(self.world, step, self.budget))
+            check_converged(self.world)
+
+
+PoolCalls.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None, derandomize=True,
+                                       database=None, suppress_health_check=[HealthCheck.too_slow])
+test_the_pool_keeps_its_budget_surge_first_and_converges = PoolCalls.TestCase

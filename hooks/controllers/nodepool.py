@@ -5,9 +5,12 @@ pool's owner reference by Metacontroller, so they are owned from the start).
 Every call is decided on the NodePool read fresh from the API server, and on
 its Machines as the API server lists them (Metacontroller's cache can be a
 step behind its own deletes): scale-down removes exactly the surplus, Machines
-not yet Registered first, then the oldest; each leaves through its own
-finalizer (cordon, drain, terminate). Deleting the pool deletes every Machine
-and finishes once none is left and no instance tagged for the pool remains.
+not yet Registered first, then the oldest, never a replacement a disrupted
+Machine waits for; each leaves through its own finalizer (cordon, drain,
+terminate). Which Machine replaces which is on the new Machine
+(``nodewarden.io/replaces``), so the pairing survives a lost status write.
+Deleting the pool deletes every Machine and finishes once none is left and
+no instance tagged for the pool remains.
 On a body alone nothing is looked up and the children are returned as they
 are.
 
@@ -186,8 +189,9 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
     scale_down = budgets.allowed(pool_spec.budgets, signals.SCALE_DOWN, size, now)
     children, created, removed = pool.desired(
         request.name, str(request.meta.get("uid") or ""), pool_spec, machines, fresh_list, held=out.held,
-        leaving=out.leaving, scale_down_limit=None if scale_down is None else scale_down - out.disrupting)
-    disruption.assign_replacements(out.records, created, current)
+        leaving=out.leaving, scale_down_limit=None if scale_down is None else scale_down - out.disrupting,
+        kept=out.kept, replacing=[disruption.replaces(r) for r in out.needs])
+    disruption.assign_replacements(out.needs, created)
     by_name = {m["metadata"]["name"]: m for m in current}
     for record in out.started:
         said.append(events.normal(events.DISRUPTION_STARTED,

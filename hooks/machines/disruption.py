@@ -1,21 +1,35 @@
 """Which of a pool's Machines go now, and why: repair, interruptions, drift, expiry, within the budgets (pure).
 
-The pool records each disruption it starts in ``status.disruptions``
-(``machine``, ``uid``, ``reason``, ``at`` the signal's time, ``startedAt``,
-``replacement``); that record is what the budgets count and what the
-replacement is timed from. A Machine in a record is not counted towards
-``replicas``, so the pool makes its replacement at once. Then the Machine
-leaves (the pool stops returning it, Metacontroller deletes it, its
-finalizer cordons, detaches, drains and terminates):
+A disruption the pool starts is proven by its children, as the API server
+holds them, whichever single write of a sync fails:
+
+- the pool's mark on the Machine it chose (``nodewarden.io/disruption``:
+  the reason and the signal's time), written before the call answers;
+- ``nodewarden.io/replaces`` on the Machine made to replace it (the old
+  Machine's uid and name, the reason and the signal's time), set when
+  Metacontroller creates it, which it does before it writes the pool's status.
+
+The pool's ``status.disruptions`` (``machine``, ``uid``, ``reason``, ``at``
+the signal's time, ``startedAt``, ``replacement``, ``replacementReadyAt``,
+``goneAt``) is a cache of those with the times the metrics need: a record
+lost with a status write is rebuilt from the mark or the replacement, and a
+record's ``replacement`` is whichever live Machine names it now. A Machine
+with a record is not counted towards ``replicas``, so its replacement is made
+at once. Then it leaves (the pool stops returning it, Metacontroller deletes
+it, its finalizer cordons, detaches, drains and terminates):
 
 - Repair (its Node was fenced): once the FencingRequest says its pods and
   volumes were recovered: the Node is powered off already, nothing waits on
   the replacement.
 - Every other reason: surge-first, once its replacement is Initialized, so
-  the new Machine is ready before the old one cordons. When the pool needs
-  no replacement (it has ``replicas`` without it), at once.
+  the new Machine is ready before the old one cordons. Its replacement is a
+  live Machine naming it that is not being disrupted itself; when there is
+  none (never made, deleted, or fenced before it initialized), the pool
+  makes another, unless it has ``replicas`` Machines without this one: then
+  it goes at once. A scale-down never takes the replacement a Machine waits
+  for (hooks.machines.pool.desired).
 - Forceful signals (a spot interruption warning, the instance stopping):
-  the Machine deletes itself (hooks.machines.liveness); the pool records it
+  the Machine deletes itself (hooks.machines.disrupted); the pool records it
   for the count and the timing, and makes the replacement because a Machine
   being deleted is never counted.
 
@@ -23,11 +37,15 @@ Disrupting, for the budgets, is every Machine of the pool with a Node that is
 being deleted, plus every recorded one not yet deleted (a Machine that never
 had a Node disrupts nothing). Candidates are started in order: repair,
 then EC2's notices (scheduled change, impaired status, rebalance), then
-expiry, then drift; each by the time of its signal.
+expiry, then drift; each by the time of its signal. A replacement a Machine
+still waits for is a candidate for repair only (it cannot initialize once
+powered off); that repair is never held by a budget, since the Machine
+waiting for it would wait for ever, and counts as disrupting while it lasts.
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 
 from hooks import conditions, timefmt
@@ -40,8 +58,12 @@ MAX_RECORDS = 1000
 RECORD_KEEP_SECONDS = 3600.0
 _ORDER = {signals.REPAIR: 0, signals.SCHEDULED_CHANGE: 1, signals.STATUS_IMPAIRED: 2, signals.REBALANCE: 3,
           signals.EXPIRED: 4, signals.DRIFTED: 5}
+# What a record may be for: the pool's own choices, and forceful signals (recorded for the count and timing).
+_RECORDED = tuple(_ORDER) + signals.FORCEFUL
 _RECORD_KEYS = {"machine": str, "uid": str, "reason": str, "at": str, "startedAt": str, "replacement": str,
                 "replacementReadyAt": str, "goneAt": str}
+_MAX_REPLACES = 512
+_MAX_UID = 128
 
 
 @dataclass(frozen=True)
@@ -51,11 +73,27 @@ class Candidate:
     at: dt.datetime
 
 
+@dataclass(frozen=True)
+class Replaces:
+    """What ``nodewarden.io/replaces`` on a Machine says: the Machine it was made to replace, and why."""
+
+    uid: str
+    machine: str
+    reason: str
+    at: dt.datetime
+
+    def encode(self) -> str:
+        return json.dumps({"uid": self.uid, "machine": self.machine, "reason": self.reason,
+                           "at": timefmt.fmt(self.at)}, separators=(",", ":"), sort_keys=True)
+
+
 @dataclass
 class Outcome:
     records: list[dict]  # the pool's status.disruptions after this call
     held: set[str]  # names of recorded Machines still there: not counted towards replicas
     leaving: set[str]  # names the pool stops returning now
+    kept: set[str] = field(default_factory=set)  # replacements Machines wait for: never taken by a scale-down
+    needs: list[dict] = field(default_factory=list)  # records a new Machine of this call replaces, in order
     started: list[dict] = field(default_factory=list)  # records opened by this call
     ready: list[dict] = field(default_factory=list)  # records whose replacement became Initialized in this call
     blocked: dict[str, int] = field(default_factory=dict)  # candidates held back by a budget, by reason
@@ -74,6 +112,30 @@ def records_of(status: dict) -> list[dict]:
                 and timefmt.parse(record.get("at")):
             found.append(record)
     return found[:MAX_RECORDS]
+
+
+def replaces_of(machine: dict) -> Replaces | None:
+    """What the Machine's ``nodewarden.io/replaces`` says, read through bounds: anything else reads as none."""
+    value = machine["metadata"]["annotations"].get(names.REPLACES)
+    if not isinstance(value, str) or not value or len(value) > _MAX_REPLACES:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    uid, name, reason, at = data.get("uid"), data.get("machine"), data.get("reason"), timefmt.parse(data.get("at"))
+    if not (isinstance(uid, str) and 0 < len(uid) <= _MAX_UID and isinstance(name, str)
+            and 0 < len(name) <= names.MAX_NAME and reason in _RECORDED and at is not None):
+        return None
+    return Replaces(uid, name, reason, at)
+
+
+def replaces(record: dict) -> dict[str, str]:
+    """The annotations of a Machine made to replace the Machine of ``record``."""
+    mark = Replaces(record["uid"], record["machine"], record["reason"], timefmt.parse(record["at"]))
+    return {names.REPLACES: mark.encode()}
 
 
 def _drifted_at(machine: dict, template_hash: str, now: dt.datetime) -> dt.datetime | None:
@@ -123,63 +185,161 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budget_rules
     """
     stamp = timefmt.fmt(now)
     by_uid = {m["metadata"]["uid"]: m for m in machines}
-    by_name = {m["metadata"]["name"]: m for m in machines}
     live = [m for m in machines if not m["metadata"]["deletionTimestamp"]]
-    records: list[dict] = []
-    for record in previous:
-        machine = by_uid.get(record["uid"])
-        if machine is None and not record.get("goneAt"):
-            record = {**record, "goneAt": stamp}
-        if machine is None and _finished(record, now):
-            continue
-        records.append(dict(record))
+    live_by_name = {m["metadata"]["name"]: m for m in live}
+    claims = _claims(live)
+    records = _known(machines, live, previous, claims, now)
     recorded = {r["uid"] for r in records}
+    started: list[dict] = []
     # Forceful: the Machine is already going by itself; recorded for the count and the timing.
     for machine in machines:
         notice = signals.of(machine, signals.INTERRUPTION_ANNOTATION)
         if machine["metadata"]["deletionTimestamp"] and notice is not None and notice.forceful \
                 and machine["metadata"]["uid"] not in recorded:
-            records.append(_record(machine, notice.reason, notice.at, stamp))
+            record = _record(machine, notice.reason, notice.at, stamp)
+            records.append(record)
+            started.append(record)
             recorded.add(machine["metadata"]["uid"])
-    outcome = Outcome(records=records, held=set(), leaving=set())
-    outcome.started = [r for r in records if r["startedAt"] == stamp and r not in previous]
+    held = {m["metadata"]["name"] for m in live if m["metadata"]["uid"] in recorded}
+    # Made for a Machine that waits for it and not Initialized yet: a candidate for repair only.
+    awaited = {m["metadata"]["name"] for record in records
+               for m in _waited_for(record, by_uid, claims, live_by_name, held) if not _initialized(m)}
+    outcome = Outcome(records=records, held=held, leaving=set(), started=started)
     deleting = sum(1 for m in machines if m["metadata"]["deletionTimestamp"] and pool.has_node(m))
-    open_live = {r["machine"] for r in records if r["uid"] in by_uid
-                 and not by_uid[r["uid"]]["metadata"]["deletionTimestamp"]}
-    disrupting = deleting + len(open_live)
+    disrupting = deleting + len(held)
     size = budget_size(machines, records)
     found = []
     for machine in live:
-        if machine["metadata"]["uid"] in recorded or _is_replacement(machine, records):
+        if machine["metadata"]["uid"] in recorded:
             continue
         reason = candidate(machine, now, expire_after, fenced.get(machine["metadata"]["uid"]), template_hash)
-        if reason is not None:
+        # A replacement still waited for goes for repair only: powered off, it would never initialize.
+        if reason is not None and (machine["metadata"]["name"] not in awaited or reason.reason == signals.REPAIR):
             found.append(reason)
     found.sort(key=lambda c: (_ORDER[c.reason], c.at, c.machine["metadata"]["name"]))
     for cand in found:
         allowed = budget_rules.allowed(rules, cand.reason, size, now)
-        if allowed is not None and disrupting >= allowed:
+        exempt = cand.machine["metadata"]["name"] in awaited
+        if not exempt and allowed is not None and disrupting >= allowed:
             outcome.blocked[cand.reason] = outcome.blocked.get(cand.reason, 0) + 1
             continue
         record = _record(cand.machine, cand.reason, cand.at, stamp)
         records.append(record)
         outcome.started.append(record)
-        open_live.add(cand.machine["metadata"]["name"])
+        held.add(cand.machine["metadata"]["name"])
         disrupting += 1
     outcome.disrupting = disrupting
-    outcome.held = set(open_live)
-    counted = len(live) - len(open_live)
+    counted = len(live) - len(held)
+    waiting: list[tuple[int, dict]] = []
     for record in records:
         machine = by_uid.get(record["uid"])
-        replacement = by_name.get(record.get("replacement") or "")
+        made = _made_for(record, claims, live_by_name, held)
+        replacement = made[0] if made else None
         if replacement is not None and _initialized(replacement) and not record.get("replacementReadyAt"):
             record["replacementReadyAt"] = stamp
             outcome.ready.append(record)
-        if machine is None or machine["metadata"]["deletionTimestamp"]:
+        if machine is None:
             continue
-        if _may_leave(record, replacement, fenced.get(record["uid"]), counted, replicas):
-            outcome.leaving.add(record["machine"])
+        if machine["metadata"]["deletionTimestamp"]:
+            if replacement is None and not record.get("replacementReadyAt"):
+                waiting.append((2, record))  # only timed: nothing waits for it
+            continue
+        if record["reason"] == signals.REPAIR:
+            fence = fenced.get(record["uid"])
+            if fence is None or fence.recovered:  # no longer fenced by a live request: nothing to wait for
+                outcome.leaving.add(record["machine"])
+            elif replacement is None:
+                waiting.append((1, record))
+            continue
+        outcome.kept.update(m["metadata"]["name"] for m in made)
+        if replacement is not None:
+            if _initialized(replacement):
+                outcome.leaving.add(record["machine"])
+        elif counted >= replicas:
+            outcome.leaving.add(record["machine"])  # none needed: the pool has its replicas without it
+        else:
+            waiting.append((0, record))
+    waiting.sort(key=lambda item: (item[0], item[1]["at"], item[1]["machine"]))
+    outcome.needs = [record for _, record in waiting]
     return outcome
+
+
+def _claims(live: list[dict]) -> dict[str, list[dict]]:
+    """The live Machines that name, in ``nodewarden.io/replaces``, the Machine of each uid: oldest first."""
+    found: dict[str, list[dict]] = {}
+    for machine in sorted(live, key=lambda m: (m["metadata"]["creationTimestamp"], m["metadata"]["name"])):
+        made_for = replaces_of(machine)
+        if made_for is not None and made_for.uid != machine["metadata"]["uid"]:
+            found.setdefault(made_for.uid, []).append(machine)
+    return found
+
+
+def _known(machines: list[dict], live: list[dict], previous: list[dict], claims: dict[str, list[dict]],
+           now: dt.datetime) -> list[dict]:
+    """The open records: the status's, and those only the children prove (a status write was lost), each once.
+
+    A record whose Machine is gone closes once its replacement is Initialized, or nothing replaces it any
+    more, or after RECORD_KEEP_SECONDS."""
+    stamp = timefmt.fmt(now)
+    by_uid = {m["metadata"]["uid"]: m for m in machines}
+    live_by_name = {m["metadata"]["name"]: m for m in live}
+    records, seen = [], set()
+    for record in previous:
+        if record["uid"] in seen:
+            continue
+        seen.add(record["uid"])
+        record = dict(record)
+        if record["uid"] not in by_uid:
+            record.setdefault("goneAt", stamp)
+            gone = timefmt.seconds_since(record.get("goneAt"), now)
+            if record.get("replacementReadyAt") or not _made_for(record, claims, live_by_name, set()) \
+                    or (gone is not None and gone >= RECORD_KEEP_SECONDS):
+                continue
+        records.append(record)
+    for machine in sorted(live, key=lambda m: m["metadata"]["name"]):
+        uid = machine["metadata"]["uid"]
+        if uid in seen:
+            continue
+        mark = signals.of(machine, signals.DISRUPTION_ANNOTATION)
+        made = claims.get(uid) or []
+        if mark is not None and mark.reason in _ORDER:
+            reason, at = mark.reason, mark.at
+        elif made:
+            first = replaces_of(made[0])
+            reason, at = first.reason, first.at
+        else:
+            continue
+        started = made[0]["metadata"]["creationTimestamp"] if made else ""
+        records.append(_record(machine, reason, at, started if timefmt.parse(started) else stamp))
+        seen.add(uid)
+    return records[:MAX_RECORDS]
+
+
+def _made_for(record: dict, claims: dict[str, list[dict]], live: dict[str, dict], held: set[str]) -> list[dict]:
+    """The live Machines made to replace the record's that are not disrupted themselves, its replacement
+    first (Initialized first, then the oldest): those naming it, else one the record names that names no
+    Machine (made before replacements named theirs). Sets the record's ``replacement`` to it."""
+    found = [m for m in claims.get(record["uid"], []) if m["metadata"]["name"] not in held]
+    named = live.get(record.get("replacement") or "")
+    if not found and named is not None and named["metadata"]["name"] not in held \
+            and names.REPLACES not in named["metadata"]["annotations"]:
+        found = [named]
+    found.sort(key=lambda m: not _initialized(m))
+    if found:
+        record["replacement"] = found[0]["metadata"]["name"]
+    else:
+        record.pop("replacement", None)
+    return found
+
+
+def _waited_for(record: dict, by_uid: dict[str, dict], claims: dict[str, list[dict]], live: dict[str, dict],
+                held: set[str]) -> list[dict]:
+    """The Machines made for the record's Machine when it waits for them (live, disrupted, not repaired)."""
+    machine = by_uid.get(record["uid"])
+    made = _made_for(record, claims, live, held)
+    if machine is None or machine["metadata"]["name"] not in held or record["reason"] == signals.REPAIR:
+        return []
+    return made
 
 
 def budget_size(machines: list[dict], records: list[dict]) -> int:
@@ -203,44 +363,14 @@ def _record(machine: dict, reason: str, at: dt.datetime, stamp: str) -> dict:
             "at": timefmt.fmt(at), "startedAt": stamp}
 
 
-def _is_replacement(machine: dict, records: list[dict]) -> bool:
-    """A replacement still being waited for is not itself a candidate until its record closes."""
-    name = machine["metadata"]["name"]
-    return any(r.get("replacement") == name and not r.get("replacementReadyAt") for r in records)
-
-
 def _initialized(machine: dict) -> bool:
     return not machine["metadata"]["deletionTimestamp"] and conditions.is_true(machine["status"], names.INITIALIZED)
 
 
-def _may_leave(record: dict, replacement: dict | None, fence: Fenced | None, counted: int, replicas: int) -> bool:
-    if record["reason"] == signals.REPAIR:
-        return fence is None or fence.recovered  # no longer fenced by a live request: nothing to wait for
-    if replacement is not None and _initialized(replacement):
-        return True
-    # No replacement asked for, and none needed: the pool has its replicas without this Machine.
-    return not record.get("replacement") and counted >= replicas
-
-
-def _finished(record: dict, now: dt.datetime) -> bool:
-    """A record whose Machine is gone closes once its replacement is ready, or after RECORD_KEEP_SECONDS."""
-    if record.get("replacementReadyAt") or not record.get("replacement"):
-        return True
-    gone = timefmt.seconds_since(record.get("goneAt"), now)
-    return gone is not None and gone >= RECORD_KEEP_SECONDS
-
-
-def assign_replacements(records: list[dict], created: list[str], machines: list[dict]) -> None:
-    """Name each record's replacement: a new Machine of this call for a record with none (or whose one is gone)."""
-    present = {m["metadata"]["name"] for m in machines if not m["metadata"]["deletionTimestamp"]}
-    fresh = list(created)
-    for record in records:
-        if record.get("replacementReadyAt"):
-            continue
-        if record.get("replacement") in present:
-            continue
-        if fresh:
-            record["replacement"] = fresh.pop(0)
+def assign_replacements(needs: list[dict], created: list[str]) -> None:
+    """Name each record's replacement: the new Machines of this call, made in the order of ``needs``."""
+    for record, name in zip(needs, created):
+        record["replacement"] = name
 
 
 def budget_status(rules: tuple[budget_rules.Budget, ...], size: int, disrupting: int, now: dt.datetime,

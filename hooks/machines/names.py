@@ -18,6 +18,8 @@ POOL_LABEL = "nodewarden.io/nodepool"
 MACHINE_LABEL = "nodewarden.io/machine"
 # On a Machine: the hash of the pool template it was made from (drift).
 TEMPLATE_HASH = "nodewarden.io/template-hash"
+# On a Machine the pool made to replace another: which one, and why (JSON, hooks.machines.disruption).
+REPLACES = "nodewarden.io/replaces"
 # On the Node: the label, annotation and taint keys the Machine mirrored (JSON), written once.
 MANAGED_KEYS = "nodewarden.io/managed-keys"
 

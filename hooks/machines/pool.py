@@ -9,7 +9,8 @@ pool's uid and a free slot number, so a repeated call asks for the same one.
 How many Machines the pool has, and which are already leaving, is what the
 API server says (``fresh``), not Metacontroller's cache, which can be a step
 behind its own last deletes: a scale-down removes exactly the difference
-between the live Machines and ``replicas``, whatever the cache shows.
+between the live Machines and ``replicas``, whatever the cache shows, and
+never a replacement a disrupted Machine waits for (hooks.machines.disruption).
 """
 from __future__ import annotations
 
@@ -91,10 +92,10 @@ def keep(machine: dict) -> dict:
             "spec": machine["spec"]}
 
 
-def new_machine(pool_name: str, name: str, spec: PoolSpec) -> dict:
+def new_machine(pool_name: str, name: str, spec: PoolSpec, annotations: dict[str, str] | None = None) -> dict:
     return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
             "metadata": {"name": name, "labels": {names.POOL_LABEL: pool_name},
-                         "annotations": {names.TEMPLATE_HASH: spec.template_hash}},
+                         "annotations": {**(annotations or {}), names.TEMPLATE_HASH: spec.template_hash}},
             "spec": spec.machine_spec}
 
 
@@ -110,7 +111,8 @@ def removal_order(machines: list[dict]) -> list[dict]:
 def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
             fresh: list[dict] | None = None, held: frozenset[str] | set[str] = frozenset(),
             leaving: frozenset[str] | set[str] = frozenset(),
-            scale_down_limit: int | None = None) -> tuple[list[dict], list[str], list[str]]:
+            scale_down_limit: int | None = None, kept: frozenset[str] | set[str] = frozenset(),
+            replacing: list[dict[str, str]] | tuple = ()) -> tuple[list[dict], list[str], list[str]]:
     """(children, names created, names removed) for ``spec.replicas`` counted Machines.
 
     ``machines`` are the request's children (what Metacontroller can delete:
@@ -121,6 +123,11 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
     ``leaving`` those the disruptions let go now, and ``scale_down_limit``
     how many Machines with a Node a scale-down may remove in this call
     (None: all the surplus); one that never had a Node is removed freely.
+    ``kept`` are the replacements disrupted Machines wait for: a scale-down
+    takes the surplus from the others, since taking one would leave its
+    Machine nothing to wait for, and the Machine leaves once it is
+    Initialized anyway. The first new Machines get ``replacing``'s
+    annotations, in order (hooks.machines.disruption: whom each replaces).
     """
     known = {m["metadata"]["name"] for m in machines}
     current = machines if fresh is None else fresh
@@ -136,7 +143,7 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
         for m in removal_order(counted):
             if len(surplus) == many:
                 break
-            if m["metadata"]["name"] not in known:
+            if m["metadata"]["name"] not in known or m["metadata"]["name"] in kept:
                 continue
             if has_node(m):
                 if limit == 0:
@@ -154,8 +161,9 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
         if name in taken:
             continue
         taken.add(name)
+        children.append(new_machine(pool_name, name, spec,
+                                    replacing[len(created)] if len(created) < len(replacing) else None))
         created.append(name)
-        children.append(new_machine(pool_name, name, spec))
     return children, created, removed
 
 

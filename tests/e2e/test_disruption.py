@@ -8,6 +8,7 @@ are bench/disruption.py's.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -123,6 +124,7 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
     ready_at: dict[str, float] = {}
     replaced_by: dict[str, str] = {}
     leaving_for: dict[str, str | None] = {}  # the replacement a Machine's record named when it began to go
+    made_for: dict[str, str] = {}  # what each new Machine's nodewarden.io/replaces names, as the API server has it
     history: list = []
     most_disrupting = 0
     deadline = time.monotonic() + 300
@@ -141,6 +143,8 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
                 leaving_for[mname] = replaced_by.get(mname)
             if not original and _condition(m, names.INITIALIZED) == "True":
                 ready_at.setdefault(mname, stamp)
+            if not original and names.REPLACES in (m["metadata"].get("annotations") or {}):
+                made_for[mname] = json.loads(m["metadata"]["annotations"][names.REPLACES])["uid"]
             marked = signals.of(m, signals.DISRUPTION_ANNOTATION) is not None
             if original and (m["metadata"].get("deletionTimestamp") or marked):
                 going += 1
@@ -158,10 +162,11 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
         time.sleep(0.25)
     assert set(deleting_at) >= set(originals.values()), f"every drifted Machine replaced: {deleting_at}"
     assert most_disrupting == 1, "the budget of 1 held throughout"
-    for old in originals.values():
+    for uid, old in originals.items():
         new = leaving_for[old]
         assert new in ready_at and ready_at[new] <= deleting_at[old], \
             f"{old} began to go before its replacement {new} was Initialized: {history}"
+        assert made_for.get(new) == uid, f"{new}, created by Metacontroller, names the Machine it replaces"
     assert all(_reason(m) is None for m in _live(_machines(api, name)))
 
 
