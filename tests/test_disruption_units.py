@@ -181,6 +181,16 @@ def test_a_forceful_notice_is_never_the_pools_to_start_but_is_recorded_once_it_g
     assert [(r["machine"], r["reason"]) for r in going.started] == [("a", signals.SPOT_INTERRUPTION)]
 
 
+def test_a_forceful_notice_given_after_the_deletion_began_is_no_disruption():
+    """A spot warning for a Machine a scale-down (or a user) was already deleting is recorded on it to cut
+    its drain short; the pool's deletion came first, so the pool counts no disruption for it."""
+    late = {signals.INTERRUPTION_ANNOTATION:
+            signals.Signal(signals.SPOT_INTERRUPTION, NOW + dt.timedelta(seconds=30)).encode()}
+    going = _decide([_machine("a", annotations=late, deleting=True), _machine("b")],
+                    rules=budgets.parse(_pool({"nodes": "0"})), now=NOW + dt.timedelta(seconds=40))
+    assert going.started == [] and going.records == []
+
+
 def test_surge_first_the_old_machine_stays_until_its_replacement_is_initialized():
     machines = [_machine("a", drifted=60), _machine("b")]
     out = _decide(machines, replicas=2)

@@ -191,10 +191,12 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budget_rules
     records = _known(machines, live, previous, claims, now)
     recorded = {r["uid"] for r in records}
     started: list[dict] = []
-    # Forceful: the Machine is already going by itself; recorded for the count and the timing.
+    # Forceful: the Machine is already going by itself; recorded for the count and the timing. A notice given
+    # after the Machine's deletion began did not cause it (a scale-down, a delete): no disruption of EC2's.
     for machine in machines:
         notice = signals.of(machine, signals.INTERRUPTION_ANNOTATION)
-        if machine["metadata"]["deletionTimestamp"] and notice is not None and notice.forceful \
+        deleted_at = timefmt.parse(machine["metadata"]["deletionTimestamp"])
+        if deleted_at is not None and notice is not None and notice.forceful and notice.at <= deleted_at \
                 and machine["metadata"]["uid"] not in recorded:
             record = _record(machine, notice.reason, notice.at, stamp)
             records.append(record)
