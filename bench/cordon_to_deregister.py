@@ -6,8 +6,8 @@ kube-scheduler, Metacontroller, moto, the hook server), creates N Nodes whose
 moto instances sit in a target group and a classic ELB, and for each trial:
 cordons one Node through the API server and times until moto's
 DescribeTargetHealth no longer lists its instance (and, separately, until the
-classic ELB no longer holds it). Then it uncordons the Node and waits until
-the instance is back, so every trial starts from the same state.
+classic ELB no longer holds it). Then it uncordons the Node and times until
+the instance is back in both, so every trial starts from the same state.
 
     .venv/bin/python bench/cordon_to_deregister.py [--trials 20] [--json out.json]
 
@@ -74,7 +74,7 @@ def run(trials: int) -> dict:
         def in_elb(instance_id: str) -> bool:
             return instance_id in fleet.elb_instances(aws, CLASSIC_ELB)
 
-        to_target_group, to_classic_elb = [], []
+        to_target_group, to_classic_elb, back = [], [], []
         for trial, (name, instance_id) in enumerate(nodes.items(), 1):
             time.sleep(0.5)  # let the previous trial's syncs settle
             start = time.monotonic()
@@ -87,8 +87,9 @@ def run(trials: int) -> dict:
                   f"classic ELB {to_classic_elb[-1] * 1000:6.0f} ms", flush=True)
             wait_for(lambda: DEREGISTERED in api.get(f"/api/v1/nodes/{name}")["metadata"].get("annotations", {}),
                      f"{name}'s detach recorded", timeout=30)
+            start = time.monotonic()
             api.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": False}})
-            time_until(lambda: in_group(instance_id) and in_elb(instance_id))
+            back.append(time_until(lambda: in_group(instance_id) and in_elb(instance_id)) - start)
 
         def summary(values: list[float]) -> dict:
             return {"p50_ms": round(percentile(values, 50) * 1000),
@@ -104,6 +105,7 @@ def run(trials: int) -> dict:
             "metacontroller": _metacontroller_version(layout),
             "target_group": summary(to_target_group),
             "classic_elb": summary(to_classic_elb),
+            "uncordon_to_both": summary(back),
         }
 
 
@@ -123,11 +125,11 @@ def main() -> int:
         results = run(args.trials)
     finally:
         shutil.rmtree(REPO / ".local" / "bench" / str(os.getpid()), ignore_errors=True)
-    tg, clb = results["target_group"], results["classic_elb"]
+    tg, clb, back = results["target_group"], results["classic_elb"], results["uncordon_to_both"]
     print(f"\ncordon -> instance out of the target group, {results['trials']} trials: "
           f"p50 {tg['p50_ms']} ms, p99 {tg['p99_ms']} ms (classic ELB: p50 {clb['p50_ms']} ms, "
-          f"p99 {clb['p99_ms']} ms); Kubernetes {results['kubernetes']}, "
-          f"Metacontroller {results['metacontroller']}")
+          f"p99 {clb['p99_ms']} ms); uncordon -> back in both: p50 {back['p50_ms']} ms, p99 {back['p99_ms']} ms; "
+          f"Kubernetes {results['kubernetes']}, Metacontroller {results['metacontroller']}")
     write_json(args.json, results)
     return 0
 

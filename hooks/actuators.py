@@ -60,7 +60,7 @@ def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
 
 def _send_within(ctx: runtime.Context, a: Action) -> float | None:
     """Seconds left before the action's ``sendBy`` (on the context's clock), after which it is not sent; None
-    when it has none. Raises elb.NotSent once it has passed."""
+    when it has none. Raises elb.NotSent once it has passed (a registration as a deregistration)."""
     send_by = timefmt.parse(a.params.get("sendBy"))
     if send_by is None:
         return None
@@ -73,6 +73,17 @@ def _send_within(ctx: runtime.Context, a: Action) -> float | None:
 def _deregister_instance(ctx: runtime.Context, a: Action):
     _send_within(ctx, a)
     return elb.deregister_instance(ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"])
+
+
+def _register_targets(ctx: runtime.Context, a: Action):
+    _send_within(ctx, a)
+    return elb.register_targets(ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"],
+                                a.params["ports"])
+
+
+def _register_instance(ctx: runtime.Context, a: Action):
+    _send_within(ctx, a)
+    return elb.register_instance(ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"])
 
 
 # Actuators that hand their work over and return a ticket (a callable that waits for the result): a run of
@@ -88,12 +99,10 @@ SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]]
 
 ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "elbv2.deregister": lambda ctx, a: SUBMITTERS["elbv2.deregister"](ctx, a)(),  # handed over, then waited on
-    "elbv2.register": lambda ctx, a: elb.register_targets(
-        ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"], a.params["ports"]),
+    "elbv2.register": _register_targets,
     # Classic ELBs.
     "elb.deregister": _deregister_instance,
-    "elb.register": lambda ctx, a: elb.register_instance(
-        ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"]),
+    "elb.register": _register_instance,
     # cluster-gc: one delete of a load balancer, target group, security group or volume.
     "aws.delete": lambda ctx, a: gc.delete(ctx.aws, a.params["kind"], a.params["region"], a.target),
     # EC2 power for fencing.

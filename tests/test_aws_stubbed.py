@@ -203,3 +203,63 @@ def test_a_drain_check_never_waits_for_a_reading_under_way_and_reads_only_when_a
         with board._reader:
             assert ask() == {30080: "draining"}, "the reading at hand, older than max_age"
         stub.assert_no_pending_responses()
+
+
+def test_a_reading_begun_before_a_nodes_first_ask_in_its_detach_is_never_used():
+    """A target is still named by its group's readings for a while after its node's last ask (WANTED_SECONDS):
+    one begun after the node's new detach began but before the node first asked in it (before its
+    deregistration was recorded) can show it in service from before, and would have it deregistered again for
+    nothing. The node is answered from the next reading only."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    mine, other = ("i-00000000000000001", 30080), ("i-00000000000000002", 30080)
+    board = elb_api.HealthBoard()
+    now = [1000.0]
+
+    def ask(target, not_before):
+        return board.states(elbv2, "us-east-1", arn, target[0], [target[1]], max_age=5, not_before=not_before,
+                            clock=lambda: now[0])
+
+    def answer(state, *targets):
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": {"Id": i, "Port": p}, "TargetHealth": {"State": state}} for i, p in targets]},
+            _named(arn, *sorted(targets)))
+
+    with Stubber(elbv2) as stub:
+        answer("unused", mine)
+        assert ask(mine, not_before=900) == {30080: "unused"}  # an earlier detach of the node
+        now[0] = 1012  # its new detach began at 1010; another node's ask reads the group, naming it too
+        answer("healthy", mine, other)
+        assert ask(other, not_before=1010) == {30080: "healthy"}
+        now[0] = 1013  # the node's deregistration is recorded: it asks
+        assert ask(mine, not_before=1010) == {30080: elb_api.UNREAD}, "not the reading from before its ask"
+        now[0] = 1020
+        answer("unused", mine, other)
+        assert ask(mine, not_before=1010) == {30080: "unused"}
+        stub.assert_no_pending_responses()
+
+
+def test_once_no_registration_can_land_a_group_is_read_again_and_only_readings_since_count():
+    """``after``: readings begun before it are not used, and a group last read before it is read once more."""
+    elbv2 = _client("elbv2")
+    arn = f"{ACCOUNT}:targetgroup/web/abc"
+    board = elb_api.HealthBoard()
+    now = [1000.0]
+
+    def ask(after=None):
+        return board.states(elbv2, "us-east-1", arn, "i-00000000000000001", [30080], max_age=60, not_before=900,
+                            after=after, clock=lambda: now[0])
+
+    with Stubber(elbv2) as stub:
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": {"Id": "i-00000000000000001", "Port": 30080}, "TargetHealth": {"State": "unused"}}]},
+            _named(arn, ("i-00000000000000001", 30080)))
+        assert ask() == {30080: "unused"}
+        now[0] = 1010
+        assert ask() == {30080: "unused"}, "within max_age: the reading at hand"
+        stub.add_response("describe_target_health", {"TargetHealthDescriptions": [
+            {"Target": {"Id": "i-00000000000000001", "Port": 30080}, "TargetHealth": {"State": "healthy"}}]},
+            _named(arn, ("i-00000000000000001", 30080)))
+        assert ask(after=1005) == {30080: "healthy"}, "read again: the one at hand began before 1005"
+        assert ask(after=1005) == {30080: "healthy"}
+        stub.assert_no_pending_responses()

@@ -256,3 +256,34 @@ def test_a_deregistration_past_its_send_by_is_not_sent_on_the_contexts_clock(aws
     assert [o.ok for o in in_time] == [True, True]
     assert _members(elbv2, arn) == []
     assert not classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]
+
+
+def test_a_registration_past_its_send_by_is_not_sent_on_the_contexts_clock(aws, make_ctx):
+    """Registrations carry the same deadline: one held up past it never goes out, so none lands long after the
+    reading of the Node it rests on (when the node may be leaving again)."""
+    import datetime as dt
+
+    from hooks import actuators, timefmt
+    from hooks.plan import Action
+
+    vpc, (instance,) = _instances(aws("ec2"), 1)
+    elbv2, classic = aws("elbv2"), aws("elb")
+    arn = _tg(elbv2, vpc, "late", {})
+    classic.create_load_balancer(LoadBalancerName="late", AvailabilityZones=["us-east-1a"],
+                                 Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}])
+    now = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
+    ctx = make_ctx(now=now)
+
+    def actions(send_by):
+        params = {"instance": instance, "region": "us-east-1", "sendBy": timefmt.fmt(send_by)}
+        return [Action("elbv2.register", arn, {**params, "ports": [30080]}),
+                Action("elb.register", "late", {**params, "ports": []})]
+
+    late = actuators.act("node-detacher", actions(now - dt.timedelta(seconds=1)), ctx)
+    assert [(o.ok, o.code) for o in late] == [(False, "NotSent")] * 2
+    assert _members(elbv2, arn) == []
+    assert not classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]
+    in_time = actuators.act("node-detacher", actions(now + dt.timedelta(seconds=5)), ctx)
+    assert [o.ok for o in in_time] == [True, True]
+    assert _members(elbv2, arn) == [(instance, 30080)]
+    assert classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]

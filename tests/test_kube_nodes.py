@@ -30,6 +30,14 @@ def test_a_write_on_the_node_the_call_read_needs_no_read_of_its_own():
     assert meta["labels"] == {"a": "1", "x": "y"} and meta["annotations"] == {"k": "v"}
 
 
+def test_a_key_written_none_is_taken_off_where_the_node_has_it():
+    kube = _kube(annotations={"gone": "1", "kept": "2"})
+    assert nodes.write_metadata(kube, "n1", "uid-1", annotations={"gone": None, "never-there": None, "new": "3"},
+                                seen=_seen(kube))
+    assert kube.nodes["n1"]["metadata"]["annotations"] == {"kept": "2", "new": "3"}
+    assert not nodes.write_metadata(kube, "n1", "uid-1", annotations={"gone": None}), "nothing to take off: no write"
+
+
 def test_a_node_written_since_the_call_read_it_is_read_again_and_keeps_that_write():
     kube = _kube(labels={"a": "1"})
     seen = _seen(kube)

@@ -9,6 +9,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hooks import actuators
+from hooks.aws import elb as elb_api
 from hooks.aws.lb_discovery import CACHE
 from hooks.detacher import names
 from hooks.dispatch import serve
@@ -51,6 +52,7 @@ def _elb_members(elb, name):
 def world(aws):
     """Our cluster's TG (two ports) and classic ELB, another cluster's TG, an untagged TG, a static TG."""
     CACHE.clear()
+    elb_api.HEALTH.clear()  # readings of another test's load balancers (a classic ELB's name is the same)
     ec2, elbv2, elb = aws("ec2"), aws("elbv2"), aws("elb")
     vpc, (mine, neighbour) = _instances(ec2, 2)
     ours = _tg(elbv2, vpc, "ours", {f"kubernetes.io/cluster/{CLUSTER}": "owned",
@@ -92,26 +94,57 @@ class Harness:
         """One call; ``lost_write``: Metacontroller's write of the response conflicts, so it is dropped
         and the next call carries the Node as before (the API server keeps what the hook wrote itself).
         ``drain=False``: the call answers without waiting for what it carries on in the background."""
+        response = serve("node-detacher", hook, self._body(hook), self.ctx)
+        if drain:
+            # The calls the hook carried on after answering, and their record, as its worker finishes them.
+            assert actuators.drain_background(10)
+        return self._answered(response, lost_write)
+
+    def given_up(self, held: "HeldAtTheWire", hook="sync"):
+        """One call, of which an AWS call may be held on the wire: then Metacontroller gives up waiting for it
+        (its hook timeout) and never applies its answer; the call goes on in its own thread once the held call
+        lands, and that thread is returned. A call that answers first is applied as ``sync`` applies it (None)."""
+        import threading
+
+        body = self._body(hook)
+        answered = {}
+        before = held.held
+
+        def answer():
+            try:
+                answered["response"] = serve("node-detacher", hook, body, self.ctx)
+            finally:
+                held.changed()
+        call = threading.Thread(target=answer, daemon=True)
+        call.start()
+        held.wait_for(lambda: held.held > before or "response" in answered)
+        if held.held > before:
+            return call
+        call.join()
+        assert actuators.drain_background(10)
+        self._answered(answered["response"], False)
+        return None
+
+    def _body(self, hook: str) -> dict:
         if not self.behind:
             self._catch_up()
         body = hook_request("node-detacher", self.node, children=self.attachments,
                             child_kinds=["Attachment.nodewarden.io/v1alpha1"], finalizing=hook == "finalize")
         if not self.behind:
             self.ctx.kube.add_object(self.node)  # the API server has the Node the request names
-        response = serve("node-detacher", hook, json.loads(json.dumps(body)), self.ctx)
-        if drain:
-            # The calls the hook carried on after answering, and their record, as its worker finishes them.
-            assert actuators.drain_background(10)
+        return json.loads(json.dumps(body))
+
+    def _answered(self, response: dict, lost_write: bool) -> dict:
         self.responses.append(response)
         self.behind = lost_write
         if lost_write:
             return response
-        # What the hook wrote to the Node itself (labels, annotations), then the response, as Metacontroller
-        # applies it.
+        # What the hook wrote to the Node itself (labels, annotations, set or taken off), then the response, as
+        # Metacontroller applies it.
         on_server = self._on_server()
         self.node = copy.deepcopy(self.node)
         for key in ("labels", "annotations"):
-            self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **on_server[key]}
+            self.node["metadata"][key] = on_server[key]
         self.node = apply_decorator_response(self.node, response)
         self.attachments = response["attachments"]
         self._server_seen = self._on_server()
@@ -132,14 +165,18 @@ class Harness:
             self.node["metadata"][key] = {**(self.node["metadata"].get(key) or {}), **changed}
 
 
-@pytest.fixture
-def harness(world, make_ctx):
+def _harness(world, make_ctx, **env) -> tuple[Harness, FakeKube]:
     kube = FakeKube()
     # The classic ELB is found by its tag: discovery classifies what the tagging
     # API lists by ARN, whatever resource type moto files it under.
-    ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"], "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"},
-                   kube=kube)
+    ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"], "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
+                    **env}, kube=kube)
     return Harness(ctx, _node(world["mine"])), kube
+
+
+@pytest.fixture
+def harness(world, make_ctx):
+    return _harness(world, make_ctx)
 
 
 def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balancers(world, harness):
@@ -152,6 +189,17 @@ def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balan
         [(world["ours"], 30443), (world["lbc"], 31000), (world["static"], 31000)])
     assert spec["awsLoadBalancers"] == [{"name": "legacy"}]
     assert spec["instanceID"] == world["mine"]
+
+
+def test_a_classic_elb_is_read_with_the_instances_registered_with_it(world):
+    """What the drain reads of a classic ELB: registered or not, in one DescribeLoadBalancers; gone, nothing."""
+    mine, neighbour = world["mine"], world["neighbour"]
+    wanted = [(mine, 0), (neighbour, 0)]
+    world["elb"].deregister_instances_from_load_balancer(LoadBalancerName="legacy", Instances=[{"InstanceId": mine}])
+    assert elb_api.instance_states(world["elb"], "legacy", wanted) == {(mine, 0): "unused",
+                                                                        (neighbour, 0): elb_api.REGISTERED}
+    world["elb"].delete_load_balancer(LoadBalancerName="legacy")
+    assert elb_api.instance_states(world["elb"], "legacy", wanted) == {t: "unused" for t in wanted}
 
 
 def _labelled_at_each_call(h, kube):
@@ -205,6 +253,10 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     assert {"Detaching", "Deregistered", "Detached"} <= set(kube.reasons())
 
     h.node["spec"]["unschedulable"] = False
+    h.sync()
+    # What is about to be registered is on the API server's Node before anything is registered.
+    assert json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.REJOIN]) == recorded
+    assert _members(elbv2, world["ours"]) == [(neighbour, 30080)] and _elb_members(elb, "legacy") == [neighbour]
     h.sync()
     for key in ("ours", "lbc", "other", "untagged", "static"):
         assert _members(elbv2, world[key]) == before[key], key
@@ -379,6 +431,7 @@ def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, har
     _cordoned_and_detached(h)
     world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])  # the Service was deleted
     h.node["spec"]["unschedulable"] = False
+    h.sync()  # what is about to be registered, written on the Node
     h.sync()
     assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
@@ -416,6 +469,7 @@ def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world
     undo = _refuse(h.ctx.aws.client("elbv2", "us-east-1"), "RegisterTargets")
     try:
         h.node["spec"]["unschedulable"] = False
+        h.sync()  # what is about to be registered, written on the Node
         h.sync()
         ann = h.node["metadata"]["annotations"]
         assert names.REATTACH_FAILING_SINCE in ann and h.node["metadata"]["labels"].get(names.EXCLUDE_LABEL)
@@ -627,7 +681,8 @@ def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harnes
     assert _members(world["elbv2"], world["static"]) == []
 
     h.node["spec"]["unschedulable"] = False
-    h.sync()  # re-attach, from the record
+    h.sync()  # what is about to be registered, from the record, written on the Node
+    h.sync()  # re-attach
     assert h.sync()["attachments"] == [], "back in service: the Attachment goes"
     assert len(reads) == excluding
 
@@ -659,25 +714,30 @@ class ProcessEnded(BaseException):
 
 
 class HeldAtTheWire:
-    """Holds the hook's deregistration calls (DeregisterTargets, DeregisterInstancesFromLoadBalancer) at
-    botocore's before-send event, where AWS has not seen them yet, until ``land``; then each reaches moto
-    as it is. Mocked timing: moto answers at once and no real part here can make a call the hook sent land
-    after later syncs, which is what a slow network or a busy AWS does. After a call has answered, the
-    process goes on, or ends (``land(end_process=True)``)."""
+    """Holds the hook's deregistration calls (DeregisterTargets, DeregisterInstancesFromLoadBalancer), or its
+    registrations, at botocore's before-send event, where AWS has not seen them yet, until ``land``; then each
+    reaches moto as it is. ``first``: only that many are held, the calls after them pass. Mocked timing: moto
+    answers at once and no real part here can make a call the hook sent land after later syncs, which is what
+    a slow network or a busy AWS does. After a call has answered, the process goes on, or ends
+    (``land(end_process=True)``)."""
 
-    OPERATIONS = (("elbv2", "elastic-load-balancing-v2.DeregisterTargets"),
-                  ("elb", "elastic-load-balancing.DeregisterInstancesFromLoadBalancer"))
+    DEREGISTRATIONS = (("elbv2", "elastic-load-balancing-v2.DeregisterTargets"),
+                       ("elb", "elastic-load-balancing.DeregisterInstancesFromLoadBalancer"))
+    REGISTRATIONS = (("elbv2", "elastic-load-balancing-v2.RegisterTargets"),
+                     ("elb", "elastic-load-balancing.RegisterInstancesWithLoadBalancer"))
     DEADLINE_SECONDS = 20.0
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, operations=DEREGISTRATIONS, first: int | None = None):
         import threading
 
         self._open = threading.Event()
         self._changed = threading.Condition()
+        self._calls = threading.local()  # whether the call on this thread was held
         self.held = self.landed = 0
+        self.first = first
         self.end_process = False
         self._hooks = []
-        for service, operation in self.OPERATIONS:
+        for service, operation in operations:
             events = ctx.aws.client(service, "us-east-1").meta.events
             for event, handler in ((f"before-send.{operation}", self._hold),
                                    (f"after-call.{operation}", self._after)):
@@ -686,12 +746,18 @@ class HeldAtTheWire:
 
     def _hold(self, **_):
         with self._changed:
+            self._calls.held = self.first is None or self.held < self.first
+            if not self._calls.held:
+                return
             self.held += 1
             self._changed.notify_all()
         if not self._open.wait(self.DEADLINE_SECONDS):
-            raise AssertionError("a held deregistration was never let go")
+            raise AssertionError("a held call was never let go")
 
     def _after(self, **_):
+        if not getattr(self._calls, "held", False):
+            return
+        self._calls.held = False
         with self._changed:
             self.landed += 1
             self._changed.notify_all()
@@ -699,8 +765,16 @@ class HeldAtTheWire:
             raise ProcessEnded()
 
     def wait_held(self, count: int) -> None:
+        self.wait_for(lambda: self.held >= count)
+
+    def wait_for(self, done) -> None:
         with self._changed:
-            assert self._changed.wait_for(lambda: self.held >= count, self.DEADLINE_SECONDS), self.held
+            assert self._changed.wait_for(done, self.DEADLINE_SECONDS), self.held
+
+    def changed(self) -> None:
+        """Something a waiter waits for besides the held calls happened."""
+        with self._changed:
+            self._changed.notify_all()
 
     def land(self, end_process: bool = False) -> None:
         """Let every held call through and wait until each has answered; calls after them pass at once (and
@@ -763,6 +837,7 @@ def test_a_deregistration_landing_after_the_uncordon_never_keeps_the_node_out(wo
         assert _registered_where(world) == EVERYWHERE
 
         h.node["spec"]["unschedulable"] = False
+        h.sync(drain=False)  # what is about to be registered, written on the Node
         h.sync(drain=False)  # re-attach: registered (it still is), label and annotations off
         assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
         assert names.SINCE not in h.node["metadata"]["annotations"]
@@ -872,3 +947,124 @@ def test_a_schedulable_node_ends_in_every_group_whatever_order_the_calls_land_in
     finally:
         held.close()
         stop()
+
+
+# ------------------------------------------- a registration that lands while the node leaves again
+
+
+def _priority_pods(kube, world) -> list:
+    """Two pods of different deletion priorities on the node, and a record, for every eviction, of which load
+    balancers held the node as it was asked for. An evicted pod goes at once (its kubelet would stop it)."""
+    for name, priority in (("ingress", 10), ("app", 5)):
+        kube.add_pod({"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
+                                   "annotations": {names.POD_PRIORITY: str(priority)}},
+                      "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
+    evictions = []
+    create = kube.create
+
+    def create_recording(obj, name=None, namespace=None):
+        if getattr(obj, "kind", None) == "Eviction":
+            evictions.append((f"{namespace}/{name}", _registered_where(world)))
+            kube.pods.pop(f"{namespace}/{name}", None)
+        return create(obj, name=name, namespace=namespace)
+
+    kube.create = create_recording
+    return evictions
+
+
+def _leaving_cases():
+    """Whose registration lands while the node leaves again: the re-attach's or the rejoin's, held on the wire
+    (Metacontroller gives up on the call, whose answer is then never applied), followed by Metacontroller's
+    next call for the node completing before the cordon, or the node cordoned before any call completes; the
+    held call landing right after the new detach's deregistrations, or 20 s into the drain (the rest of its
+    calls then past their deadline to go out). And registrations that are not ours: one made while the node
+    drains (another hook process's, a controller's), one made after the drain ended, before the evictions."""
+    for held in ("reattach", "rejoin"):
+        for then in ("retried", "cordoned-at-once"):
+            for lands in ("after-the-exclude", "while-draining"):
+                yield held, then, lands
+    yield "foreign", None, "while-draining"
+    yield "foreign", None, "after-the-drain"
+
+
+@pytest.mark.parametrize("held,then,lands", list(_leaving_cases()), ids=lambda v: str(v))
+def test_a_leaving_node_is_in_no_load_balancer_before_its_pods_are_evicted_whatever_order_the_calls_land_in(
+        world, make_ctx, held, then, lands):
+    """Cordon, detach, uncordon; then a registration lands while the node leaves again, after that detach's
+    deregistrations: one of ours held on the wire (slow AWS, a busy pool), or someone else's. Once the calls
+    have settled, every pod evicted was evicted with the node in no load balancer, the classic ELB included,
+    whatever the drain timeout (300 s here); and once the node is schedulable again and settled, it is in
+    every load balancer it was in, with nothing of the detach left on it."""
+    import datetime as dt
+
+    h, kube = _harness(world, make_ctx, NODEWARDEN_DRAIN_TIMEOUT_SECONDS="300")
+    clock = _Clock()
+    h.ctx.clock = clock
+    h.sync()
+    h.node["spec"]["unschedulable"] = True
+    _until(h, lambda r: names.DETACHED_AT in h.node["metadata"]["annotations"])
+    assert _registered_where(world) == NOWHERE
+
+    call = None
+    h.node["spec"]["unschedulable"] = False
+    if held == "rejoin":
+        _until(h, lambda r: names.EXCLUDE_LABEL not in h.node["metadata"]["labels"])  # re-attached
+        clock.advance(50)  # the rejoin is due
+    elif held == "foreign":
+        for _ in range(6):
+            clock.advance(30)
+            h.sync()
+        assert _registered_where(world) == EVERYWHERE
+    # Only the first registration is held: the ones after it pass.
+    wire = HeldAtTheWire(h.ctx, HeldAtTheWire.REGISTRATIONS, first=0 if held == "foreign" else 1)
+    try:
+        if held != "foreign":
+            for _ in range(3):  # the call that registers is held: Metacontroller gives up on it
+                call = h.given_up(wire)
+                if call is not None:
+                    break
+            assert call is not None and wire.held == 1
+            if then == "retried":
+                h.sync()  # Metacontroller's next call for the node, after its hook timeout: it completes
+
+        evictions = _priority_pods(kube, world)
+        h.node["spec"]["unschedulable"] = True
+        deadline = clock.now + dt.timedelta(seconds=400)  # past the drain timeout
+        h.sync()  # the detach begins: the label, and the deregistrations, which land at once
+        assert _registered_where(world) == NOWHERE
+        if lands == "while-draining":
+            for _ in range(2):
+                clock.advance(10)
+                h.sync()
+        if held == "foreign" and lands == "while-draining":  # another process's, or a controller's
+            world["elbv2"].register_targets(TargetGroupArn=world["ours"], Targets=[{"Id": world["mine"], "Port": 30443}])
+            world["elb"].register_instances_with_load_balancer(LoadBalancerName="legacy",
+                                                               Instances=[{"InstanceId": world["mine"]}])
+        elif held == "foreign":  # after the drain ended, before the pods go
+            while names.DETACHED_AT not in h.node["metadata"]["annotations"] and clock.now < deadline:
+                clock.advance(10)
+                h.sync()
+            world["elbv2"].register_targets(TargetGroupArn=world["lbc"], Targets=[{"Id": world["mine"], "Port": 31000}])
+        else:
+            wire.land()
+            call.join(10)
+            assert not call.is_alive()
+            assert _registered_where(world) != NOWHERE, "the held registration landed while the node leaves"
+        while clock.now < deadline:
+            clock.advance(10)
+            h.sync()
+        assert [pod for pod, _ in evictions] == ["default/ingress", "default/app"], "the pods were evicted"
+        assert [where for _, where in evictions] == [NOWHERE, NOWHERE], "each with the node in no load balancer"
+        assert _registered_where(world) == NOWHERE
+
+        h.node["spec"]["unschedulable"] = False
+        for _ in range(8):  # each time past the time any call sent before can take to land
+            clock.advance(30)
+            h.sync()
+        assert _registered_where(world) == EVERYWHERE
+        left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
+        assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert _members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
+    finally:
+        wire.close()

@@ -15,6 +15,11 @@ from hooks.aws.clients import error_code
 BATCH = 200
 # States in which a target no longer gets new traffic and has finished draining.
 GONE_STATES = ("unused",)
+# A classic ELB's instance as DescribeLoadBalancers lists it: registered, so it gets traffic (once healthy).
+REGISTERED = "registered"
+# States of a target that is registered: it gets traffic, or will once its health checks pass. A target that
+# was deregistered is 'draining', then 'unused'; one read in these was registered again since.
+IN_SERVICE_STATES = ("initial", "healthy", "unhealthy", "unavailable", REGISTERED)
 # The load balancer or target group itself no longer exists: whatever we
 # wanted from it (out, drained) is true, and there is nothing to rejoin.
 GONE_CODES = ("TargetGroupNotFound", "LoadBalancerNotFound")
@@ -26,7 +31,7 @@ CALL_SECONDS = 30.0
 
 
 class NotSent(Exception):
-    """A deregistration whose deadline to go out passed before it could: not sent at all."""
+    """A (de)registration whose deadline to go out passed before it could: not sent at all."""
 
 
 def _chunks(items: list, size: int = BATCH):
@@ -133,23 +138,45 @@ def target_states(elbv2, target_group_arn: str, wanted: list[tuple[str, int]]) -
     return {t: whole.get(t, "unused") for t in wanted}
 
 
+def instance_states(elb, load_balancer_name: str, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """Whether each ``wanted`` instance (port 0: a classic ELB has none per instance) is registered with the
+    classic ELB, in one call: REGISTERED or 'unused'. A classic ELB stops sending to an instance as it is
+    deregistered, so its list of instances is what matters, not their health. A load balancer that is gone
+    holds nothing."""
+    try:
+        described = elb.describe_load_balancers(LoadBalancerNames=[load_balancer_name])["LoadBalancerDescriptions"]
+    except ClientError as exc:
+        if _gone(exc):
+            return {t: "unused" for t in wanted}
+        raise
+    registered = {i.get("InstanceId") for lb in described for i in lb.get("Instances") or []}
+    return {t: REGISTERED if t[0] in registered else "unused" for t in wanted}
+
+
 # A target of a group with no reading at hand taken since the caller's detach began: it waits as for a draining one.
 UNREAD = "unread"
 
 
 class HealthBoard:
-    """Target states per target group, read once for every node draining from it.
+    """Target states per target group (or classic ELB), read once for every node draining from it.
 
     When hundreds of nodes leave at once, each would otherwise ask about its
     own targets in every group it was in: calls grow with nodes times groups.
     Here a group is read at most once per ``max_age`` seconds, and that one
-    DescribeTargetHealth names the targets of every node that asked about the
-    group within ``WANTED_SECONDS``, so the calls grow with the groups alone
-    and each answer holds the draining nodes' targets, not the whole group.
-    A node whose targets the last reading did not name is answered UNREAD
-    until the next one does (at most ``max_age`` later). A reading begun
-    before what the caller already knows (``not_before``, when its detach
-    began) is never used: it could predate the deregistration.
+    read (``read``: DescribeTargetHealth, or DescribeLoadBalancers for a
+    classic ELB) names the targets of every node that asked about the group
+    within ``WANTED_SECONDS``, so the calls grow with the groups alone and
+    each answer holds the draining nodes' targets, not the whole group. A
+    node whose targets the last reading did not name is answered UNREAD
+    until the next one does (at most ``max_age`` later).
+
+    A caller is answered only from readings that began at or after its
+    ``not_before`` (when its detach began) and ``after`` (when given), and
+    after its first ask about the target since ``not_before``: a node asks
+    only once its deregistrations are recorded, so no reading it is answered
+    from can predate them, and a target it reads registered was registered
+    again since (a reading kept for a target asked about in an earlier
+    detach is not used). Times are the caller's ``clock``.
 
     One group is read at a time per process, and a caller that finds a read
     under way does not wait for it: it is answered from the latest reading
@@ -166,37 +193,46 @@ class HealthBoard:
     def __init__(self):
         self._lock = threading.Lock()
         self._reader = threading.Lock()
-        self._read_at: dict[tuple[str, str], float] = {}  # group -> when its last reading began (wall clock)
+        self._read_at: dict[tuple[str, str], float] = {}  # group -> when its last reading began
         self._readings: dict[tuple[str, str], dict[tuple[str, int], tuple[float, str]]] = {}
         self._wanted: dict[tuple[str, str], dict[tuple[str, int], float]] = {}  # group -> target -> last asked
+        self._first_asked: dict[tuple[str, str], dict[tuple[str, int], float]] = {}  # since the caller's not_before
 
-    def states(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int], *,
-               max_age: float, not_before: float, may_read: bool = True) -> dict[int, str]:
-        key = (region, target_group_arn)
+    def states(self, client, region: str, group: str, instance_id: str, ports: list[int], *,
+               max_age: float, not_before: float, may_read: bool = True, after: float | None = None,
+               clock=time.time, read=target_states) -> dict[int, str]:
+        key = (region, group)
         mine = [(instance_id, port) for port in ports]
-        self._want(key, mine)
-        if self._read_due(key, max_age, not_before) and may_read and self._reader.acquire(blocking=False):
+        since = max(not_before, after if after is not None else not_before)
+        first = self._want(key, mine, not_before, clock())
+        if self._read_due(key, max_age, since, clock()) and may_read and self._reader.acquire(blocking=False):
             try:
-                if self._read_due(key, max_age, not_before):  # another thread may have just read it
-                    began = time.time()
+                if self._read_due(key, max_age, since, clock()):  # another thread may have just read it
+                    began = clock()
                     wanted = self._wanted_now(key, mine)
-                    read = target_states(elbv2, target_group_arn, wanted)
+                    found = read(client, group, wanted)
                     with self._lock:
                         self._read_at[key] = began
                         readings = self._readings.setdefault(key, {})
                         for target in wanted:
                             readings.pop(target, None)  # a target this reading left out is unread again
-                        readings.update({target: (began, state) for target, state in read.items()})
+                        readings.update({target: (began, state) for target, state in found.items()})
             finally:
                 self._reader.release()
-        found = self._usable(key, mine, not_before)
+        found = self._usable(key, {t: max(since, first[t]) for t in mine})
         return {port: found.get((instance_id, port), UNREAD) for port in ports}
 
-    def _want(self, key, mine: list[tuple[str, int]]) -> None:
-        now = time.monotonic()
+    def _want(self, key, mine: list[tuple[str, int]], not_before: float, now: float) -> dict[tuple[str, int], float]:
+        """Note that the caller asked about its targets; when it first did since ``not_before``, per target."""
+        asked = time.monotonic()
         with self._lock:
             wanted = self._wanted.setdefault(key, {})
-            wanted.update((target, now) for target in mine)
+            wanted.update((target, asked) for target in mine)
+            first = self._first_asked.setdefault(key, {})
+            for target in mine:
+                if first.get(target, float("-inf")) < not_before:
+                    first[target] = now
+            return {target: first[target] for target in mine}
 
     def _wanted_now(self, key, mine: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """The caller's targets and the group's others asked about lately; the rest are forgotten, and their
@@ -205,29 +241,30 @@ class HealthBoard:
         with self._lock:
             wanted = {t: at for t, at in self._wanted.get(key, {}).items() if at >= since or t in mine}
             self._wanted[key] = wanted
-            readings = self._readings.get(key, {})
-            for target in [t for t in readings if t not in wanted]:
-                del readings[target]
+            for kept in (self._readings.get(key, {}), self._first_asked.get(key, {})):
+                for target in [t for t in kept if t not in wanted]:
+                    del kept[target]
             return sorted(wanted)
 
-    def _read_due(self, key, max_age: float, not_before: float) -> bool:
-        """Whether the group's last reading is older than ``max_age`` or predates the caller's detach. While
-        it is not, a caller it did not name waits for the next one: reads stay one per group per max_age."""
+    def _read_due(self, key, max_age: float, not_before: float, now: float) -> bool:
+        """Whether the group's last reading is older than ``max_age`` or began before ``not_before``. While it
+        is not, a caller it did not name waits for the next one: reads stay one per group per max_age."""
         with self._lock:
             read_at = self._read_at.get(key)
-        return read_at is None or read_at < not_before or time.time() - read_at > max_age
+        return read_at is None or read_at < not_before or now - read_at > max_age
 
-    def _usable(self, key, mine, not_before: float) -> dict:
-        """The caller's targets that have a reading begun at or after ``not_before``: target -> state."""
+    def _usable(self, key, since: dict[tuple[str, int], float]) -> dict:
+        """The caller's targets that have a reading begun at or after their own time in ``since``: target -> state."""
         with self._lock:
             readings = self._readings.get(key, {})
-            return {t: readings[t][1] for t in mine if t in readings and readings[t][0] >= not_before}
+            return {t: readings[t][1] for t, at in since.items() if t in readings and readings[t][0] >= at}
 
     def clear(self) -> None:
         with self._lock:
             self._readings.clear()
             self._read_at.clear()
             self._wanted.clear()
+            self._first_asked.clear()
 
 
 HEALTH = HealthBoard()

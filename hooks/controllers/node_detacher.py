@@ -12,11 +12,15 @@ one step of hooks.detacher.assess's phases:
   deregister  one batched call per target group / classic ELB, for what
               the exclude step's background calls did not record
   drain       NodeBeingDetached=True; poll target state until every target
-              is gone or 'unused'
-  shutdown    evict priority-annotated pods, highest priority first
-  reattach    register exactly what was deregistered, remove what is ours
+              is gone or 'unused', once no registration of ours sent before
+              can still land; one read registered again is deregistered again
+  shutdown    evict priority-annotated pods, highest priority first, each
+              group only on a reading of every target out
+  reattach    write what is about to be registered on the Node, then register
+              exactly what was deregistered, remove what is ours
   rejoin      register it once more when no deregistration sent before the
-              re-attach can still land, then forget it
+              re-attach can still land, then forget it once that registration
+              has landed
 
 Progress lives in the Node's annotations, so a failed step never loses what
 already happened and the next call resumes where this one stopped.
@@ -62,15 +66,15 @@ _LABEL_SETTLE_SECONDS = 1.0
 _BACKGROUND_GRACE_SECONDS = 10.0
 # Pause before looking again for kube-controller-manager's unschedulable taint.
 _TAINT_SETTLE_SECONDS = 0.2
-# A deregistration goes out within this long of the call that decided it on the Node it read, or not at all
+# A (de)registration goes out within this long of the call that decided it on the Node it read, or not at all
 # (elb.NotSent): one held up on the way (a busy target group, a slow AWS) never goes out long after the node
-# may have come back. Shorter than _BACKGROUND_GRACE_SECONDS, so none of the exclude step's calls still goes
-# out once the deregister step may make them itself.
+# may have come back, or begun to leave again. Shorter than _BACKGROUND_GRACE_SECONDS, so none of the exclude
+# step's calls still goes out once the deregister step may make them itself.
 _SEND_SECONDS = 5.0
-# Every deregistration decided before a re-attach has landed this long after it: sent within _SEND_SECONDS of
-# its decision and answered within elb.CALL_SECONDS, with room for two processes' clocks, timestamps to the
-# second and the re-attach's own read of the Node.
-_REJOIN_AFTER_SECONDS = _SEND_SECONDS + elb_api.CALL_SECONDS + 10.0
+# Every call decided before a re-attach has landed this long after it: sent within _SEND_SECONDS of its
+# decision and answered within elb.CALL_SECONDS, with room for two processes' clocks, timestamps to the second
+# and the re-attach's own read of the Node (hooks.detacher.assess, which a detach's steps wait on).
+_REJOIN_AFTER_SECONDS = phases.LANDED_SECONDS
 
 
 class _FirstSeen:
@@ -104,7 +108,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     ended = observed.get("podRequestEnded")
     if ended:
         request = pod_trigger.without_node_request(request)
-    sit = phases.assess(request, settings)
+    sit = phases.assess(request, settings, now)
     waited = observed.get("unschedulableTaintPendingSeconds")
     if sit.phase == phases.REATTACH and waited is not None and waited < settings.unschedulable_taint_wait_seconds:
         # kube-controller-manager is about to write this Node (its unschedulable
@@ -214,6 +218,11 @@ def _exclude(request, sit, settings, now, observed) -> Plan:
         names.SINCE: request.annotations.get(names.SINCE) or timefmt.fmt(now),
         names.REASON: reasons,
     }
+    if phases.began_before_registering(timefmt.parse(request.annotations.get(names.SINCE)), sit.registering_since):
+        # The detach on record began before a re-attach began registering: it is over. This one begins after
+        # those registrations were decided, and what the other recorded as left, or drained, is not so now.
+        annotations.update({names.SINCE: timefmt.fmt(max(now, sit.registering_since + dt.timedelta(seconds=1))),
+                            names.DEREGISTERED: None, names.DETACHED_AT: None})
     if observed.get("discoveryError"):
         # The label goes on all the same: the node must stop taking traffic. Its load balancers are looked
         # up again at the next step (those of the controllers that drop it on the label may be gone by then).
@@ -335,8 +344,8 @@ def _list_before_leaving(request: HookRequest, sit: phases.Situation, attachment
 
 def _membership_actions(verb: str, memberships, sit: phases.Situation, record: bool = False,
                         background: bool = False, send_by: dt.datetime | None = None) -> list[Action]:
-    """One batched (de)register call per target group or classic ELB, with every port of the instance; a
-    deregistration goes out by ``send_by`` or not at all."""
+    """One batched (de)register call per target group or classic ELB, with every port of the instance; each
+    goes out by ``send_by`` or not at all."""
     actions = []
     deadline = {"sendBy": timefmt.fmt(send_by)} if send_by is not None else {}
     for (lb_type, lb), ports in targets.group_by_load_balancer(memberships).items():
@@ -350,20 +359,59 @@ def _membership_actions(verb: str, memberships, sit: phases.Situation, record: b
     return actions
 
 
-def _drain(request, sit, settings, now, observed) -> Plan:
-    attachments = _attachment(request, sit, settings, observed)
+def _drain_waited(request: HookRequest, settings: Settings, now: dt.datetime) -> tuple[float, bool]:
+    """How long the node has been leaving, and whether the wait for its targets to drain is over."""
     waited = timefmt.seconds_since(request.annotations.get(names.SINCE), now) or 0
     limit = settings.finalize_drain_timeout_seconds if request.finalizing else settings.drain_timeout_seconds
+    return waited, waited >= limit or _deletion_deadline_passed(request, settings, now)
+
+
+def _read_states(sit: phases.Situation, observed: dict) -> dict[tuple, str]:
+    """The state each membership the node left was read in (elb.UNREAD when there is no reading of it)."""
+    states = observed.get("targetStates") or {}
+    return {m: states.get(targets.state_key(m), elb_api.UNREAD) for m in sit.deregistered or ()}
+
+
+def _in_service(read: dict[tuple, str]) -> list[tuple]:
+    return sorted(m for m, state in read.items() if state in elb_api.IN_SERVICE_STATES)
+
+
+def _deregister_again(request: HookRequest, sit: phases.Situation, settings: Settings, now: dt.datetime,
+                      serving: list[tuple], status: dict | None, attachments: list[dict]) -> Plan:
+    """Memberships the node left, read registered again since (a registration of ours that landed late,
+    another process's, a controller's that saw the node before its exclude label): out again at once, decided
+    on the Node read again right before, rather than waited for as draining; no pod is evicted meanwhile."""
+    actions = _membership_actions("deregister", serving, sit, send_by=now + dt.timedelta(seconds=_SEND_SECONDS))
+    said = [events.warning(events.DEREGISTERED, f"{sit.instance_id} was registered again with {len(actions)} load "
+                                                "balancer(s) while leaving: deregistered again")]
+    # A deleting node past its deadline is let go all the same: it is taken out on the way.
+    finalized = True if _deletion_deadline_passed(request, settings, now) else False if request.finalizing else None
+    return Plan(decorator_response(status=status, attachments=attachments, resync_after=settings.drain_poll_seconds,
+                                   finalized=finalized), actions, said)
+
+
+def _drain(request, sit, settings, now, observed) -> Plan:
+    attachments = _attachment(request, sit, settings, observed)
+    waited, timed_out = _drain_waited(request, settings, now)
     # The deadline is checked first: it fires whatever error reading the state gives meanwhile.
-    timed_out = waited >= limit or _deletion_deadline_passed(request, settings, now)
     if observed.get("targetStatesError") and not timed_out:
         return _failure(request, settings, now, f"reading target state failed: {observed['targetStatesError']}",
                         attachments)
-    states = observed.get("targetStates") or {}
-    draining = sorted(k for k, state in states.items() if state not in elb_api.GONE_STATES)
+    read = _read_states(sit, observed) if not observed.get("targetStatesError") else {}
+    status = _detaching_status(request, sit, now)
+    serving = _in_service(read)
+    if serving:  # whatever the time: a node in service is never let go to stop its pods
+        return _deregister_again(request, sit, settings, now, serving, status, attachments)
+    land_by = sit.registrations_land_by
+    if land_by is not None and now < land_by and not _deletion_deadline_passed(request, settings, now):
+        # A registration of ours sent before the detach began may still land: no reading taken before then
+        # proves the node out. Read meanwhile, so one that lands is taken out at once.
+        return Plan(decorator_response(status=status, attachments=attachments,
+                                       resync_after=min(settings.drain_poll_seconds, (land_by - now).total_seconds()),
+                                       finalized=False if request.finalizing else None))
+    draining = sorted(targets.state_key(m) for m, state in read.items() if state not in elb_api.GONE_STATES)
     if observed.get("targetStatesError"):
         draining = draining or ["(state unreadable)"]
-    status = _detaching_status(request, sit, now)
     if draining and not timed_out:
         return Plan(decorator_response(status=status, attachments=attachments,
                                        resync_after=settings.drain_poll_seconds,
@@ -395,6 +443,10 @@ def _shutdown(request, sit, settings, now, observed) -> Plan:
     if not refs:
         return Plan(decorator_response(annotations=annotations, attachments=attachments))
     priority, group = shutdown.next_group(refs)
+    if group:
+        held = _held_for_memberships(request, sit, settings, now, observed, attachments)
+        if held is not None:
+            return held
     actions = []
     node_taints = fields.objects(request.parent, "spec", "taints")
     if not any(t.get("key") == names.DETACHING_TAINT for t in node_taints):
@@ -405,6 +457,24 @@ def _shutdown(request, sit, settings, now, observed) -> Plan:
                                                 + ", ".join(r.key for r in group))] if group else []
     return Plan(decorator_response(annotations=annotations, attachments=attachments,
                                    resync_after=settings.drain_poll_seconds), actions, said)
+
+
+def _held_for_memberships(request: HookRequest, sit: phases.Situation, settings: Settings, now: dt.datetime,
+                          observed: dict, attachments: list[dict]) -> Plan | None:
+    """No pod is evicted while a membership the node left is not read out, as read right before: one read in
+    service is deregistered again, whatever the time; within the drain timeout, one draining, not read yet or
+    unreadable is waited for. None when the pods may go."""
+    _, timed_out = _drain_waited(request, settings, now)
+    if observed.get("targetStatesError") and not timed_out:
+        return _failure(request, settings, now, f"reading target state failed: {observed['targetStatesError']}",
+                        attachments)
+    read = _read_states(sit, observed) if not observed.get("targetStatesError") else {}
+    serving = _in_service(read)
+    if serving:
+        return _deregister_again(request, sit, settings, now, serving, None, attachments)
+    if not timed_out and any(state not in elb_api.GONE_STATES for state in read.values()):
+        return Plan(decorator_response(attachments=attachments, resync_after=settings.drain_poll_seconds))
+    return None
 
 
 def _untaint_unless_leaving(request: HookRequest, sit: phases.Situation) -> list[Action]:
@@ -444,7 +514,10 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
                                    "comes off and the load balancers' own controllers register the node"))
     if deregistered and sit.instance_id is None:
         return _failure(request, settings, now, f"cannot re-attach: {sit.provider_error}", attachments)
-    actions.extend(_membership_actions("register", deregistered, sit))
+    if deregistered and not _listed_to_join(request, sit, deregistered):
+        return _list_before_joining(request, attachments, deregistered, now)
+    actions.extend(_membership_actions("register", deregistered, sit,
+                                       send_by=now + dt.timedelta(seconds=_SEND_SECONDS)))
     if any(t.get("key") == names.DETACHING_TAINT for t in fields.objects(request.parent, "spec", "taints")):
         actions.append(Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT}))
     labels = {names.EXCLUDE_LABEL: None} if request.labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE else {}
@@ -470,10 +543,34 @@ def _reattach(request, sit, settings, now, observed) -> Plan:
     )
 
 
+def _listed_to_join(request: HookRequest, sit: phases.Situation, joining: list) -> bool:
+    """Whether the Node lists ``joining`` in nodewarden.io/rejoin, written since the detach on record began."""
+    since = timefmt.parse(request.annotations.get(names.SINCE))
+    return set(joining) <= set(sit.rejoin) and sit.registering_since is not None \
+        and (since is None or phases.began_before_registering(since, sit.registering_since))
+
+
+def _list_before_joining(request: HookRequest, attachments: list[dict], joining: list, now: dt.datetime) -> Plan:
+    """What is about to be registered is written on the Node first, by the hook itself, with rejoin-at; the
+    next call registers it. So a call that finds the node leaving again, whatever became of this re-attach's
+    call and its answer, knows registrations may have been sent since the detach on record began: that detach
+    is over, a new one begins, and its drain waits until they have landed (hooks.detacher.assess)."""
+    annotations = {names.REJOIN: targets.encode(joining),
+                   names.REJOIN_AT: timefmt.fmt(now + dt.timedelta(seconds=_REJOIN_AFTER_SECONDS))}
+    finalized = False if request.finalizing else None
+    uid = request.meta.get("uid")
+    if not uid:
+        return Plan(decorator_response(annotations=annotations, attachments=attachments,
+                                       resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized))
+    return Plan(decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized),
+                [Action("kube.annotate-node", request.name, {"annotations": annotations, "uid": uid})])
+
+
 def _rejoin(request, sit, settings, now, observed) -> Plan:
     """Back in service: once no deregistration sent before the re-attach can still land, what it registered
-    is registered once more (a target that is in stays as it is), and forgotten."""
-    due = timefmt.parse(request.annotations.get(names.REJOIN_AT))
+    is registered once more (a target that is in stays as it is), and forgotten; rejoin-at stays until these
+    registrations have landed, so a detach beginning meanwhile waits for them."""
+    due = phases.rejoin_at(request.annotations, now)
     if due is not None and now < due:
         return Plan(decorator_response(attachments=[], resync_after=(due - now).total_seconds(),
                                        finalized=False if request.finalizing else None))
@@ -482,7 +579,12 @@ def _rejoin(request, sit, settings, now, observed) -> Plan:
     said = []
     if sit.rejoin and sit.instance_id is None:
         said.append(events.warning(events.REATTACH_ABANDONED, f"cannot register again: {sit.provider_error}"))
-    actions = _membership_actions("register", sit.rejoin, sit) if sit.instance_id is not None else []
+    actions = _membership_actions("register", sit.rejoin, sit, send_by=now + dt.timedelta(seconds=_SEND_SECONDS)) \
+        if sit.instance_id is not None else []
+    if actions and not request.finalizing:  # a node leaving our selector: no detach of ours comes after
+        annotations[names.REJOIN_AT] = timefmt.fmt(now + dt.timedelta(seconds=_REJOIN_AFTER_SECONDS))
+        return Plan(decorator_response(annotations=annotations, attachments=[], resync_after=_REJOIN_AFTER_SECONDS),
+                    actions, said)
     return Plan(decorator_response(annotations=annotations, attachments=[],
                                    finalized=True if request.finalizing else None), actions, said)
 
@@ -510,7 +612,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     if ended:
         observed["podRequestEnded"] = ended
         request = pod_trigger.without_node_request(request)
-    sit = phases.assess(request, settings)
+    sit = phases.assess(request, settings, now)
     if sit.phase == phases.REATTACH and _unschedulable_taint_pending(request.parent):
         observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
             f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
@@ -525,10 +627,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
             observed["discoveryError"] = aws_error(exc)
     if sit.phase == phases.DRAIN:
-        try:
-            observed["targetStates"] = _target_states(ctx, sit, request, settings)
-        except Exception as exc:  # noqa: BLE001
-            observed["targetStatesError"] = aws_error(exc)
+        _observe_memberships(observed, ctx, sit, request, now)
     if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
         try:
             node_pods = pods.on_node(ctx.kube, request.name)
@@ -537,28 +636,45 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, owners) if owners else {}
         except Exception as exc:  # noqa: BLE001
             observed["podsError"] = kube_error(exc)
+        else:
+            if shutdown.next_group(shutdown.prioritized(node_pods, observed["daemonsets"]))[1]:
+                _observe_memberships(observed, ctx, sit, request, now)  # read right before any pod is evicted
     return observed
 
 
+def _observe_memberships(observed: dict, ctx: runtime.Context, sit: phases.Situation, request: HookRequest,
+                         now: dt.datetime) -> None:
+    try:
+        observed["targetStates"] = _target_states(ctx, sit, request, now)
+    except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
+        observed["targetStatesError"] = aws_error(exc)
+
+
 def _target_states(ctx: runtime.Context, sit: phases.Situation, request: HookRequest,
-                   settings: Settings) -> dict[str, str]:
-    """The instance's target states in every group it was deregistered from, read at most once per
-    poll interval per group for all nodes (hooks.aws.elb.HealthBoard)."""
+                   now: dt.datetime) -> dict[str, str]:
+    """The instance's state in every target group and classic ELB it was deregistered from, each read at most
+    once per poll interval for all nodes (hooks.aws.elb.HealthBoard), by a reading begun after the node's
+    deregistrations were recorded, and once no registration of ours sent before the detach can still land,
+    after that."""
+    settings = ctx.settings
     states = {}
-    client = None
-    began = timefmt.parse(request.annotations.get(names.SINCE))
-    not_before = began.timestamp() if began else time.time()
+    began = timefmt.parse(request.annotations.get(names.SINCE)) or now
+    land_by = sit.registrations_land_by
+    settled = land_by.timestamp() if land_by is not None and now >= land_by else None
     # Reading for longer than a poll interval would hold the hook thread for nothing: the rest is
     # answered from the readings at hand and looked at again on the next poll.
     reading_until = time.monotonic() + settings.drain_poll_seconds
-    for (lb_type, arn), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
-        if lb_type != "tg":
-            continue  # classic ELBs stop sending at deregistration
-        client = client or ctx.aws.client("elbv2", sit.region)
-        for port, state in elb_api.HEALTH.states(client, sit.region or "", arn, sit.instance_id, ports,
-                                                 max_age=settings.drain_poll_seconds, not_before=not_before,
-                                                 may_read=time.monotonic() < reading_until).items():
-            states[f"{arn}|{port}"] = state
+    for (lb_type, name), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
+        if lb_type == "tg":
+            client, read = ctx.aws.client("elbv2", sit.region), elb_api.target_states
+        else:  # a classic ELB: registered or not (it stops sending to an instance as it is deregistered)
+            client, read, ports = ctx.aws.client("elb", sit.region), elb_api.instance_states, [0]
+        found = elb_api.HEALTH.states(client, sit.region or "", name, sit.instance_id, ports,
+                                      max_age=settings.drain_poll_seconds, not_before=began.timestamp(),
+                                      after=settled, may_read=time.monotonic() < reading_until,
+                                      clock=lambda: ctx.now().timestamp(), read=read)
+        for port, state in found.items():
+            states[targets.state_key(("tg", name, port) if lb_type == "tg" else ("elb", name))] = state
     return states
 
 

@@ -6,9 +6,10 @@ kept on the request object, so one call reads the node once.
 """
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
-from hooks import fields, objects
+from hooks import fields, objects, timefmt
 from hooks.aws import providerid
 from hooks.config import Settings
 from hooks.contract import HookRequest
@@ -24,6 +25,11 @@ SHUTDOWN = "shutdown"  # detached: ordered pod shutdown
 REATTACH = "reattach"  # schedulable again: undo exactly what we did
 REJOIN = "rejoin"  # back in service: register once more when no deregistration sent before can still land
 
+# Every load-balancer call of ours has landed this long after the call that decided it: node_detacher sends
+# each within 5 s of that call or not at all, one sent lands within hooks.aws.elb.CALL_SECONDS (30 s), and the
+# rest is room for two processes' clocks and timestamps to the second.
+LANDED_SECONDS = 45.0
+
 
 @dataclass(frozen=True)
 class Situation:
@@ -36,6 +42,12 @@ class Situation:
     deregistered: tuple | None  # memberships recorded as deregistered
     deregistering: tuple = ()  # memberships written on the Node as about to leave (sent, or about to be)
     rejoin: tuple = ()  # memberships a re-attach registered, to register once more (REJOIN)
+    # While a registration of ours may still be under way (a rejoin annotation is on the node): when every one
+    # sent before this detach began has landed. None when none can be.
+    registrations_land_by: dt.datetime | None = None
+    # When the latest re-attach or rejoin decided its registrations (nodewarden.io/rejoin-at less
+    # LANDED_SECONDS), as the Node says; None when it says none.
+    registering_since: dt.datetime | None = None
 
     @property
     def memberships(self) -> list[tuple] | None:
@@ -63,12 +75,40 @@ def observed_attachment(request: HookRequest, settings: Settings) -> dict | None
     return fields.mapping(att, "spec", where="attachment")
 
 
-def assess(request: HookRequest, settings: Settings) -> Situation:
-    """The node's situation: one reading per request and settings, shared by gather and decide."""
-    return request.reading(("node-detacher", id(settings)), lambda: _assess(request, settings))
+def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situation:
+    """The node's situation: one reading per request, settings and moment, shared by gather and decide."""
+    return request.reading(("node-detacher", id(settings), now), lambda: _assess(request, settings, now))
 
 
-def _assess(request: HookRequest, settings: Settings) -> Situation:
+def rejoin_at(annotations: dict, now: dt.datetime) -> dt.datetime | None:
+    """nodewarden.io/rejoin-at, LANDED_SECONDS after a re-attach or a rejoin decided its registrations (written
+    before them, or with them), so at most that far ahead: one further ahead is none of ours, read as absent."""
+    due = timefmt.parse(annotations.get(names.REJOIN_AT))
+    if due is None or due > now + dt.timedelta(seconds=LANDED_SECONDS):
+        return None
+    return due
+
+
+def _registrations_land_by(annotations: dict, now: dt.datetime) -> dt.datetime | None:
+    """When every registration of ours sent before this detach began has landed, while a rejoin annotation
+    says one may still be under way: a re-attach writes them before it registers and a rejoin keeps
+    nodewarden.io/rejoin-at until its own have landed. Those of a re-attach have landed by rejoin-at; a
+    rejoin's, decided on the node schedulable, before the detach began, LANDED_SECONDS after it began."""
+    if not any(annotations.get(k) for k in names.REJOIN_ANNOTATIONS):
+        return None
+    since = timefmt.parse(annotations.get(names.SINCE))
+    bounds = [rejoin_at(annotations, now), since + dt.timedelta(seconds=LANDED_SECONDS) if since else None]
+    return max((b for b in bounds if b is not None), default=None)
+
+
+def began_before_registering(since: dt.datetime | None, registering_since: dt.datetime | None) -> bool:
+    """Whether the detach on record (``since``) began no later than a re-attach or rejoin decided registrations:
+    then the node may have been registered since, and what that detach recorded (what left, that it drained)
+    proves nothing about it."""
+    return since is not None and registering_since is not None and since <= registering_since
+
+
+def _assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situation:
     node = request.parent
     annotations = fields.mapping(node, "metadata", "annotations")
     labels = fields.mapping(node, "metadata", "labels")
@@ -82,11 +122,19 @@ def _assess(request: HookRequest, settings: Settings) -> Situation:
     if attachment and attachment.get("instanceID") not in (None, instance_id):
         attachment = None  # the node was re-created on another instance: rediscover
     deregistered = targets.decode(annotations.get(names.DEREGISTERED))
+    joined_at = rejoin_at(annotations, now)
+    registering_since = joined_at - dt.timedelta(seconds=LANDED_SECONDS) if joined_at is not None else None
     deregistering = targets.decode(annotations.get(names.DEREGISTERING)) or []
     rejoin = targets.decode(annotations.get(names.REJOIN)) or []
     reasons = tuple(triggers.reasons(node, settings))
     if request.finalizing and not request.deleting:
         reasons = ()  # the node stopped matching our selector: hand it back as it was
+    # Leaving again after a re-attach began registering, with the detach it interrupted still on record (its
+    # answer was lost, or never came): that detach is over. A new one begins, and everything leaves again.
+    restart = bool(reasons) and began_before_registering(timefmt.parse(annotations.get(names.SINCE)),
+                                                          registering_since)
+    if restart:
+        deregistered = None
 
     def situation(phase: str) -> Situation:
         return Situation(
@@ -99,6 +147,8 @@ def _assess(request: HookRequest, settings: Settings) -> Situation:
             deregistered=tuple(deregistered) if deregistered is not None else None,
             deregistering=tuple(deregistering),
             rejoin=tuple(rejoin),
+            registrations_land_by=_registrations_land_by(annotations, now),
+            registering_since=registering_since,
         )
 
     if objects.is_control_plane(fields.mapping(node, "metadata", "labels")) and not settings.detach_control_plane:
@@ -107,7 +157,7 @@ def _assess(request: HookRequest, settings: Settings) -> Situation:
         if triggers.ours_present(node):
             return situation(REATTACH)
         return situation(REJOIN if any(annotations.get(k) for k in names.REJOIN_ANNOTATIONS) else IDLE)
-    if not annotations.get(names.SINCE) or names.EXCLUDE_LABEL not in labels:
+    if not annotations.get(names.SINCE) or names.EXCLUDE_LABEL not in labels or restart:
         return situation(EXCLUDE)
     pending_or_new = deregistered is None or any(
         m not in set(deregistered) for m in (targets.from_attachment_spec(attachment) if attachment else [])

@@ -78,6 +78,11 @@ def decode(value: str | None) -> list[Membership] | None:
     return sorted(set(found))
 
 
+def state_key(membership: Membership) -> str:
+    """How a membership's state is keyed where the hook notes what it read: ``arn|port``, or ``elb|name``."""
+    return f"{membership[1]}|{membership[2]}" if membership[0] == "tg" else f"elb|{membership[1]}"
+
+
 def group_by_load_balancer(memberships: Iterable[Membership]) -> dict[tuple[str, str], list[int]]:
     """One entry per target group or ELB, with the ports, so each gets one batched call."""
     groups: dict[tuple[str, str], list[int]] = {}

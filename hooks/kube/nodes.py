@@ -33,9 +33,10 @@ def annotate(kube, name: str, annotations: dict[str, str], uid: str) -> bool:
     return write_metadata(kube, name, uid, annotations=annotations)
 
 
-def write_metadata(kube, name: str, uid: str, *, labels: dict[str, str] | None = None,
-                   annotations: dict[str, str] | None = None, seen: dict | None = None) -> bool:
-    """Set ``labels`` and ``annotations`` on the Node of ``uid`` in one write; True when that changed it.
+def write_metadata(kube, name: str, uid: str, *, labels: dict[str, str | None] | None = None,
+                   annotations: dict[str, str | None] | None = None, seen: dict | None = None) -> bool:
+    """Set ``labels`` and ``annotations`` on the Node of ``uid`` in one write (None: remove the key); True when
+    that changed it.
 
     Tested against the resourceVersion it read and retried on a conflict
     (``taints.edit``): another writer of the Node never makes it fail, and a
@@ -67,10 +68,13 @@ def record(kube, name: str, changes: list, uid: str) -> bool:
     return edit(kube, name, change, uid)
 
 
-def _map_ops(current: dict | None, field: str, wanted: dict[str, str]) -> list[dict]:
-    """JSON patch operations that set ``wanted`` in the metadata map ``field`` (made if missing)."""
-    ops = [{"op": "add", "path": f"/metadata/{field}/{pointer(k)}", "value": v}
-           for k, v in sorted(wanted.items()) if (current or {}).get(k) != v]
+def _map_ops(current: dict | None, field: str, wanted: dict[str, str | None]) -> list[dict]:
+    """JSON patch operations that set ``wanted`` in the metadata map ``field`` (made if missing); a key wanted
+    None is removed where present."""
+    have = current or {}
+    ops = [{"op": "remove", "path": f"/metadata/{field}/{pointer(k)}"} if v is None else
+           {"op": "add", "path": f"/metadata/{field}/{pointer(k)}", "value": v}
+           for k, v in sorted(wanted.items()) if have.get(k) != v and (v is not None or k in have)]
     if ops and current is None:
         ops.insert(0, {"op": "add", "path": f"/metadata/{field}", "value": {}})
     return ops

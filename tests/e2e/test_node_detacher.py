@@ -65,8 +65,9 @@ def test_cordon_detaches_the_node_and_uncordon_brings_it_back(make_world):
     assert port == {30080}, "re-registered on the port it was registered with"
     # A serving node keeps no Attachment: the one of its detach goes once it is back.
     wait_for(lambda: world.attachment(leaving) is None, "the Attachment of the detach gone", timeout=20)
-    # Registered once more when no deregistration sent before the re-attach can still land (45 s on).
-    wait_for(as_before, "the rejoin done and its annotations gone", timeout=75, interval=0.5)
+    # Registered once more when no deregistration sent before the re-attach can still land (45 s on), and
+    # rejoin-at kept until those registrations have landed too (45 s more).
+    wait_for(as_before, "the rejoin done and its annotations gone", timeout=120, interval=0.5)
     assert world.in_target_group(leaving) and world.in_classic_elb(leaving)
 
 
