@@ -17,14 +17,15 @@ if _settings.metrics_port:
     bind.append(f"0.0.0.0:{_settings.metrics_port}")
 workers = int(os.environ.get("NODEWARDEN_WORKERS", "2"))
 threads = int(os.environ.get("NODEWARDEN_THREADS", "4"))
-worker_class = "gthread"
+# gthread, whose threads get a connection only with its whole request head: a client that stalls its TLS
+# handshake or its head holds no thread, and is closed after NODEWARDEN_CLIENT_TIMEOUT_SECONDS (hooks/serving.py).
+worker_class = "hooks.serving.HookWorker"
 # TLS on the hook port when a certificate is given (hooks/serving.py): the files
 # are read again when they change, and the metrics listener stays plain HTTP.
 if _settings.tls_cert_file:
     certfile = _settings.tls_cert_file
     keyfile = _settings.tls_key_file
     ssl_context = serving.ssl_context
-    worker_class = "hooks.serving.HookWorker"
     if _settings.tls_client_ca_file:
         ca_certs = _settings.tls_client_ca_file
         cert_reqs = ssl.CERT_OPTIONAL  # a presented certificate must verify; none falls to the token check
