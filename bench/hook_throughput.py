@@ -11,19 +11,24 @@ The client is Metacontroller's: one Go http.Client per hook (v4.17.2 clones
 http.DefaultTransport for a hook with a CA bundle), shared by its --workers
 (5) sync workers. Go keeps a connection alive when the server does, but
 keeps at most MaxIdleConnsPerHost (2, Go's default, which Metacontroller
-does not change) idle: a call takes the idle connection used last or dials a
-new one (TCP, and the TLS handshake for HTTPS), and a connection coming back
-to a full idle list is closed. Between two calls a worker does its own work
-(--think-ms, Metacontroller's CPU per sync, about 1.5 ms at 5,000 Nodes), so
-calls overlap as they do in a resync and new connections are dialed as
-Metacontroller dials them. Reported per server: calls per second, latency,
-the server's CPU per call (every gunicorn process, from /proc) and the share
-of calls that opened a connection.
+does not change) idle: a call takes the idle connection used last, or dials
+a new one (TCP, and the TLS handshake for HTTPS) and takes whichever comes
+first, that one or a connection handed back meanwhile (GoTransport); a
+connection coming back to a full idle list is closed. Between two calls a
+worker does the rest of its sync (--think-ms; 20 ms is a 5,000-Node resync
+in 25 s at 5 workers, 25 ms a Node per worker), so calls overlap and
+connections are dialed as Metacontroller dials them. Reported per server:
+calls per second, latency, the server's CPU per call (every gunicorn
+process, from /proc) and the share of calls that dialed.
 
 The cordon step is decided again on the Node as the API server has it: a
 stand-in (bench/api_standin.py) answers that read with the Node sent, and
 takes the writes. --auth adds the hook server as the kustomize base runs it:
 HTTPS and a bearer token on every request.
+
+--dial-cost: only the server's CPU per call with calls made one at a time,
+on one kept-alive connection and on a new connection each, in plain HTTP and
+HTTPS + token: what a call and what a dial cost.
 
 --stalls N: against the HTTPS + token server, N connections with no token
 and no certificate stall while Metacontroller's load runs (a third each: one
@@ -89,31 +94,85 @@ def server_cpu_seconds(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+class _Want:
+    """A call waiting for a connection: an idle one handed over, or the one dialed for it."""
+
+    def __init__(self):
+        self.ready = threading.Event()
+        self.conn: http.client.HTTPConnection | None = None
+        self.error: OSError | None = None
+
+
 class GoTransport:
-    """Go's http.Transport as one Metacontroller hook uses it: kept-alive connections, at most ``max_idle``
-    idle, the one used last taken first; a new connection when none is idle."""
+    """Go's http.Transport as one Metacontroller hook uses it. A call takes the idle connection used last;
+    with none idle it dials one and takes whichever comes first, that one or a connection another call hands
+    back meanwhile (the dialed one then goes idle unused: a spare). A connection coming back goes to a
+    waiting call, else idle, else (``max_idle`` idle already) is closed."""
 
     def __init__(self, port: int, context: ssl.SSLContext | None, max_idle: int):
         self.port, self.context, self.max_idle = port, context, max_idle
         self.idle: list[http.client.HTTPConnection] = []
+        self.waiting: list[_Want] = []
         self.lock = threading.Lock()
         self.dialed = 0
 
-    def _dial(self) -> http.client.HTTPConnection:
+    def _connect(self) -> http.client.HTTPConnection:
         if self.context:
             conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=HOOK_TIMEOUT, context=self.context)
         else:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HOOK_TIMEOUT)
         conn.connect()
-        with self.lock:
-            self.dialed += 1
         return conn
 
-    def post(self, body: bytes, headers: dict) -> int:
+    def _dial_for(self, want: _Want) -> None:
+        try:
+            conn = self._connect()
+        except OSError as exc:
+            with self.lock:
+                if want in self.waiting:
+                    self.waiting.remove(want)
+                    want.error = exc
+                    want.ready.set()
+            return
         with self.lock:
-            conn = self.idle.pop() if self.idle else None
-        reused = conn is not None
-        conn = conn or self._dial()
+            self.dialed += 1
+            if want in self.waiting:
+                self.waiting.remove(want)
+                want.conn = conn
+                want.ready.set()
+                return
+        self._put(conn)  # its call was served by a connection handed back: a spare
+
+    def _put(self, conn: http.client.HTTPConnection) -> None:
+        with self.lock:
+            if self.waiting:
+                want = self.waiting.pop(0)
+                want.conn = conn
+                want.ready.set()
+                return
+            if len(self.idle) < self.max_idle:
+                self.idle.append(conn)
+                return
+        conn.close()
+
+    def _get(self) -> tuple[http.client.HTTPConnection, bool]:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop(), True
+            want = _Want()
+            self.waiting.append(want)
+        threading.Thread(target=self._dial_for, args=(want,), daemon=True).start()
+        if not want.ready.wait(HOOK_TIMEOUT):
+            with self.lock:
+                if want in self.waiting:
+                    self.waiting.remove(want)
+            raise TimeoutError("no connection within the hook timeout")
+        if want.error:
+            raise want.error
+        return want.conn, False
+
+    def post(self, body: bytes, headers: dict) -> int:
+        conn, reused = self._get()
         try:
             conn.request("POST", PATH, body, headers)
             response = conn.getresponse()
@@ -123,16 +182,16 @@ class GoTransport:
             if reused and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
                 return self.post(body, headers)  # closed by the server while idle: Go sends it again
             raise
-        with self.lock:
-            if not response.will_close and len(self.idle) < self.max_idle:
-                self.idle.append(conn)
-                conn = None
-        if conn is not None:
+        if response.will_close:
             conn.close()
+        else:
+            self._put(conn)
         return response.status
 
     def close(self) -> None:
-        for conn in self.idle:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for conn in idle:
             conn.close()
 
 
@@ -293,14 +352,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="alternate the servers this many times; medians reported")
     parser.add_argument("--workers", type=int, default=5, help="Metacontroller's sync workers sharing one client")
-    parser.add_argument("--think-ms", type=float, default=1.5, help="a worker's own work between two calls")
+    parser.add_argument("--think-ms", type=float, default=20, help="a worker's own work between two calls")
     parser.add_argument("--max-idle", type=int, default=2, help="Go's MaxIdleConnsPerHost")
     parser.add_argument("--auth", action="store_true", help="also the hook server with HTTPS and a bearer token")
+    parser.add_argument("--dial-cost", action="store_true",
+                        help="only the server's CPU per call made one at a time, on one kept-alive connection "
+                             "and on a new connection each, in plain HTTP and HTTPS + token")
     parser.add_argument("--stalls", type=int, default=0,
                         help="also Metacontroller's calls to the HTTPS + token server while this many "
                              "unauthenticated connections stall (implies --auth)")
     args = parser.parse_args()
-    args.auth = args.auth or bool(args.stalls)
+    args.auth = args.auth or bool(args.stalls) or args.dial_cost
 
     from api_standin import StandinApi
 
@@ -328,6 +390,9 @@ def main() -> None:
         auth_env = {k: v for k, v in server_creds.server_env().items() if "CLIENT" not in k} if server_creds else {}
         return port, start(app, port, {**env, **auth_env})
 
+    if args.dial_cost:
+        dial_cost(args, bodies["schedulable (no action)"], servers[:2], served)
+        return
     rows = []
     for name, body in bodies.items():
         runs: dict[str, list[dict]] = {label: [] for label, _, _ in servers}
@@ -387,6 +452,32 @@ def main() -> None:
             r = sorted(runs, key=lambda r: r["p99_ms"])[len(runs) // 2]
             shut = f"{statistics.median(closed):.0f} per {args.seconds:g} s" if stalls != "none" else "-"
             print(f"| {stalls} | {r['requests']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} | {shut} |")
+
+
+def dial_cost(args, body: bytes, servers, served) -> None:
+    """CPU per call with calls made one at a time: what a kept-alive call costs, and what a dial adds."""
+    one_at_a_time = argparse.Namespace(workers=1, think_ms=0, max_idle=1)
+    dialing = argparse.Namespace(workers=1, think_ms=0, max_idle=0)  # every connection closed after its call
+    runs: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for label, app, server_creds in servers:
+            for how, pattern in (("kept alive", one_at_a_time), ("dialed", dialing)):
+                port, proc = served(app, server_creds)
+                try:
+                    load(port, body, 1.0, pattern, server_creds)  # warm-up
+                    result = load(port, body, args.seconds, pattern, server_creds, proc.pid)
+                    runs.setdefault((label, how), []).append(result["cpu_ms"])
+                finally:
+                    proc.terminate()
+                    proc.wait(10)
+    print(f"One call at a time, schedulable (no action); medians of {args.rounds} rounds of {args.seconds:g} s")
+    print()
+    print("| server | server CPU per call, kept alive | per call, a new connection each | a dial adds |")
+    print("|---|---|---|---|")
+    medians = {key: statistics.median(values) for key, values in runs.items()}
+    for label, _, _ in servers:
+        kept, dialed = medians[(label, "kept alive")], medians[(label, "dialed")]
+        print(f"| {label} | {kept:.3f} ms | {dialed:.3f} ms | {dialed - kept:.3f} ms |")
 
 
 if __name__ == "__main__":
