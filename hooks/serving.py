@@ -45,9 +45,8 @@ import time
 from collections import deque
 from functools import partial
 
-from gunicorn import http
-from gunicorn import sock as gunicorn_sock
-from gunicorn import util
+import gunicorn.sock
+from gunicorn import http, util
 from gunicorn.http.body import ChunkedReader, LengthReader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
@@ -286,7 +285,7 @@ class HookWorker(ThreadWorker):
         """True once the TLS handshake is done; raises SSLWant*Error while it waits for the peer."""
         try:
             if not isinstance(conn.sock, ssl.SSLSocket):
-                context = gunicorn_sock.ssl_context(conn.cfg)
+                context = gunicorn.sock.ssl_context(conn.cfg)
                 conn.sock = context.wrap_socket(conn.sock, server_side=True, do_handshake_on_connect=False,
                                                 suppress_ragged_eofs=conn.cfg.suppress_ragged_eofs)
             conn.sock.do_handshake()
