@@ -57,7 +57,7 @@ down: setup
 BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover
 BENCH ?= $(BENCHES)
 BENCH_ARGS ?=
-BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3
+BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3 --auth --stalls 200
 BENCH_ARGS_lb_discovery := --target-groups 100 --instances 20 --latency 0.05
 BENCH_ARGS_cluster_gc := --load-balancers 50 --target-groups 50 --security-groups 50 --latency 0.05
 BENCH_ARGS_machines := --launches 100 --samples 20

@@ -3,6 +3,7 @@ import faulthandler
 import os
 import pathlib
 import ssl
+import sys
 
 from hooks import serving
 from hooks.config import load_settings
@@ -16,14 +17,15 @@ if _settings.metrics_port:
     bind.append(f"0.0.0.0:{_settings.metrics_port}")
 workers = int(os.environ.get("NODEWARDEN_WORKERS", "2"))
 threads = int(os.environ.get("NODEWARDEN_THREADS", "4"))
-worker_class = "gthread"
+# gthread, whose threads get a connection only with its whole request head: a client that stalls its TLS
+# handshake or its head holds no thread, and is closed after NODEWARDEN_CLIENT_TIMEOUT_SECONDS (hooks/serving.py).
+worker_class = "hooks.serving.HookWorker"
 # TLS on the hook port when a certificate is given (hooks/serving.py): the files
 # are read again when they change, and the metrics listener stays plain HTTP.
 if _settings.tls_cert_file:
     certfile = _settings.tls_cert_file
     keyfile = _settings.tls_key_file
     ssl_context = serving.ssl_context
-    worker_class = "hooks.serving.HookWorker"
     if _settings.tls_client_ca_file:
         ca_certs = _settings.tls_client_ca_file
         cert_reqs = ssl.CERT_OPTIONAL  # a presented certificate must verify; none falls to the token check
@@ -48,11 +50,12 @@ def on_starting(server):
 def post_worker_init(worker):
     # A native crash (SIGSEGV in a C extension) leaves every thread's Python stack in the log.
     faulthandler.enable()
-    # Modules, AWS clients and the API server connection ready before the first hook call needs them,
-    # and the load-balancer index kept fresh for the first step of every detach.
     from hooks import runtime, warmup
     from hooks.aws import lb_discovery
 
+    # The app, made before this, has imported every controller. On a thread: the AWS clients, the API
+    # server connection and the policies' copy (/readyz waits for them); and the load-balancer index kept
+    # fresh for the first step of every detach.
     warmup.start()
     lb_discovery.keep_fresh(runtime.current())
 
@@ -60,9 +63,11 @@ def post_worker_init(worker):
 def worker_exit(server, worker):
     # Deregistrations carried on after their call answered record themselves when they succeed; a worker
     # that stops lets them finish, within its graceful timeout (one left undone is redone by the next call).
-    from hooks import actuators
-
-    actuators.drain_background(max(1.0, graceful_timeout - 5))
+    # Nothing is imported here: a process that has not loaded the actuators (the master, or a worker whose
+    # app was not made) has nothing in the background.
+    drain_background = getattr(sys.modules.get("hooks.actuators"), "drain_background", None)
+    if drain_background is not None:
+        drain_background(max(1.0, graceful_timeout - 5))
 
 
 def child_exit(server, worker):

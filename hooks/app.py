@@ -13,7 +13,7 @@ import os
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from hooks import auth, controllers, logs, metrics, runtime
+from hooks import auth, controllers, logs, metrics, runtime, warmup
 from hooks.config import load_settings
 from hooks.contract import RequestError
 from hooks.dispatch import UnknownHook, resolve, serve
@@ -69,6 +69,10 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
     runtime.install(ctx)
     logs.configure(ctx.settings.log_level)
     metrics.zero_alerted_series()
+
+    # Every controller's code before the server takes a call: gunicorn makes the app before its worker
+    # accepts, so no call imports a module for the first time beside another (hooks/controllers/__init__.py).
+    controllers.load_all()
 
     app = Flask("nodewarden")
     app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes
@@ -126,7 +130,10 @@ def create_app(ctx: runtime.Context | None = None) -> Flask:
 
     @app.get("/readyz")
     def readyz():
-        return _json({"status": "ready", "controllers": sorted(controllers.CONTROLLERS), "auth": door.describe()})
+        # Ready once the warm-up is done, so the Service sends no call to a process still opening its clients.
+        ready = warmup.done()
+        return _json({"status": "ready" if ready else "warming up", "controllers": sorted(controllers.CONTROLLERS),
+                      "auth": door.describe()}, 200 if ready else 503)
 
     @app.get("/metrics")
     def metrics_endpoint():

@@ -38,7 +38,9 @@ SCHEME = "scheme"              # an Authorization header that is not Bearer
 INVALID = "invalid"            # a bearer token that matches none accepted
 CLIENT_NAME = "client-name"    # a verified client certificate whose names are not allowed
 NO_TOKEN = "no-token"          # token files configured, none readable: refuse everything
-TLS = "tls"                    # the TLS handshake failed (counted by hooks/serving.py)
+TLS = "tls"                    # the TLS handshake failed (counted by hooks/serving.py, as the two below)
+STALLED = "stalled"            # the handshake and request head not whole within NODEWARDEN_CLIENT_TIMEOUT_SECONDS
+HEAD_TOO_LARGE = "head-too-large"  # a request head larger than hooks.serving.MAX_HEAD_BYTES
 
 
 def file_signature(path: str) -> tuple | None:

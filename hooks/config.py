@@ -58,6 +58,9 @@ class Settings:
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
     tls_client_names: tuple[str, ...] = ()
+    # How long the server waits on a client (hooks/serving.py): for a connection's TLS handshake and request
+    # head together, and for each read of a body or write of an answer.
+    client_timeout_seconds: float = 5
     require_auth: bool = False
     # node-detacher
     detach_taint_keys: tuple[str, ...] = ()
@@ -137,6 +140,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         tls_key_file=env.get("NODEWARDEN_TLS_KEY_FILE", "").strip(),
         tls_client_ca_file=env.get("NODEWARDEN_TLS_CLIENT_CA_FILE", "").strip(),
         tls_client_names=_list(env, "NODEWARDEN_TLS_CLIENT_NAMES"),
+        client_timeout_seconds=_number(env, "NODEWARDEN_CLIENT_TIMEOUT_SECONDS", 5, minimum=0.1),
         require_auth=_bool(env, "NODEWARDEN_REQUIRE_AUTH", False),
         detach_taint_keys=_list(env, "NODEWARDEN_DETACH_TAINT_KEYS"),
         detach_control_plane=_bool(env, "NODEWARDEN_DETACH_CONTROL_PLANE", False),

@@ -29,7 +29,8 @@ HOOK_REQUEST_BYTES = Histogram(
 HOOK_AUTH_REFUSED = Counter(
     "nodewarden_hook_auth_refused_total",
     "Hook requests refused before their body was read: no or a wrong bearer token, a client certificate"
-    " whose names are not allowed, no token readable, or a failed TLS handshake (reason=tls).",
+    " whose names are not allowed, no token readable, a failed TLS handshake (reason=tls), a handshake and"
+    " request head not whole in time (reason=stalled) or a head too large (reason=head-too-large).",
     ["reason"],
 )
 AWS_CALLS = Counter(

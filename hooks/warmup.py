@@ -1,17 +1,20 @@
-"""Warm a hook process before its first hook call: the controllers' modules, the AWS clients, the API
-server connection and the policies' copy.
+"""Warm a hook process before its first hook call: the AWS clients, the API server connection and the
+policies' copy.
 
-A process answers its first call about a Node slower than every later one
-(its modules loaded, botocore's service models read, TLS connections opened,
-the first NodeFencingPolicy list): on the cordon path that first call was
-the slowest of twenty. Done on a thread as the process starts, so the server
-answers at once; nothing here writes anything, and a failure only means the
-first call pays for it as before.
+The code is already loaded: the app imports every controller when it is made (hooks/app.py), before
+gunicorn's worker accepts, because Python's imports are not safe for two threads importing one import
+cycle for the first time (a half-initialised module, a 500). What is left is done on a thread, so
+the server answers at once: a process answers its first call about a Node slower than every later one
+(botocore's service models read, TLS connections opened, the first NodeFencingPolicy list); on the
+cordon path that first call was the slowest of twenty. ``/readyz`` says not ready until it is done.
+Nothing here writes anything, each step ends within its client's own timeouts, and a failure only means
+the first call pays for it.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from hooks import controllers, runtime
 
@@ -19,10 +22,17 @@ log = logging.getLogger(__name__)
 # The services a Node call may reach first: node-detacher's load balancers, fencing's power state.
 SERVICES = ("elbv2", "elb", "ec2")
 
+# /readyz waits for the warm-up at most this long: an API server that answers a byte at a time (each read
+# within the client's timeout) must not keep the process out of the Service for ever.
+READY_WAIT_SECONDS = 30.0
+
+_done = threading.Event()
+_done.set()  # a process that never warms up (the CLI, a test's app) has nothing to wait for
+_ready_anyway_at = 0.0
+
 
 def warm(ctx: runtime.Context) -> None:
-    for name in controllers.CONTROLLERS:
-        controllers.load(name)
+    controllers.load_all()
     for service in SERVICES:
         try:
             ctx.aws.client(service)
@@ -36,7 +46,25 @@ def warm(ctx: runtime.Context) -> None:
         log.info("warm-up could not list NodeFencingPolicies", extra={"error": str(exc)})
 
 
+def _warm_then_ready(ctx: runtime.Context) -> None:
+    try:
+        warm(ctx)
+    except Exception:  # noqa: BLE001 - a thread of its own: nobody else would hear of it
+        log.exception("warm-up failed; the first calls pay for what it did not do")
+    finally:
+        _done.set()
+
+
 def start(ctx: runtime.Context | None = None) -> threading.Thread:
-    thread = threading.Thread(target=warm, args=(ctx or runtime.current(),), name="warm-up", daemon=True)
+    global _ready_anyway_at
+    _ready_anyway_at = time.monotonic() + READY_WAIT_SECONDS
+    _done.clear()
+    thread = threading.Thread(target=_warm_then_ready, args=(ctx or runtime.current(),), name="warm-up",
+                              daemon=True)
     thread.start()
     return thread
+
+
+def done() -> bool:
+    """False while a warm-up started in this process has not finished, for READY_WAIT_SECONDS at most."""
+    return _done.is_set() or time.monotonic() >= _ready_anyway_at

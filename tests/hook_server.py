@@ -25,6 +25,7 @@ QUIET_WORLD = {"KUBECONFIG": "/nonexistent", "AWS_ENDPOINT_URL": "http://127.0.0
 class HookServer:
     workdir: Path
     env: dict = field(default_factory=dict)
+    ready_path: str = "/readyz"  # what must answer 200 on the metrics port before the server counts as up
 
     def __post_init__(self):
         self.port, self.metrics_port = free_port(), free_port()
@@ -40,7 +41,7 @@ class HookServer:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         try:
-            wait_until(self._ready, "hook server", timeout=60)
+            wait_until(self._ready, "hook server", timeout=60, interval=0.02)
         except BaseException:
             self.__exit__()
             raise
@@ -49,7 +50,7 @@ class HookServer:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise RuntimeError(f"hook server exited {self.proc.returncode}: {self.log()[-2000:]}")
-        return http_ok(f"{self.metrics_url}/readyz")()
+        return http_ok(f"{self.metrics_url}{self.ready_path}")()
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()

@@ -11,11 +11,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import socket
+import ssl
+import threading
+import time
 
 import pytest
 import requests
 
 from devcluster.pki import LOCAL_HOSTS
+from hooks import serving
 from hooks.credentials import Authority, dns_names
 from tests.hook_server import HookServer, start_failure
 from tests.support import hook_request
@@ -219,3 +224,139 @@ def test_required_auth_with_nothing_configured_does_not_start(tmp_path):
     failed = start_failure({"NODEWARDEN_REQUIRE_AUTH": "true"}, tmp_path)
     assert failed.returncode != 0
     assert "NODEWARDEN_REQUIRE_AUTH" in failed.stdout + failed.stderr
+
+
+# Stalled connections: a peer with no token and no certificate opens more connections than the worker has
+# threads and stalls each, somewhere before its request could be refused. Metacontroller's call is answered
+# all the same, and the server closes each stalled connection by its deadline: one for the handshake and
+# the head together, so a byte dripped now and then (each read within any per-read timeout) does not
+# keep it open either.
+FEW_THREADS = 2
+STALLS = FEW_THREADS + 2
+CLIENT_TIMEOUT = 2  # NODEWARDEN_CLIENT_TIMEOUT_SECONDS of these servers
+KEEPALIVE = 3  # and gunicorn's keepalive: how long a connection with no byte of a request is kept
+FEW_THREADS_ENV = {"NODEWARDEN_THREADS": str(FEW_THREADS), "NODEWARDEN_CLIENT_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT),
+                   "GUNICORN_CMD_ARGS": f"--keep-alive {KEEPALIVE}"}
+HEAD = b"POST /node-detacher/sync HTTP/1.1\r\nHost: nodewarden\r\nContent-Type: application/json\r\n"
+
+
+@pytest.fixture(scope="module")
+def few_threads(world):
+    with HookServer(world["tmp"] / "few-threads", env={**world["env"], **FEW_THREADS_ENV}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def few_threads_plain(world):
+    """The same without TLS: a bearer token over plain HTTP."""
+    env = {"NODEWARDEN_AUTH_TOKEN_FILES": world["secret"].path("token"), "NODEWARDEN_REQUIRE_AUTH": "true",
+           **FEW_THREADS_ENV}
+    with HookServer(world["tmp"] / "few-threads-plain", env=env) as running:
+        yield running
+
+
+class Stall:
+    """One connection that stalls; ``closed`` is set once the server has closed it."""
+
+    def __init__(self, server, world, kind: str, tls: bool):
+        self.kind, self.closed = kind, threading.Event()
+        self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        if kind == "client-hello-byte":
+            self.sock.sendall(b"\x16")  # the first byte of a TLS handshake record
+        elif kind != "nothing":
+            if tls:
+                self.sock = ssl.create_default_context(cafile=world["ca"]).wrap_socket(
+                    self.sock, server_hostname="localhost")
+            if kind == "handshake-then-nothing":
+                pass  # a client's spare connection: idle, like a kept-alive one
+            elif kind == "headers-never-end":
+                self.sock.sendall(HEAD)
+            elif kind == "kept-alive-then-drip":
+                self.sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: nodewarden\r\n\r\n")
+                assert b"200 OK" in self.sock.recv(65536)
+            elif kind == "body-never-comes":
+                self.sock.sendall(HEAD + b"Content-Length: 1000000\r\n\r\n{")
+        threading.Thread(target=self._drip if "drip" in kind else self._watch, daemon=True).start()
+
+    def _drip(self) -> None:
+        """One byte of a head every half of the client timeout, until the server closes the connection."""
+        try:
+            for byte in (HEAD * 100):
+                self.sock.sendall(bytes([byte]))
+                time.sleep(CLIENT_TIMEOUT / 4)
+        except OSError:
+            self.closed.set()
+
+    def _watch(self) -> None:
+        try:
+            while self.sock.recv(65536):
+                pass  # an answer (the 401 of a refused call) before the close
+        except OSError:
+            pass
+        self.closed.set()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _stalled(server, world, kind: str, tls: bool = True) -> list[Stall]:
+    return [Stall(server, world, kind, tls) for _ in range(STALLS)]
+
+
+@pytest.mark.parametrize("kind,counted", [
+    ("nothing", "stalled"), ("client-hello-byte", "stalled"), ("headers-never-end", "stalled"),
+    ("header-drip", "stalled"), ("kept-alive-then-drip", "stalled"), ("body-never-comes", "missing"),
+    ("handshake-then-nothing", None)])
+def test_stalled_tls_connections_keep_metacontroller_out_of_no_call(few_threads, world, kind, counted):
+    before = {reason: few_threads.metric("nodewarden_hook_auth_refused_total", reason=reason)
+              for reason in ("stalled", "missing")}
+    stalls = _stalled(few_threads, world, kind)
+    try:
+        # Metacontroller's hook timeout is 10 s: the call must be answered within it, stalls or not.
+        assert _post(few_threads, world, token="sesame").status_code == 200
+        for stall in stalls:
+            assert stall.closed.wait(KEEPALIVE + 20), f"the server closes a connection stalled at {kind}"
+    finally:
+        for stall in stalls:
+            stall.close()
+    for reason, count in before.items():
+        expected = count + (STALLS if reason == counted else 0)
+        assert few_threads.metric("nodewarden_hook_auth_refused_total", reason=reason) == expected, reason
+
+
+@pytest.mark.parametrize("kind", ["nothing", "headers-never-end", "header-drip", "kept-alive-then-drip",
+                                  "body-never-comes"])
+def test_stalled_plain_http_connections_keep_no_call_out(few_threads_plain, world, kind):
+    stalls = _stalled(few_threads_plain, world, kind, tls=False)
+    try:
+        reply = requests.post(few_threads_plain.url("/node-detacher/sync", scheme="http"), json=BODY, timeout=10,
+                              headers={"Authorization": "Bearer sesame"})
+        assert reply.status_code == 200
+        for stall in stalls:
+            assert stall.closed.wait(KEEPALIVE + 20), f"the server closes a connection stalled at {kind}"
+    finally:
+        for stall in stalls:
+            stall.close()
+
+
+def test_a_head_larger_than_any_metacontrollers_is_refused_with_431(few_threads, world):
+    before = few_threads.metric("nodewarden_hook_auth_refused_total", reason="head-too-large")
+    with socket.create_connection(("127.0.0.1", few_threads.port), timeout=10) as raw:
+        with ssl.create_default_context(cafile=world["ca"]).wrap_socket(raw, server_hostname="localhost") as conn:
+            conn.sendall(HEAD + b"X-Filler: " + b"x" * (serving.MAX_HEAD_BYTES + 1024))
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert few_threads.metric("nodewarden_hook_auth_refused_total", reason="head-too-large") == before + 1
+
+
+def test_metacontrollers_calls_share_one_kept_alive_connection(server, world):
+    """One connection serves call after call, as Go's client keeps it when the server lets it."""
+    with requests.Session() as session:
+        for _ in range(3):
+            reply = session.post(server.url("/node-detacher/sync"), json=BODY, timeout=10, verify=world["ca"],
+                                 headers={"Authorization": "Bearer sesame"})
+            assert reply.status_code == 200 and reply.headers.get("Connection", "keep-alive") == "keep-alive"
+        pools = session.get_adapter(server.url("/")).poolmanager.pools
+        assert [pools[key].num_connections for key in pools.keys()] == [1]

@@ -7,6 +7,7 @@ optional Context) and returning the response.
 from __future__ import annotations
 
 import importlib
+import threading
 from types import ModuleType
 
 from hooks.contract import COMPOSITE, DECORATOR
@@ -25,12 +26,35 @@ CONTROLLERS: dict[str, tuple[str, str]] = {
 }
 
 
+# Python's imports are not safe for first imports of one import cycle from two threads at once (ours, or
+# lightkube's own): one thread gets a half-initialised module. A controller's first import takes this lock.
+_IMPORT_LOCK = threading.Lock()
+_imported: dict[str, ModuleType] = {}
+
+
+def _import_once(module: str) -> ModuleType:
+    """``module``, imported under the one import lock the first time: a thread that asks while another
+    imports it waits for that import instead of starting its own."""
+    loaded = _imported.get(module)
+    if loaded is None:
+        with _IMPORT_LOCK:
+            loaded = _imported.get(module) or importlib.import_module(module)
+            _imported[module] = loaded
+    return loaded
+
+
 def load(name: str) -> tuple[str, ModuleType] | None:
     entry = CONTROLLERS.get(name)
     if entry is None:
         return None
     kind, module = entry
-    return kind, importlib.import_module(module)
+    return kind, _import_once(module)
 
 
-__all__ = ["CONTROLLERS", "COMPOSITE", "DECORATOR", "load"]
+def load_all() -> None:
+    """Every controller's module (and all it imports), on the calling thread."""
+    for name in CONTROLLERS:
+        load(name)
+
+
+__all__ = ["CONTROLLERS", "COMPOSITE", "DECORATOR", "load", "load_all"]
