@@ -210,12 +210,17 @@ def _labelled_at_each_call(h, kube):
     def check(**_):
         seen.append(names.EXCLUDE_LABEL in (kube.nodes["node-a"]["metadata"].get("labels") or {}))
 
-    hooked = [(h.ctx.aws.client("elbv2", "us-east-1"), "provide-client-params.elastic-load-balancing-v2.DeregisterTargets"),
-              (h.ctx.aws.client("elb", "us-east-1"),
-               "provide-client-params.elastic-load-balancing.DeregisterInstancesFromLoadBalancer")]
+    return seen, _on_each_call(h, "DeregisterTargets", "DeregisterInstancesFromLoadBalancer", check)
+
+
+def _on_each_call(h, target_group_call: str, classic_call: str, check):
+    """``check`` run as each of the hook's calls of these names goes out; returns what stops it."""
+    hooked = [(h.ctx.aws.client("elbv2", "us-east-1"),
+               f"provide-client-params.elastic-load-balancing-v2.{target_group_call}"),
+              (h.ctx.aws.client("elb", "us-east-1"), f"provide-client-params.elastic-load-balancing.{classic_call}")]
     for client, event in hooked:
         client.meta.events.register(event, check)
-    return seen, lambda: [client.meta.events.unregister(event, check) for client, event in hooked]
+    return lambda: [client.meta.events.unregister(event, check) for client, event in hooked]
 
 
 def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
@@ -873,12 +878,7 @@ def _registrations_while_leaving(h, kube):
         if kube.nodes["node-a"]["spec"].get("unschedulable"):
             leaving.append(dict(kube.nodes["node-a"]["metadata"].get("annotations") or {}))
 
-    hooked = [(h.ctx.aws.client("elbv2", "us-east-1"), "provide-client-params.elastic-load-balancing-v2.RegisterTargets"),
-              (h.ctx.aws.client("elb", "us-east-1"),
-               "provide-client-params.elastic-load-balancing.RegisterInstancesWithLoadBalancer")]
-    for client, event in hooked:
-        client.meta.events.register(event, check)
-    return leaving, lambda: [client.meta.events.unregister(event, check) for client, event in hooked]
+    return leaving, _on_each_call(h, "RegisterTargets", "RegisterInstancesWithLoadBalancer", check)
 
 
 def _interleavings():

@@ -306,7 +306,7 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
                                        finalized=False if request.finalizing else None))
     listed = set(sit.deregistering)
     if any(m not in listed for m in pending):
-        return _list_before_leaving(request, sit, attachments, listed | set(pending))
+        return _list_before_leaving(request, attachments, listed | set(pending))
     # Each recorded as deregistered only once its call succeeded; the record is
     # written by this call, so a conflict on Metacontroller's write cannot lose it.
     actions = _membership_actions("deregister", pending, sit, record=True,
@@ -327,12 +327,16 @@ def _deregister(request, sit, settings, now, observed) -> Plan:
     )
 
 
-def _list_before_leaving(request: HookRequest, sit: phases.Situation, attachments: list[dict],
-                         listed: set) -> Plan:
+def _list_before_leaving(request: HookRequest, attachments: list[dict], listed: set) -> Plan:
     """Memberships about to leave that the Node does not list yet (looked up again at this step) are written
     on it first, by the hook itself; the next call deregisters them. So a re-attach knows every membership a
     call may have taken out, whatever becomes of the call, its record or its process."""
-    annotations = {names.DEREGISTERING: targets.encode(listed)}
+    return _written_first(request, attachments, {names.DEREGISTERING: targets.encode(listed)})
+
+
+def _written_first(request: HookRequest, attachments: list[dict], annotations: dict) -> Plan:
+    """``annotations`` written on the Node by the hook itself, tested against its uid, before any call they
+    announce; the next call (brought at once by the write) makes the calls."""
     finalized = False if request.finalizing else None
     uid = request.meta.get("uid")
     if not uid:
@@ -551,19 +555,13 @@ def _listed_to_join(request: HookRequest, sit: phases.Situation, joining: list) 
 
 
 def _list_before_joining(request: HookRequest, attachments: list[dict], joining: list, now: dt.datetime) -> Plan:
-    """What is about to be registered is written on the Node first, by the hook itself, with rejoin-at; the
-    next call registers it. So a call that finds the node leaving again, whatever became of this re-attach's
-    call and its answer, knows registrations may have been sent since the detach on record began: that detach
-    is over, a new one begins, and its drain waits until they have landed (hooks.detacher.assess)."""
-    annotations = {names.REJOIN: targets.encode(joining),
-                   names.REJOIN_AT: timefmt.fmt(now + dt.timedelta(seconds=_REJOIN_AFTER_SECONDS))}
-    finalized = False if request.finalizing else None
-    uid = request.meta.get("uid")
-    if not uid:
-        return Plan(decorator_response(annotations=annotations, attachments=attachments,
-                                       resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized))
-    return Plan(decorator_response(attachments=attachments, resync_after=_LABEL_SETTLE_SECONDS, finalized=finalized),
-                [Action("kube.annotate-node", request.name, {"annotations": annotations, "uid": uid})])
+    """What is about to be registered is written on the Node first, with rejoin-at; the next call registers
+    it. So a call that finds the node leaving again, whatever became of this re-attach's call and its answer,
+    knows registrations may have been sent since the detach on record began: that detach is over, a new one
+    begins, and its drain waits until they have landed (hooks.detacher.assess)."""
+    return _written_first(request, attachments, {
+        names.REJOIN: targets.encode(joining),
+        names.REJOIN_AT: timefmt.fmt(now + dt.timedelta(seconds=_REJOIN_AFTER_SECONDS))})
 
 
 def _rejoin(request, sit, settings, now, observed) -> Plan:
