@@ -14,13 +14,13 @@ _STATUS_IDS = 100
 _ID = re.compile(r"i-[0-9a-f]{8,17}")
 
 
-def _filtered(ec2, operation: str, key: str, instance_ids: list[str]):
-    """Each item under ``key`` of ``operation``'s pages, asked for by an instance-id filter in batches (by
+def _filtered(paginator, key: str, instance_ids: list[str]):
+    """Each item under ``key`` of the paginator's pages, asked for by an instance-id filter in batches (by
     InstanceIds, one id EC2 does not know fails the whole call), with the batch it belongs to."""
     ids = sorted(set(instance_ids))
     for start in range(0, len(ids), _FILTER_VALUES):
         batch = ids[start:start + _FILTER_VALUES]
-        for page in ec2.get_paginator(operation).paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
+        for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
             for item in page.get(key) or []:
                 yield batch, item
 
@@ -29,7 +29,7 @@ def describe(ec2, instance_ids: list[str]) -> dict[str, dict]:
     """The instances EC2 knows among ``instance_ids``, by id: ``instances.summary`` and ``lifecycle``;
     an id EC2 does not know is simply absent."""
     found: dict[str, dict] = {}
-    for batch, reservation in _filtered(ec2, "describe_instances", "Reservations", instance_ids):
+    for batch, reservation in _filtered(ec2.get_paginator("describe_instances"), "Reservations", instance_ids):
         for instance in reservation.get("Instances") or []:
             if instance.get("InstanceId") in batch:
                 summary = instances.summary(instance)
@@ -42,7 +42,8 @@ def spot_requests(ec2, instance_ids: list[str]) -> dict[str, str]:
     """The status code of the spot request behind each of ``instance_ids`` that has one, by instance id
     (``fulfilled``, ``marked-for-termination``, ...)."""
     found: dict[str, str] = {}
-    for batch, request in _filtered(ec2, "describe_spot_instance_requests", "SpotInstanceRequests", instance_ids):
+    for batch, request in _filtered(ec2.get_paginator("describe_spot_instance_requests"), "SpotInstanceRequests",
+                                    instance_ids):
         code = (request.get("Status") or {}).get("Code")
         if request.get("InstanceId") in batch and isinstance(code, str):
             found[request["InstanceId"]] = code
