@@ -23,8 +23,8 @@
   as gthread's kept-alive connections do. A stalled connection costs a file
   descriptor and its bytes so far, never a thread. In the thread each read
   of a body and write of an answer waits at most the same timeout; a body
-  the application did not read (a refused call's) closes the connection
-  instead of being waited for; and a closing connection lingers for its
+  the application did not read (a refused call's) is not waited for: the
+  answer says ``Connection: close`` and the connection closes after it; and a closing connection lingers for its
   peer's last bytes in the poller, not on the worker's main thread as
   gthread's graceful close does.
 - Counted in ``nodewarden_hook_auth_refused_total``: a failed handshake
@@ -125,9 +125,9 @@ class _PlainConfig:
         return getattr(self._cfg, name)
 
 
-def _body_left(request) -> bool:
-    """Whether the request has body bytes the application did not read (True when it cannot tell)."""
-    body = getattr(request, "body", None)
+def _body_left(body) -> bool:
+    """Whether the request body (gunicorn's ``wsgi.input``) has bytes the application did not read (True when
+    it cannot tell)."""
     if body is None:
         return False
     if body.failed or body.buf.getbuffer().nbytes:
@@ -138,6 +138,20 @@ def _body_left(request) -> bool:
     if isinstance(reader, ChunkedReader):
         return reader.parser is not None or bool(reader.buf.getbuffer().nbytes)
     return True
+
+
+def _closing_when_unread(app):
+    """The application, whose answer says ``Connection: close`` when it left body bytes unread (a refused
+    call's): the body is not waited for, the connection closes after the answer, and the client, told so,
+    sends its next request on another."""
+
+    def serve(environ, start_response):
+        answer = app(environ, start_response)
+        if _body_left(environ.get("wsgi.input")):
+            start_response.__self__.force_close()  # gunicorn's Response: headers go out on the first write
+        return answer
+
+    return serve
 
 
 class HookConn(TConn):
@@ -203,11 +217,9 @@ class HookWorker(ThreadWorker):
         else:
             self._read_head(conn)
 
-    def _keepalive_after(self, conn, keepalive):
-        # A body the application did not read (a refused call's) is not waited for: the connection closes.
-        if keepalive and _body_left(conn.parser.mesg):
-            return False
-        return super()._keepalive_after(conn, keepalive)
+    def load_wsgi(self):
+        super().load_wsgi()
+        self.wsgi = _closing_when_unread(self.wsgi)
 
     def murder_pending(self):
         super().murder_pending()

@@ -360,3 +360,16 @@ def test_metacontrollers_calls_share_one_kept_alive_connection(server, world):
             assert reply.status_code == 200 and reply.headers.get("Connection", "keep-alive") == "keep-alive"
         pools = session.get_adapter(server.url("/")).poolmanager.pools
         assert [pools[key].num_connections for key in pools.keys()] == [1]
+
+
+def test_a_refused_call_says_it_closes_its_connection_and_the_next_call_goes_on_another(server, world):
+    """A refused call's body is not read, so its connection closes after the answer; the answer says so
+    (``Connection: close``), so a client sends its next request on a new connection instead of one the
+    server is closing: refused then accepted, on one client, both answered."""
+    with requests.Session() as session:
+        for token, code in (("wrong", 401), ("wrong", 401), ("sesame", 200), ("wrong", 401), ("sesame", 200)):
+            reply = session.post(server.url("/node-detacher/sync"), json=BODY, timeout=10, verify=world["ca"],
+                                 headers={"Authorization": f"Bearer {token}"})
+            assert reply.status_code == code, reply.text
+            if code == 401:
+                assert reply.headers.get("Connection") == "close"
