@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Callable
+from typing import Callable, Mapping
 
 from hooks import runtime, timefmt
 from hooks.aws import elb, gc, instances, power, sqs
@@ -50,12 +50,6 @@ def _annotate_node(ctx: runtime.Context, a: Action) -> None:
         nodes.annotate(ctx.kube, a.target, a.params["annotations"], a.params["uid"])
         return
     ctx.kube.merge_patch(Node, a.target, {"metadata": {"annotations": a.params["annotations"]}})
-
-
-def _start_fencing(ctx: runtime.Context, a: Action) -> str | None:
-    from hooks.controllers import node_fencing  # the controller's own decision; it acts through this module
-
-    return node_fencing.start_now(ctx, a.target, a.params["uid"], a.params["decorator"])
 
 
 def _send_within(ctx: runtime.Context, a: Action) -> float | None:
@@ -97,6 +91,8 @@ SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]]
         send_within=_send_within(ctx, a)),
 }
 
+Actuators = Mapping[str, Callable[[runtime.Context, Action], object]]
+
 ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "elbv2.deregister": lambda ctx, a: SUBMITTERS["elbv2.deregister"](ctx, a)(),  # handed over, then waited on
     "elbv2.register": _register_targets,
@@ -119,7 +115,6 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                            labels=a.params.get("labels"),
                                                            annotations=a.params.get("annotations"),
                                                            seen=a.params.get("seen")),
-    "kube.start-fencing": _start_fencing,
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
@@ -285,12 +280,12 @@ def _failed(action: Action, exc: Exception) -> Outcome:
     return Outcome(action, False, error=message, code=error_code(exc))
 
 
-def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
+def _run_one(ctx: runtime.Context, action: Action, own: Actuators) -> Outcome:
     unmet = _unmet(ctx, action)
     if unmet is not None:
         return unmet
     try:
-        return Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
+        return Outcome(action, True, result=(own.get(action.kind) or ACTUATORS[action.kind])(ctx, action))
     except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
         return _failed(action, exc)
 
@@ -322,8 +317,11 @@ def _report(controller: str, outcome: Outcome) -> None:
 
 
 def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate | None = None,
-        started: float = 0.0) -> list[Outcome]:
+        started: float = 0.0, own: Actuators | None = None) -> list[Outcome]:
     """Run the actions in order, each after its preconditions are read again; one Outcome each, errors as text.
+
+    ``own``: the controller's own actuators, for kinds no other controller acts on (a controller module's
+    ``ACTUATORS``), looked up before the shared ones.
 
     A run of consecutive actions with a submitter is handed over whole, then waited on in order, before
     the next action (or the gate's next look) sees their outcomes.
@@ -346,7 +344,7 @@ def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate
         if held is not None:
             outcomes.append(held)
             continue
-        outcomes.append(_run_one(ctx, action))
+        outcomes.append(_run_one(ctx, action, own or {}))
         _report(controller, outcomes[-1])
     collect()
     return outcomes
@@ -370,7 +368,7 @@ def act_in_background(controller: str, actions: list[Action], ctx: runtime.Conte
     def finish() -> None:
         outcomes = []
         for action, ticket in handed:
-            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action))
+            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action, {}))
             _report(controller, outcomes[-1])
         try:
             done(outcomes)

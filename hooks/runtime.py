@@ -46,9 +46,9 @@ class Context:
     @property
     def events(self):
         if self._events is None:
-            from hooks.events import Recorder
+            from hooks.kube.event_recorder import Recorder
 
-            self._events = Recorder(lambda: self.kube, inline=self.events_inline)
+            self._events = Recorder(lambda: self.kube, inline=self.events_inline, utcnow=utcnow)
         return self._events
 
     def now(self) -> dt.datetime:

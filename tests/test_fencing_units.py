@@ -11,7 +11,6 @@ from hooks import runtime
 from hooks.app import create_app
 from hooks.config import load_settings
 from hooks.contract import RequestError
-from hooks.controllers.node_fencing import request_name
 from hooks.fencing import durations, failover, health, names, records, selectors, storm
 from hooks.fencing import policy as policies
 from hooks.fencing import request as fr
@@ -413,9 +412,9 @@ def test_the_out_of_service_taint_goes_only_on_the_node_of_the_verified_uid():
 
 @given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", fullmatch=True))
 def test_request_names_are_valid_object_names(node_name):
-    name = request_name(node_name)
+    name = names.request_name(node_name)
     assert len(name) <= 253 and name.startswith("fence-")
-    assert request_name(node_name) == name
+    assert names.request_name(node_name) == name
 
 
 def test_single_writer_detection():

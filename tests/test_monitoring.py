@@ -19,6 +19,7 @@ import yaml
 
 from devcluster import prometheus
 from hooks import events, metrics
+from hooks.kube import event_recorder
 from tests.hook_server import HookServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def test_the_recorder_counts_every_event_it_is_given():
         return metrics.EVENTS.labels("node-detacher", reason, type_)._value.get()
 
     before = count(events.DETACHED, "Warning"), count(events.DETACHED, "Normal")
-    recorder = events.Recorder(lambda: FakeKube(), inline=True)
+    recorder = event_recorder.Recorder(lambda: FakeKube(), inline=True)
     recorder.record("node-detacher", events.node_ref("n1"), events.warning(events.DETACHED, "gave up"))
     recorder.record("node-detacher", events.node_ref("n1"), events.normal(events.DETACHED, "drained"))
     assert (count(events.DETACHED, "Warning"), count(events.DETACHED, "Normal")) == (before[0] + 1, before[1] + 1)
@@ -250,4 +251,4 @@ def test_the_monitoring_components_are_opt_in_and_point_at_the_hook_server(tmp_p
 def test_the_zeroed_drop_reasons_are_the_recorders():
     import inspect
 
-    assert set(re.findall(r'self\._drop\("([^"]+)"', inspect.getsource(events.Recorder))) == set(metrics.DROP_REASONS)
+    assert set(re.findall(r'self\._drop\("([^"]+)"', inspect.getsource(event_recorder.Recorder))) == set(metrics.DROP_REASONS)

@@ -13,6 +13,7 @@ import pytest
 from hooks import actuators, controllers, events, pipeline, runtime
 from hooks.config import load_settings
 from hooks.contract import DECORATOR, parse_request
+from hooks.kube import event_recorder
 from hooks.plan import Action, Change, Plan, PoweredOff, SameObject
 from tests.fake_kube import FakeKube
 
@@ -384,7 +385,7 @@ class _Clock:
 
 def test_a_repeated_event_is_aggregated_into_a_count():
     kube = FakeKube()
-    recorder = events.Recorder(lambda: kube, inline=True)
+    recorder = event_recorder.Recorder(lambda: kube, inline=True)
     about = events.node_ref("n1", "u1")
     for _ in range(3):
         recorder.record("node-detacher", about, events.warning("DetachFailed", "same text"))
@@ -396,28 +397,28 @@ def test_a_repeated_event_is_aggregated_into_a_count():
 
 def test_a_normal_event_redone_at_once_is_not_news_but_later_it_counts():
     kube, clock = FakeKube(), _Clock()
-    recorder = events.Recorder(lambda: kube, inline=True, clock=clock)
+    recorder = event_recorder.Recorder(lambda: kube, inline=True, clock=clock)
     about = events.node_ref("n1", "u1")
     recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
     recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
     assert kube.reasons() == ["Detached"]  # a redone hook call: one Event, count 1
-    clock.t += events.REPEAT_SECONDS + 1
+    clock.t += event_recorder.REPEAT_SECONDS + 1
     recorder.record("node-detacher", about, events.normal("Detached", "Every target finished draining"))
     assert kube.reasons() == ["Detached", "Detached"]  # a second detach later: counted
 
 
 def test_events_about_one_object_are_rate_limited_and_the_bucket_refills():
     kube, clock = FakeKube(), _Clock()
-    recorder = events.Recorder(lambda: kube, inline=True, clock=clock)
+    recorder = event_recorder.Recorder(lambda: kube, inline=True, clock=clock)
     about = events.node_ref("n1")
-    for i in range(events.BURST + 5):
+    for i in range(event_recorder.BURST + 5):
         recorder.record("c", about, events.normal("Step", f"step {i}"))
-    assert len(kube.reasons()) == events.BURST and recorder.dropped == 5
+    assert len(kube.reasons()) == event_recorder.BURST and recorder.dropped == 5
     recorder.record("c", events.node_ref("n2"), events.normal("Step", "another object has its own bucket"))
-    assert len(kube.reasons()) == events.BURST + 1
-    clock.t += events.REFILL_SECONDS
+    assert len(kube.reasons()) == event_recorder.BURST + 1
+    clock.t += event_recorder.REFILL_SECONDS
     recorder.record("c", about, events.normal("Step", "after a refill"))
-    assert len(kube.reasons()) == events.BURST + 2
+    assert len(kube.reasons()) == event_recorder.BURST + 2
 
 
 def test_events_are_sent_off_the_request_path():
@@ -429,7 +430,7 @@ def test_events_are_sent_off_the_request_path():
             super().create(obj, name, namespace)
 
     kube = SlowKube()
-    recorder = events.Recorder(lambda: kube)
+    recorder = event_recorder.Recorder(lambda: kube)
     recorder.record("c", events.node_ref("n1"), events.normal("Step", "one"))  # returns although the POST blocks
     assert kube.reasons() == []
     release.set()
@@ -437,5 +438,5 @@ def test_events_are_sent_off_the_request_path():
 
 
 def test_a_failing_api_server_never_fails_the_caller():
-    recorder = events.Recorder(lambda: FakeKube(unavailable=True), inline=True)
+    recorder = event_recorder.Recorder(lambda: FakeKube(unavailable=True), inline=True)
     recorder.record("c", {"kind": "Node", "name": "n1"}, events.normal("Step", "lost"))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -54,7 +53,6 @@ FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
 # After writing conditions, look again soon to lay the matching taints.
 _TAINT_SETTLE_SECONDS = 1.0
-_MAX_NAME = 253
 
 
 # --------------------------------------------------------------------------- customize
@@ -66,15 +64,6 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- situation
-
-
-def request_name(node_name: str) -> str:
-    """The FencingRequest of a node: ``fence-<node>``, hashed when too long."""
-    name = f"fence-{node_name}"
-    if len(name) <= _MAX_NAME:
-        return name
-    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
-    return f"{name[: _MAX_NAME - 11].rstrip('.-')}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -294,7 +283,7 @@ def _desired_request(request: HookRequest, sit: Situation, settings: Settings) -
         "apiVersion": names.API_VERSION,
         "kind": names.REQUEST_KIND,
         "metadata": {
-            "name": request_name(request.name),
+            "name": names.request_name(request.name),
             "namespace": settings.namespace,
             "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
             "annotations": {names.POLICY_ANNOTATION: sit.policy.name},
@@ -356,7 +345,7 @@ def _release(request: HookRequest, sit: Situation, settings: Settings, now: dt.d
 
 def _fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     node_status = fields.mapping(request.parent, "status")
-    fr_name = request_name(request.name) if sit.fencing_request is None else sit.fencing_request["metadata"]["name"]
+    fr_name = names.request_name(request.name) if sit.fencing_request is None else sit.fencing_request["metadata"]["name"]
     desired = {names.TRIAGED: ("True", "UnhealthyCondition", sit.health.describe())}
     if sit.required:
         desired[names.REQUIRED] = ("True", "FencingRequested",
@@ -513,7 +502,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
         policies_now = policy_cache.read_all(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
         raise fresh.Unverified(f"cannot list NodeFencingPolicies: {kube_error(exc)}") from exc
-    fr_name = request_name(request.name)
+    fr_name = names.request_name(request.name)
     fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
         if fencing_request else {}

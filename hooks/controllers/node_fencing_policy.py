@@ -26,6 +26,7 @@ from hooks import actuators, conditions, events, fields, pipeline, runtime, time
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.controllers import node as node_decorator
+from hooks.controllers import node_fencing
 from hooks.fencing import names, records, storm
 from hooks.fencing import policy as policies
 from hooks.kube import fresh
@@ -42,6 +43,10 @@ ANNOUNCE_BUDGET_SECONDS = 2.0
 NODE_DECORATOR = node_decorator.NAME
 FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
+# An admitted node's FencingRequest, made on node-fencing's own decision from the API server's objects
+# (node_fencing.start_now); only this controller asks for it, so the shared actuators need not know it.
+ACTUATORS = {"kube.start-fencing": lambda ctx, a: node_fencing.start_now(ctx, a.target, a.params["uid"],
+                                                                        a.params["decorator"])}
 
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:

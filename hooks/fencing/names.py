@@ -1,4 +1,7 @@
 """Names kept from the Node Fencing KEP and Kubernetes, and our own."""
+from __future__ import annotations
+
+import hashlib
 
 API_GROUP = "nodewarden.io"
 API_VERSION = "nodewarden.io/v1alpha1"
@@ -68,3 +71,13 @@ STORM_GUARD = "StormGuard"
 POLICY_VALID = "Valid"
 
 
+_MAX_NAME = 253
+
+
+def request_name(node_name: str) -> str:
+    """The FencingRequest of a node: ``fence-<node>``, hashed when too long."""
+    name = f"fence-{node_name}"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+    return f"{name[: _MAX_NAME - 11].rstrip('.-')}-{digest}"

@@ -140,12 +140,11 @@ def _adopt(ctx: runtime.Context, node: dict, controller: str) -> list[dict]:
     """The node's attachments claimed for ``controller``, as the API server answered the claim."""
     name, uid = node["metadata"]["name"], node["metadata"]["uid"]
     namespace = ctx.settings.namespace
-    from hooks.controllers.node_fencing import request_name  # the FencingRequest's name rule
 
     adopted = []
     for kind, obj_name, obj_namespace in (
             (detacher_names.ATTACHMENT_KIND, name, namespace),
-            (fencing_names.REQUEST_KIND, request_name(name), namespace),
+            (fencing_names.REQUEST_KIND, fencing_names.request_name(name), namespace),
             ("UnhealthyNode", name, None)):
         found = fresh.read(ctx.kube, kind, obj_name, obj_namespace)
         if found is None:
