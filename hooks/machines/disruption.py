@@ -116,14 +116,8 @@ def records_of(status: dict) -> list[dict]:
 
 def replaces_of(machine: dict) -> Replaces | None:
     """What the Machine's ``nodewarden.io/replaces`` says, read through bounds: anything else reads as none."""
-    value = machine["metadata"]["annotations"].get(names.REPLACES)
-    if not isinstance(value, str) or not value or len(value) > _MAX_REPLACES:
-        return None
-    try:
-        data = json.loads(value)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = signals.json_object(machine["metadata"]["annotations"].get(names.REPLACES), _MAX_REPLACES)
+    if data is None:
         return None
     uid, name, reason, at = data.get("uid"), data.get("machine"), data.get("reason"), timefmt.parse(data.get("at"))
     if not (isinstance(uid, str) and 0 < len(uid) <= _MAX_UID and isinstance(name, str)

@@ -78,15 +78,22 @@ class Signal:
         return json.dumps(out, separators=(",", ":"), sort_keys=True)
 
 
-def parse(value, allowed: tuple[str, ...] = REASONS) -> Signal | None:
-    """The signal an annotation carries, or None when it is absent, malformed or out of bounds."""
-    if not isinstance(value, str) or not value or len(value) > _MAX_ANNOTATION:
+def json_object(value, max_length: int = _MAX_ANNOTATION) -> dict | None:
+    """The JSON object an annotation of ours holds, or None when it is absent, longer than ``max_length``,
+    unreadable or not an object."""
+    if not isinstance(value, str) or not value or len(value) > max_length:
         return None
     try:
         data = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("reason") not in allowed:
+    return data if isinstance(data, dict) else None
+
+
+def parse(value, allowed: tuple[str, ...] = REASONS) -> Signal | None:
+    """The signal an annotation carries, or None when it is absent, malformed or out of bounds."""
+    data = json_object(value)
+    if data is None or data.get("reason") not in allowed:
         return None
     at = timefmt.parse(data.get("at"))
     if at is None:
