@@ -1,6 +1,6 @@
 """A cluster's AWS leftovers in moto, and the tools cluster-gc's tests drive them with.
 
-Shared by tests/test_cluster_gc_moto.py, tests/e2e/test_cluster_gc.py and
+Shared by tests/cluster_gc/test_cluster_gc_moto.py, tests/e2e/test_cluster_gc.py and
 bench/cluster_gc.py:
 
 - ``build_cluster``: load balancers (ELBv2 and classic), target groups with
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import cluster_gc
-from fake_kube import FakeKube  # noqa: F401 - re-exported for the bench
-from support import apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
+from worlds.envelope import apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
+from worlds.fake_kube import FakeKube  # noqa: F401 - re-exported for the bench
 
 REGION = "us-east-1"
 

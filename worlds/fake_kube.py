@@ -1,6 +1,6 @@
-"""The one in-memory Kubernetes API for the tests that run without an API server.
+"""The one in-memory Kubernetes API for the tests and benchmarks that run without an API server.
 
-Used only in unit and moto tests; the real API server is exercised by
+Used only in unit and moto tests and benchmarks; the real API server is exercised by
 tests/e2e. It keeps Nodes, Pods, VolumeAttachments, claims, FencingRequests
 and any other object as dicts, applies JSON patches with their ``test`` ops
 and merge patches, honours a delete's uid precondition, answers 404 like an

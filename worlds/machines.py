@@ -1,6 +1,6 @@
 """Machines against moto, with Metacontroller and the kubelet played by the test.
 
-Shared by tests/test_machines_moto.py and bench/machines.py:
+Shared by tests/machines/test_machines_moto.py and bench/machines.py:
 
 - ``MachineWorld``: one Machine stored in a FakeKube (the API server) and
   synced or finalized through the real hook (``serve``), applying each
@@ -26,8 +26,8 @@ import datetime as dt
 from devcluster import kubelet
 from hooks.dispatch import serve
 from hooks.machines import names
-from fake_kube import FakeKube
-from support import hook_request
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube
 
 REGION = "us-east-1"
 # moto stamps LaunchTime with the real clock, and liveness counts from it: the world's clock starts now.

@@ -1,9 +1,9 @@
 """A NodePool and its Machines as the API server holds them, with Metacontroller's part played (no AWS).
 
-Shared by tests/test_disruption_units.py (scripted scenarios and the state-machine property):
+Shared by tests/machines/test_disruption_units.py (scripted scenarios and the state-machine property):
 
 - ``PoolWorld.sync``: one nodepool sync through the controller's own ``decide``,
-  on a request shaped as Metacontroller sends it (tests/fixtures/envelope.py)
+  on a request shaped as Metacontroller sends it (worlds/envelope.py)
   and decided as the pipeline decides a verified one, with the pool's
   Machines and our FencingRequests as the API server lists them (what
   ``gather`` observes). The pool's marks (``kube.mark-disrupted``) are
@@ -35,7 +35,7 @@ from hooks.config import load_settings
 from hooks.contract import parse_request
 from hooks.fencing.names import ACTION_OFF, FENCING_SUCCEEDED, RECOVERED, RECOVERING
 from hooks.machines import names, signals
-from tests.fixtures.envelope import hook_request
+from worlds.envelope import hook_request
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
 NAMESPACE = "nodewarden-system"

@@ -4,7 +4,7 @@ Where AWS behaves in a way moto does not (moto raises no
 DependencyViolation, no throttling, no refused tagging API, no stale tagging
 results), the test injects it through botocore's before-call/after-call
 events and says so. Events go to the in-memory stand-in for the Kubernetes API
-(tests/fake_kube.py); the real API server is exercised in tests/e2e.
+(worlds/fake_kube.py); the real API server is exercised in tests/e2e.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import datetime as dt
 
 import pytest
 
-import gc_world as w
 from hooks.controllers import cluster_gc
+from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.moto
 

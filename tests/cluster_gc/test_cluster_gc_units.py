@@ -7,17 +7,17 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from hooks import actuators, runtime
+from hooks import cli_gc
 from hooks.app import create_app
 from hooks.aws.gc import resources as r
 from hooks.aws.gc import runner
 from hooks.cli import build_parser
-from hooks import cli_gc
 from hooks.config import load_settings
 from hooks.controllers import cluster_gc
 from hooks.plan import Action
-from tests.fake_kube import FakeKube
-from support import hook_request
-from gc_world import aws_cluster
+from worlds.cluster_gc import aws_cluster
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube
 
 
 # ------------------------------------------------------------------ parsing

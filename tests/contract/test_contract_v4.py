@@ -1,12 +1,12 @@
 """The hook contract as the current Metacontroller sends it: recorded v4.17.2 requests through the real app.
 
-tests/recorded/metacontroller-v4.17.2/ holds the first request bodies, with
+tests/contract/recorded/metacontroller-v4.17.2/ holds the first request bodies, with
 their headers, that Metacontroller v4.17.2 sent to these hooks while the e2e
 suite ran (every hook declared `version: v2`). A controller added since (v4
 cannot be built here today) is checked with its own fixture in the keys and
 headers v4 sent to a controller of the same kind and hook, and says so. Each is posted, byte for byte
 and with the headers it came with, to the WSGI app the server runs; the answer
-must be a 2xx that v4's strict v2 decoder accepts (tests/v4_decoder.py).
+must be a 2xx that v4's strict v2 decoder accepts (tests/support/v4_decoder.py).
 Kubernetes and AWS are unreachable here, so each hook answers with what it
 could do without them, and nothing is changed anywhere.
 """
@@ -21,8 +21,8 @@ from hooks import controllers, runtime
 from hooks.app import create_app
 from hooks.config import load_settings
 from hooks.contract import DECORATOR, RequestError, parse_request
-from tests.hook_server import QUIET_WORLD
-from tests.v4_decoder import check_response
+from tests.support.hook_server import QUIET_WORLD
+from tests.support.v4_decoder import check_response
 
 RECORDED = pathlib.Path(__file__).parent / "recorded" / "metacontroller-v4.17.2"
 FILES = sorted(RECORDED.glob("*.json"))
@@ -44,7 +44,7 @@ def client():
 SERVED_BY = {"node": ("node-detacher", "node-fencing")}
 NODE_FILES = [p for p in FILES if _route(p)[0] in SERVED_BY["node"]
               and hasattr(controllers.load("node")[1], _route(p)[1])]
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 HOOKS = ("sync", "finalize", "customize")
 
 

@@ -12,10 +12,10 @@ import pathlib
 
 import pytest
 
-from tests.fixtures.envelope import NAMES, controller_kind, declared_version, object_key
 from tests.fixtures.writer import HOOK_V1_SUFFIX, decide_case
+from worlds.envelope import NAMES, controller_kind, declared_version, object_key
 
-ROOT = pathlib.Path(__file__).parent / "fixtures"
+ROOT = pathlib.Path(__file__).parents[1] / "fixtures"
 CASES = sorted(p for p in ROOT.glob("*/*.json"))
 
 

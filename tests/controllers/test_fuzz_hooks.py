@@ -28,7 +28,7 @@ from hooks.contract import RequestError
 from hooks.dispatch import serve
 from hooks.kube.client import KubeUnavailable
 
-ROOT = pathlib.Path(__file__).parent / "fixtures"
+ROOT = pathlib.Path(__file__).parents[1] / "fixtures"
 CASES = [(p.parent.name, json.loads(p.read_text())) for p in sorted(ROOT.glob("*/*.json"))]
 
 

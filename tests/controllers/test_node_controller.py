@@ -12,9 +12,9 @@ from hooks.config import load_settings
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import node, node_fencing
 from hooks.kube import decorator_migration
-from tests.fake_kube import FakeKube
+from worlds.fake_kube import FakeKube
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "node"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "node"
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 NEW = decorator_migration.finalizer("node")
 OLD = decorator_migration.finalizer("node-detacher")

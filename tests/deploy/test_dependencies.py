@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "requirements" / "runtime.txt"
 TEST = REPO / "requirements" / "test.txt"
 # What only tests and the local stack use; none of it belongs in the image.

@@ -22,7 +22,7 @@ import re
 import botocore.session
 from botocore import xform_name
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 # boto3 service name -> IAM action prefix
 SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2": "ec2",
             "resourcegroupstaggingapi": "tag", "sqs": "sqs"}

@@ -16,7 +16,7 @@ import yaml
 
 from hooks.machines import names
 
-CRDS = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds"
+CRDS = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds"
 
 TEMPLATE_FIELDS = {
     "taints": "array", "startupTaints": "array", "instanceTypes": "array", "capacityType": "string", "subnets": "array",

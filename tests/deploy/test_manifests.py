@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 KUSTOMIZE = ROOT / ".bin" / "kustomize"
 pytestmark = pytest.mark.skipif(not KUSTOMIZE.exists(), reason="kustomize not built yet (make controlplane-bins)")
 
@@ -360,7 +360,7 @@ def test_controllers_use_only_fields_of_metacontrollers_v4_crds(aws_objects):
     import shutil
 
     from devcluster import manifests
-    from tests.support import go_env
+    from tests.support.builds import go_env
 
     if shutil.which("go") is None:
         pytest.skip("Go is not on PATH")

@@ -2,7 +2,7 @@
 
 The alert rules are checked and unit-tested with promtool (Debian's, put into
 .bin/ by hack/prometheus/install.sh): every alert fires on the series meant to
-fire it and stays quiet on those beside it (tests/promtool/alerts_test.yaml).
+fire it and stays quiet on those beside it (tests/deploy/promtool/alerts_test.yaml).
 The dashboards' queries may name only metrics a running hook server exposes.
 """
 from __future__ import annotations
@@ -20,15 +20,15 @@ import yaml
 from devcluster import prometheus
 from hooks import events, metrics
 from hooks.kube import event_recorder
-from tests.hook_server import HookServer
+from tests.support.hook_server import HookServer
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = ROOT / ".bin"
 PROMTOOL = BIN / "promtool"
 KUSTOMIZE = BIN / "kustomize"
 COMPONENTS = ROOT / "kustomize" / "components"
 DASHBOARDS = sorted((COMPONENTS / "grafana-dashboards").glob("*.json"))
-ALERTS_TEST = ROOT / "tests" / "promtool" / "alerts_test.yaml"
+ALERTS_TEST = ROOT / "tests" / "deploy" / "promtool" / "alerts_test.yaml"
 RUNBOOKS = ROOT / "docs" / "alerts.md"
 
 needs_promtool = pytest.mark.skipif(
@@ -114,7 +114,7 @@ def test_alerted_event_reasons_are_reasons_the_controllers_report():
 
 
 def test_the_recorder_counts_every_event_it_is_given():
-    from tests.fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     def count(reason, type_):
         return metrics.EVENTS.labels("node-detacher", reason, type_)._value.get()

@@ -9,70 +9,16 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hooks import actuators
-from hooks.aws import elb as elb_api
 from hooks.aws.lb_discovery import CACHE
 from hooks.detacher import names
 from hooks.dispatch import serve
-from tests.fake_kube import FakeKube
-from tests.support import apply_decorator_response, hook_request
+from tests.support.load_balancers import elb_members, tg_members, world  # noqa: F401 - world is a fixture
+from worlds.envelope import apply_decorator_response, hook_request
+from worlds.fake_kube import FakeKube
 
 pytestmark = pytest.mark.moto
 
-CLUSTER = "test-cluster"
 NS = "nodewarden-system"
-
-
-def _instances(ec2, count):
-    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
-    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=count, MaxCount=count,
-                                                      SubnetId=subnet)["Instances"]]
-    return vpc, ids
-
-
-def _tg(elbv2, vpc, name, tags):
-    arn = elbv2.create_target_group(Name=name, Protocol="TCP", Port=80, VpcId=vpc, TargetType="instance")[
-        "TargetGroups"][0]["TargetGroupArn"]
-    if tags:
-        elbv2.add_tags(ResourceArns=[arn], Tags=[{"Key": k, "Value": v} for k, v in tags.items()])
-    return arn
-
-
-def _members(elbv2, arn):
-    return sorted((d["Target"]["Id"], d["Target"]["Port"])
-                  for d in elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"])
-
-
-def _elb_members(elb, name):
-    lb = elb.describe_load_balancers(LoadBalancerNames=[name])["LoadBalancerDescriptions"][0]
-    return sorted(i["InstanceId"] for i in lb["Instances"])
-
-
-@pytest.fixture
-def world(aws):
-    """Our cluster's TG (two ports) and classic ELB, another cluster's TG, an untagged TG, a static TG."""
-    CACHE.clear()
-    elb_api.HEALTH.clear()  # readings of another test's load balancers (a classic ELB's name is the same)
-    ec2, elbv2, elb = aws("ec2"), aws("elbv2"), aws("elb")
-    vpc, (mine, neighbour) = _instances(ec2, 2)
-    ours = _tg(elbv2, vpc, "ours", {f"kubernetes.io/cluster/{CLUSTER}": "owned",
-                                     "kubernetes.io/service-name": "default/web"})
-    lbc = _tg(elbv2, vpc, "lbc", {"elbv2.k8s.aws/cluster": CLUSTER, "service.k8s.aws/stack": "default/api"})
-    other = _tg(elbv2, vpc, "other-cluster", {"kubernetes.io/cluster/someone-else": "owned"})
-    untagged = _tg(elbv2, vpc, "untagged", {})
-    static = _tg(elbv2, vpc, "terraform-made", {})
-    # One port per instance per group: moto keys targets by instance only;
-    # several ports in one group are covered by the fixtures and the Stubber test below.
-    elbv2.register_targets(TargetGroupArn=ours, Targets=[{"Id": mine, "Port": 30443}, {"Id": neighbour, "Port": 30080}])
-    for arn in (lbc, other, untagged, static):
-        elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": mine, "Port": 31000}])
-    elb.create_load_balancer(LoadBalancerName="legacy", AvailabilityZones=["us-east-1a"],
-                             Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
-                             Tags=[{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}])
-    elb.register_instances_with_load_balancer(LoadBalancerName="legacy", Instances=[{"InstanceId": mine},
-                                                                                  {"InstanceId": neighbour}])
-    return {"ec2": ec2, "elbv2": elbv2, "elb": elb, "mine": mine, "neighbour": neighbour, "ours": ours,
-            "lbc": lbc, "other": other, "untagged": untagged, "static": static}
 
 
 def _node(instance):
@@ -191,17 +137,6 @@ def test_discovery_fills_attachment_with_ports_and_only_this_clusters_load_balan
     assert spec["instanceID"] == world["mine"]
 
 
-def test_a_classic_elb_is_read_with_the_instances_registered_with_it(world):
-    """What the drain reads of a classic ELB: registered or not, in one DescribeLoadBalancers; gone, nothing."""
-    mine, neighbour = world["mine"], world["neighbour"]
-    wanted = [(mine, 0), (neighbour, 0)]
-    world["elb"].deregister_instances_from_load_balancer(LoadBalancerName="legacy", Instances=[{"InstanceId": mine}])
-    assert elb_api.instance_states(world["elb"], "legacy", wanted) == {(mine, 0): "unused",
-                                                                        (neighbour, 0): elb_api.REGISTERED}
-    world["elb"].delete_load_balancer(LoadBalancerName="legacy")
-    assert elb_api.instance_states(world["elb"], "legacy", wanted) == {t: "unused" for t in wanted}
-
-
 def _labelled_at_each_call(h, kube):
     """Watches every deregistration: whether the Node on the API server carried the exclude label when the
     call went out. Returns the list it fills and the function that stops watching."""
@@ -226,7 +161,7 @@ def _on_each_call(h, target_group_call: str, classic_call: str, check):
 def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     h, kube = harness
     elbv2, elb, mine, neighbour = world["elbv2"], world["elb"], world["mine"], world["neighbour"]
-    before = {arn: _members(elbv2, world[arn]) for arn in ("ours", "lbc", "other", "untagged", "static")}
+    before = {arn: tg_members(elbv2, world[arn]) for arn in ("ours", "lbc", "other", "untagged", "static")}
     h.sync()  # schedulable: nothing recorded
 
     h.node["spec"]["unschedulable"] = True
@@ -240,13 +175,13 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     assert "labels" not in first or not first["labels"], "nothing left for Metacontroller to write on the Node"
     assert h.node["metadata"]["labels"][names.EXCLUDE_LABEL] == names.EXCLUDE_VALUE
     assert seen == [True] * 4
-    assert _members(elbv2, world["ours"]) == [(neighbour, 30080)]
-    assert _members(elbv2, world["lbc"]) == []
-    assert _members(elbv2, world["static"]) == []
-    assert _elb_members(elb, "legacy") == [neighbour]
+    assert tg_members(elbv2, world["ours"]) == [(neighbour, 30080)]
+    assert tg_members(elbv2, world["lbc"]) == []
+    assert tg_members(elbv2, world["static"]) == []
+    assert elb_members(elb, "legacy") == [neighbour]
     # Another cluster's and untagged target groups are not ours to touch.
-    assert _members(elbv2, world["other"]) == before["other"]
-    assert _members(elbv2, world["untagged"]) == before["untagged"]
+    assert tg_members(elbv2, world["other"]) == before["other"]
+    assert tg_members(elbv2, world["untagged"]) == before["untagged"]
     # The record was written when the calls succeeded, after the call had answered.
     recorded = json.loads(h.node["metadata"]["annotations"][names.DEREGISTERED])
     assert sorted(m[1] for m in recorded) == sorted(["legacy", world["ours"], world["lbc"], world["static"]])
@@ -261,11 +196,11 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     h.sync()
     # What is about to be registered is on the API server's Node before anything is registered.
     assert json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.REJOIN]) == recorded
-    assert _members(elbv2, world["ours"]) == [(neighbour, 30080)] and _elb_members(elb, "legacy") == [neighbour]
+    assert tg_members(elbv2, world["ours"]) == [(neighbour, 30080)] and elb_members(elb, "legacy") == [neighbour]
     h.sync()
     for key in ("ours", "lbc", "other", "untagged", "static"):
-        assert _members(elbv2, world[key]) == before[key], key
-    assert _elb_members(elb, "legacy") == sorted([mine, neighbour])
+        assert tg_members(elbv2, world[key]) == before[key], key
+    assert elb_members(elb, "legacy") == sorted([mine, neighbour])
     assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
     assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready"]
@@ -285,9 +220,9 @@ def test_a_label_the_hook_cannot_write_leaves_it_to_metacontroller_and_deregiste
         kube.refused = set()
     assert response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
     assert response["annotations"][names.DETACHING] == "true"
-    assert len(_members(world["elbv2"], world["ours"])) == 2
+    assert len(tg_members(world["elbv2"], world["ours"])) == 2
     h.sync()  # the label is on (Metacontroller wrote it): the deregister step
-    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+    assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
 
 def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
@@ -320,13 +255,13 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         ann = h.node["metadata"]["annotations"]
         assert "Throttling" in ann[names.ERROR]
         assert failed["resyncAfterSeconds"] >= 5
-        assert _members(elbv2, world["lbc"]) == [(world["mine"], 31000)]  # still there: the call failed
+        assert tg_members(elbv2, world["lbc"]) == [(world["mine"], 31000)]  # still there: the call failed
         assert "DetachFailed" in kube.reasons()
 
         h.sync()  # retry: only what is left is called again
         assert calls.count(world["lbc"]) == 3
         assert calls.count(world["ours"]) == 1
-        assert _members(elbv2, world["lbc"]) == []
+        assert tg_members(elbv2, world["lbc"]) == []
         assert names.ERROR not in h.node["metadata"]["annotations"]
     finally:
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
@@ -370,16 +305,16 @@ def test_unreachable_kubernetes_api_means_no_deregistration_until_it_answers(wor
     h.sync()
     h.node["spec"]["unschedulable"] = True
     h.sync()
-    before = _members(world["elbv2"], world["ours"])
+    before = tg_members(world["elbv2"], world["ours"])
     held = h.sync()
-    assert _members(world["elbv2"], world["ours"]) == before and len(before) == 2
+    assert tg_members(world["elbv2"], world["ours"]) == before and len(before) == 2
     assert held["attachments"] and held["resyncAfterSeconds"] >= 1
     kube.unavailable = False
     for _ in range(4):  # the steps nothing could be recorded for while the API was away come now
         h.sync()
-        if _members(world["elbv2"], world["ours"]) != before:
+        if tg_members(world["elbv2"], world["ours"]) != before:
             break
-    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+    assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
 
 # ------------------------------------------------------- gone means done; every wait ends
@@ -416,7 +351,7 @@ def test_a_deleting_node_whose_target_group_is_gone_is_let_go(world, harness):
     world["elbv2"].delete_target_group(TargetGroupArn=world["lbc"])
     final = _until(h, lambda r: r.get("finalized") is True, hook="finalize")
     assert final["finalized"] is True
-    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+    assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
 
 def test_a_target_group_deleted_while_draining_counts_as_drained(world, harness):
@@ -440,7 +375,7 @@ def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, har
     h.sync()
     assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
-    assert _members(world["elbv2"], world["ours"]) == sorted([(world["mine"], 30443), (world["neighbour"], 30080)])
+    assert tg_members(world["elbv2"], world["ours"]) == sorted([(world["mine"], 30443), (world["neighbour"], 30080)])
 
 
 def _refuse(client, operation, code="AccessDenied"):
@@ -504,7 +439,7 @@ def test_a_pod_request_ends_when_its_daemonset_is_gone(world, harness):
     ann = h.node["metadata"]["annotations"]
     assert names.FOR_POD not in ann and names.DETACHING not in ann
     assert "DaemonSetPodRequestEnded" in kube.reasons()
-    assert len(_members(world["elbv2"], world["ours"])) == 2  # never left
+    assert len(tg_members(world["elbv2"], world["ours"])) == 2  # never left
 
 
 def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
@@ -523,13 +458,13 @@ def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
     _pod_request(h, since=recent)
     for _ in range(3):
         h.sync()
-    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)], "detached for the pod"
+    assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)], "detached for the pod"
     assert h.responses[-1]["resyncAfterSeconds"] <= 600
     h.node["metadata"]["annotations"][names.FOR_POD_SINCE] = "2026-01-01T00:00:00Z"  # the replacement never came
     h.sync()
     assert names.FOR_POD not in h.node["metadata"]["annotations"]
     h.sync()
-    assert sorted(_members(world["elbv2"], world["ours"])) == sorted([(world["mine"], 30443),
+    assert sorted(tg_members(world["elbv2"], world["ours"])) == sorted([(world["mine"], 30443),
                                                                       (world["neighbour"], 30080)])
 
 
@@ -591,7 +526,7 @@ def test_a_forged_cordon_deregisters_nothing(world, harness):
     kube.add_object(real)
     response = serve("node-detacher", "sync", json.loads(json.dumps(body)), h.ctx)
     assert response["attachments"], "the Attachment is kept (omitting it would delete it)"
-    assert len(_members(world["elbv2"], world["ours"])) == 2
+    assert len(tg_members(world["elbv2"], world["ours"])) == 2
 
 
 @pytest.mark.parametrize("attempts", ["abc", "1.5", "10000000000", "²", "-3"])
@@ -604,7 +539,7 @@ def test_garbage_in_our_own_progress_annotations_never_strands_the_node(world, h
     h.node["metadata"]["annotations"][names.DEREGISTERED] = deep
     for _ in range(4):
         h.sync()
-    assert _members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
+    assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
 
 
 def test_a_fresh_cordon_does_not_wait_for_the_controller_managers_taint():
@@ -617,7 +552,7 @@ def test_a_fresh_cordon_does_not_wait_for_the_controller_managers_taint():
     from hooks.contract import DECORATOR, parse_request
     from hooks.controllers import node_detacher
 
-    fixture = pathlib.Path(__file__).parent / "fixtures" / "node-detacher" / "trigger-cordon.json"
+    fixture = pathlib.Path(__file__).parents[1] / "fixtures" / "node-detacher" / "trigger-cordon.json"
     case = json.loads(fixture.read_text())
     request = parse_request(case["request"], DECORATOR)
     assert request.parent["spec"].get("unschedulable") is True
@@ -640,7 +575,7 @@ def test_an_uncordon_waits_for_the_controller_managers_taint_to_go_but_not_for_e
     from hooks.contract import DECORATOR, parse_request
     from hooks.controllers import node_detacher
 
-    fixture = pathlib.Path(__file__).parent / "fixtures" / "node-detacher" / "reattach-after-uncordon.json"
+    fixture = pathlib.Path(__file__).parents[1] / "fixtures" / "node-detacher" / "reattach-after-uncordon.json"
     case = json.loads(fixture.read_text())
     request = parse_request(case["request"], DECORATOR)
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
@@ -653,7 +588,7 @@ def test_an_uncordon_waits_for_the_controller_managers_taint_to_go_but_not_for_e
 
 def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, make_ctx):
     """An IAM policy without tag:GetResources (the refusal injected; moto has no IAM here): the same memberships."""
-    import gc_world as w
+    from worlds import cluster_gc as w
     from hooks.aws import lb_discovery
 
     ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"}, kube=FakeKube())
@@ -683,7 +618,7 @@ def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harnes
     excluding = len(reads)
     assert excluding >= 1 and h.attachments and names.EXCLUDE_LABEL in h.node["metadata"]["labels"]
     h.sync()  # drain
-    assert _members(world["elbv2"], world["static"]) == []
+    assert tg_members(world["elbv2"], world["static"]) == []
 
     h.node["spec"]["unschedulable"] = False
     h.sync()  # what is about to be registered, from the record, written on the Node
@@ -799,9 +734,9 @@ class HeldAtTheWire:
 def _registered_where(world) -> dict:
     """Which of our load balancers the instance is in now (moto's view)."""
     mine = world["mine"]
-    found = {key: any(i == mine for i, _ in _members(world["elbv2"], world[key]))
+    found = {key: any(i == mine for i, _ in tg_members(world["elbv2"], world[key]))
              for key in ("ours", "lbc", "static")}
-    found["legacy"] = mine in _elb_members(world["elb"], "legacy")
+    found["legacy"] = mine in elb_members(world["elb"], "legacy")
     return found
 
 
@@ -815,7 +750,7 @@ def _end_the_worker() -> None:
     import pathlib
     import runpy
 
-    conf = runpy.run_path(str(pathlib.Path(__file__).parents[1] / "gunicorn.conf.py"))
+    conf = runpy.run_path(str(pathlib.Path(__file__).parents[2] / "gunicorn.conf.py"))
     conf["worker_exit"].__globals__["graceful_timeout"] = 0  # waits its floor of 1 s
     conf["worker_exit"](None, None)
 
@@ -943,7 +878,7 @@ def test_a_schedulable_node_ends_in_every_group_whatever_order_the_calls_land_in
         assert registered_while_leaving == []
         left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
         assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
-        assert _members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
+        assert tg_members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
     finally:
         held.close()
         stop()
@@ -1065,6 +1000,6 @@ def test_a_leaving_node_is_in_no_load_balancer_before_its_pods_are_evicted_whate
         assert _registered_where(world) == EVERYWHERE
         left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
         assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
-        assert _members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
+        assert tg_members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
     finally:
         wire.close()

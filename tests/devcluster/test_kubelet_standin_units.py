@@ -16,8 +16,8 @@ from devcluster.kubelet import (ADC_ANNOTATION, BadFlag, InstanceType, KubeletFl
                                 decode_user_data, instance_type, node_manifest, parse_labels, parse_taints,
                                 parse_user_data)
 from hooks.machines import names
-from tests.fake_kube import apply_merge_patch
-from tests.support import default_user_data
+from tests.support.user_data import default_user_data
+from worlds.fake_kube import apply_merge_patch
 
 CLUSTER = "test-cluster"
 

@@ -19,7 +19,7 @@ import yaml
 from devcluster import components, kwok
 from devcluster.components import Ports
 from devcluster.layout import REPO, Layout
-from tests.support import assert_binary_takes, flag_names, go_env
+from tests.support.builds import assert_binary_takes, flag_names, go_env
 
 BUILD_SH = REPO / "hack" / "controlplane" / "build.sh"
 WRAPPER = REPO / "hack" / "controlplane" / "kwok"

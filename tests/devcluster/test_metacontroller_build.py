@@ -22,7 +22,7 @@ from devcluster import components, manifests
 from devcluster import metacontroller as mc
 from devcluster.components import Ports
 from devcluster.layout import REPO, Layout
-from tests.support import assert_binary_takes, binary_help, flag_names, go_env
+from tests.support.builds import assert_binary_takes, binary_help, flag_names, go_env
 
 BUILD_SH = REPO / "hack" / "controlplane" / "build.sh"
 V4_MODULE = "github.com/metacontroller/metacontroller"

@@ -18,7 +18,7 @@ from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from devcluster.kwok import LEASES
 from hooks.machines import names
-from tests.support import default_user_data
+from tests.support.user_data import default_user_data
 
 pytestmark = pytest.mark.e2e
 

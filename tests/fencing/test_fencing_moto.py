@@ -1,7 +1,7 @@
 """fencing-request and node-fencing against moto in server mode: real StopInstances,
 StartInstances and DescribeInstances, real instance state.
 
-The Kubernetes side is tests/fake_kube.FakeKube (no API server here;
+The Kubernetes side is worlds/fake_kube.FakeKube (no API server here;
 tests/e2e/test_fencing.py runs the same flow on the real one). The clock is
 the test's, so retries and timeouts are walked through without sleeping.
 """
@@ -16,8 +16,8 @@ from botocore.exceptions import ClientError
 
 from hooks.dispatch import serve
 from hooks.fencing import names
-from tests.fake_kube import FakeKube
-from tests.support import hook_request
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube
 
 pytestmark = pytest.mark.moto
 
@@ -693,7 +693,7 @@ class NodeHarness:
         return self.kube.nodes["node-a"]
 
     def call(self, after: float = 0) -> dict:
-        from tests.support import apply_decorator_response
+        from worlds.envelope import apply_decorator_response
 
         self.now += dt.timedelta(seconds=after)
         # What node-fencing-policy keeps doing: count recently. The API server has the policy

@@ -14,8 +14,8 @@ from hooks.contract import RequestError
 from hooks.fencing import durations, failover, health, names, records, selectors, storm
 from hooks.fencing import policy as policies
 from hooks.fencing import request as fr
-from tests.fake_kube import FakeKube
-from tests.support import hook_request
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -491,7 +491,7 @@ def test_fencing_crds_parse_into_structural_schemas():
 
     import yaml
 
-    root = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds"
+    root = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds"
     for name in ("nodefencingpolicies.yaml", "fencingrequests.yaml"):
         crd = yaml.safe_load((root / name).read_text())
 
@@ -512,7 +512,7 @@ def test_the_fencing_request_crd_bounds_what_the_hook_would_refuse():
 
     import yaml
 
-    path = pathlib.Path(__file__).parents[1] / "kustomize" / "base" / "crds" / "fencingrequests.yaml"
+    path = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds" / "fencingrequests.yaml"
     schema = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]
     assert {"rule": "self == oldSelf", "message": "spec is immutable; delete the FencingRequest and create another"} \

@@ -14,10 +14,10 @@ from hooks.contract import parse_request
 from hooks.controllers import node, node_fencing_policy
 from hooks.fencing import names, policy_cache
 from hooks.plan import Outcome
-from tests.fake_kube import FakeKube
-from tests.test_node_controller import _api, _case, _request
+from tests.controllers.test_node_controller import _api, _case, _request
+from worlds.fake_kube import FakeKube
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 
 

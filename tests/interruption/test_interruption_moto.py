@@ -1,4 +1,4 @@
-"""The interruption controller with moto as SQS, EventBridge and EC2, and tests/fake_kube.py as the API server.
+"""The interruption controller with moto as SQS, EventBridge and EC2, and worlds/fake_kube.py as the API server.
 
 Events reach the queue the way they do in AWS: an EventBridge rule per kind
 (the patterns of docs/interruptions.md) with the queue as its target, and
@@ -22,15 +22,15 @@ import pytest
 from botocore.exceptions import ClientError
 
 from devcluster import interruptions
-from fake_kube import FakeKube, api_error
-from gc_world import Calls
 from hooks import metrics, timefmt
 from hooks.aws import sqs as sqs_calls
 from hooks.dispatch import serve
 from hooks.interruption import judge
 from hooks.machines import names, signals
-from support import hook_request
-from tests.fixtures import ec2_events as ev
+from worlds import ec2_events as ev
+from worlds.cluster_gc import Calls
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube, api_error
 
 pytestmark = pytest.mark.moto
 CLUSTER = "test-cluster"
@@ -493,7 +493,7 @@ def test_a_stop_ec2_no_longer_agrees_with_gives_way_to_a_later_notice(aws, make_
 def test_our_own_termination_is_not_an_ec2_disruption(aws, make_ctx):
     """A Machine being deleted (a scale-down, a delete, a registration timeout) terminates its instance
     itself: EC2's state changes for it record nothing, and its pool counts no disruption."""
-    from machine_world import MachineWorld
+    from worlds.machines import MachineWorld
 
     machines = MachineWorld(make_ctx, aws)
     world = World(aws, make_ctx, kube=machines.kube)

@@ -10,15 +10,15 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
-from fake_kube import FakeKube
 from hooks import timefmt
 from hooks.contract import RequestError
 from hooks.interruption import judge, messages, queue
 from hooks.kube import interruptions
 from hooks.machines import names, signals
-from tests.fixtures import ec2_events as ev
+from worlds import ec2_events as ev
+from worlds.fake_kube import FakeKube
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 IID = "i-0a1b2c3d4e5f60718"
 T = "2026-11-23T12:00:00Z"
 AT = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -429,7 +429,7 @@ def test_a_notice_is_retired_only_while_it_is_the_one_judged():
 @pytest.mark.skipif(not (ROOT / ".bin" / "kustomize").exists(), reason="kustomize not built yet")
 def test_the_hook_server_may_do_what_the_interruption_controller_needs():
     """A Forbidden read or patch would leave every message on the queue; the controller is authenticated too."""
-    from tests.test_manifests import _granted, build
+    from tests.deploy.test_manifests import _granted, build
 
     objects = build("overlays/aws")
     deploy = next(o for o in objects if o["kind"] == "Deployment")

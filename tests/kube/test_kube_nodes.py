@@ -7,7 +7,7 @@ import pytest
 
 from hooks.kube import nodes, taints
 from hooks.plan import Change
-from tests.fake_kube import FakeKube
+from worlds.fake_kube import FakeKube
 
 
 def _kube(**metadata) -> FakeKube:

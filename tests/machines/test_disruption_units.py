@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from hooks import timefmt
 from hooks.contract import RequestError
 from hooks.machines import budgets, disruption, pool, repair, signals
-from pool_world import PoolWorld, check_converged, check_sync
+from worlds.pools import PoolWorld, check_converged, check_sync
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)  # a Monday
 NS = "nodewarden-system"
@@ -309,7 +309,7 @@ def test_a_disruption_start_decided_again_is_counted_once_per_process(make_ctx):
 
 
 # --------------------------------------------------------------------------- the pool over many calls
-# tests/pool_world.py: the pool's own decide on the API server's Machines, applied as Metacontroller applies it.
+# worlds/pools.py: the pool's own decide on the API server's Machines, applied as Metacontroller applies it.
 
 
 def _drift_started(world: PoolWorld):

@@ -1,11 +1,11 @@
 """machine and nodepool against moto in server mode: real RunInstances, tags,
 DescribeInstances and TerminateInstances.
 
-The Kubernetes side is tests/fake_kube.FakeKube and the kubelet is
-``machine_world.boot`` (no kubelet here; tests/e2e/test_machines.py runs the
+The Kubernetes side is worlds/fake_kube.FakeKube and the kubelet is
+``worlds.machines.boot`` (no kubelet here; tests/e2e/test_machines.py runs the
 same lifecycle on the real control plane). moto never runs out of capacity:
 InsufficientInstanceCapacity is injected through botocore's before-call event
-(tests/gc_world.Faults), and a crash through its after-call event.
+(worlds/cluster_gc.Faults), and a crash through its after-call event.
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import datetime as dt
 
 import pytest
 
-from gc_world import Calls, Faults
 from hooks.dispatch import serve
 from hooks.machines import names, signals
-from machine_world import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
+from worlds.cluster_gc import Calls, Faults
+from worlds.envelope import hook_request
+from worlds.machines import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
                            machine_instances, machine_object, machine_spec)
-from support import hook_request
 
 pytestmark = pytest.mark.moto
 
@@ -404,7 +404,7 @@ def test_a_node_that_lost_its_machine_label_stays_the_machines_node(aws, make_ct
 
 def test_forged_bodies_write_no_events_look_nothing_up_and_change_no_children(aws, make_ctx):
     """Bodies naming a Machine and a NodePool the API server does not have: no Event, no AWS call, no list."""
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     kube = FakeKube()
     ctx = make_ctx({}, kube=kube)
@@ -453,7 +453,7 @@ def test_hostile_bodies_never_hold_the_hook_server(aws, moto_endpoint, tmp_path)
 
     import requests
 
-    from hook_server import HookServer
+    from tests.support.hook_server import HookServer
 
     template = ("#!/bin/bash\n{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
                 "{{ kubelet_args }}\n")
@@ -501,7 +501,7 @@ def _pool(name: str = "web", replicas: int = 0, uid: str = "uid-pool") -> dict:
 
 
 def test_leaked_instances_are_terminated_and_nothing_else(aws, make_ctx):
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
     cluster = {"kubernetes.io/cluster/test-cluster": "owned"}
@@ -530,7 +530,7 @@ def test_leaked_instances_are_terminated_and_nothing_else(aws, make_ctx):
 
 
 def test_a_young_leak_is_left_alone(aws, make_ctx):
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
     young = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
@@ -543,7 +543,7 @@ def test_a_young_leak_is_left_alone(aws, make_ctx):
 
 def test_a_leak_whose_machine_appears_on_the_api_server_is_kept(aws, make_ctx):
     """The request's children lag; the API server is asked again right before terminating."""
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
     instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
@@ -567,7 +567,7 @@ def _owned(obj: dict, pool: dict) -> dict:
 
 
 def test_scale_down_removes_unregistered_machines_first(make_ctx):
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     pool = _pool(replicas=1)
     pool["spec"]["disruption"] = {"budgets": [{"nodes": "100%"}]}  # the order, not the budget, is under test
@@ -591,7 +591,7 @@ def test_scale_down_removes_unregistered_machines_first(make_ctx):
 
 
 def test_the_leak_collector_keeps_an_instance_a_machine_records_whose_uid_tag_was_edited(aws, make_ctx):
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
     instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
@@ -613,7 +613,7 @@ def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_be
     """3 -> 2: the first call removes the Machine not yet Registered. Metacontroller deletes it (its
     finalizer holds it), but the next call's children still show it live, and Registered by now: counted
     from the API server, nothing more goes."""
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     pool = _pool(replicas=2)
     def m(name, created, registered):
@@ -636,7 +636,7 @@ def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_be
 
 def _fenced_pool_world(make_ctx, request_namespace: str):
     """A pool of two Initialized Machines, and a FencingRequest that powered off web-b's instance (confirmed)."""
-    from fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     pool = _pool(replicas=2)
     machines = []

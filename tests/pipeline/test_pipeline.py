@@ -15,9 +15,9 @@ from hooks.config import load_settings
 from hooks.contract import DECORATOR, parse_request
 from hooks.kube import event_recorder
 from hooks.plan import Action, Change, Plan, PoweredOff, SameObject
-from tests.fake_kube import FakeKube
+from worlds.fake_kube import FakeKube
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
 
 

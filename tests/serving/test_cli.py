@@ -6,9 +6,9 @@ import pathlib
 import subprocess
 import sys
 
-from tests.support import hook_request
+from worlds.envelope import hook_request
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "node-detacher" / "shutdown-next-group.json"
 
 

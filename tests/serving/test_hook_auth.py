@@ -1,6 +1,6 @@
 """The door before the hooks (hooks/auth.py): settings, token files and the app's 401, without sockets.
 
-tests/test_hook_tls.py runs the same door behind real TLS in gunicorn.
+tests/serving/test_hook_tls.py runs the same door behind real TLS in gunicorn.
 """
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hooks import auth, runtime
 from hooks.app import create_app
 from hooks.config import ConfigError, load_settings
-from tests.fake_kube import FakeKube
-from tests.support import hook_request
+from worlds.envelope import hook_request
+from worlds.fake_kube import FakeKube
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"}}
 

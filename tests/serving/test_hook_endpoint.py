@@ -15,8 +15,8 @@ import requests
 
 from devcluster.hook_endpoint import HookEndpoint
 from devcluster.pki import hook_credentials
-from tests.hook_server import HookServer
-from tests.support import hook_request
+from tests.support.hook_server import HookServer
+from worlds.envelope import hook_request
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"},
         "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"}}

@@ -22,8 +22,8 @@ import requests
 from devcluster.pki import LOCAL_HOSTS
 from hooks import serving
 from hooks.credentials import Authority, dns_names
-from tests.hook_server import HookServer, start_failure
-from tests.support import hook_request
+from tests.support.hook_server import HookServer, start_failure
+from worlds.envelope import hook_request
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"},
         "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"}}

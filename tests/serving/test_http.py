@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hooks import runtime
 from hooks.app import create_app
 from hooks.config import load_settings
-from tests.fake_kube import FakeKube
-from tests.support import controller_object, hook_request
+from worlds.envelope import controller_object, hook_request
+from worlds.fake_kube import FakeKube
 
 NODE = {"apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "n1", "uid": "u1", "labels": {}, "annotations": {}},

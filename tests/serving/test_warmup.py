@@ -14,8 +14,8 @@ import requests
 from devcluster.waits import http_ok, wait_until
 from hooks import warmup
 from hooks.fencing import names, policy_cache
-from tests.fake_kube import FakeKube
-from tests.hook_server import QUIET_WORLD, REPO, HookServer
+from tests.support.hook_server import QUIET_WORLD, REPO, HookServer
+from worlds.fake_kube import FakeKube
 
 
 def test_warm_up_makes_the_clients_and_lists_the_policies(make_ctx, monkeypatch):

@@ -1,45 +1,8 @@
-"""Test helpers shared by several test modules (the fake API server is tests/fake_kube.py)."""
+"""The control-plane binaries the tests build or run: Go's settings, and the flags a binary takes."""
 from __future__ import annotations
 
-import copy
 import subprocess
 from pathlib import Path
-
-# One builder for hook request bodies, shared with the fixture generators: the shapes Metacontroller sends.
-from tests.fixtures.envelope import controller_object, hook_request  # noqa: F401
-
-from hooks.machines import names
-
-
-def apply_decorator_response(obj: dict, response: dict) -> dict:
-    """What Metacontroller does with a decorator response to the parent (labels,
-    annotations merged, null removes; status replaced when not null)."""
-    obj = copy.deepcopy(obj)
-    meta = obj.setdefault("metadata", {})
-    for key in ("labels", "annotations"):
-        current = dict(meta.get(key) or {})
-        for k, v in (response.get(key) or {}).items():
-            if v is None:
-                current.pop(k, None)
-            else:
-                current[k] = v
-        meta[key] = current
-    if response.get("status") is not None:
-        obj["status"] = response["status"]
-    return obj
-
-
-def default_user_data(cluster: str = "devcluster", machine: str = "pool-abc12", pool: str = "pool", *,
-                      labels: str | None = None, taints: str | None = None) -> str:
-    """The Machines' default user-data template, rendered by hand as a Machine would
-    (what the devcluster kubelet stand-in reads)."""
-    node_labels = labels or f"{names.MACHINE_LABEL}={machine},{names.POOL_LABEL}={pool}"
-    register_with_taints = taints or f"{names.UNREGISTERED_TAINT}=true:{names.UNREGISTERED_EFFECT}"
-    kubelet_args = f"--node-labels={node_labels} --register-with-taints={register_with_taints}"
-    return ("#!/bin/bash\n"
-            "set -euo pipefail\n"
-            f"# Joins {cluster} as machine {machine} of node pool {pool}.\n"
-            f"/etc/eks/bootstrap.sh '{cluster}' --kubelet-extra-args '{kubelet_args}'\n")
 
 
 def go_env(name: str) -> str:

@@ -15,7 +15,7 @@ import requests
 from devcluster import components
 from devcluster.waits import free_port, http_ok, wait_until
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUIET_WORLD = {"KUBECONFIG": "/nonexistent", "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_REGION": "us-east-1",
                "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_MAX_ATTEMPTS": "1",
                "NODEWARDEN_CLUSTER_NAME": "test-cluster"}
