@@ -665,7 +665,7 @@ def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, ma
 
     def pods_fail(res, *args, **kw):
         if res.__name__ == "Pod":
-            raise __import__("tests.fake_kube", fromlist=["api_error"]).api_error(503, "etcd is slow")
+            raise __import__("worlds.fake_kube", fromlist=["api_error"]).api_error(503, "etcd is slow")
         return original_list(res, *args, **kw)
 
     kube.list = pods_fail
@@ -852,7 +852,7 @@ def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
     original = kube.delete_with_options
 
     def refuse(*args, **kw):
-        raise __import__("tests.fake_kube", fromlist=["api_error"]).api_error(403, "forbidden")
+        raise __import__("worlds.fake_kube", fromlist=["api_error"]).api_error(403, "forbidden")
 
     kube.delete_with_options = refuse
     response = h.call()
