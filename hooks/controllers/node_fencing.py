@@ -15,14 +15,14 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import actuators, events, pipeline, runtime
+from hooks import events, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.fencing import names, records
 from hooks.fencing.node import decide
 from hooks.fencing.node_phases.situation import assess, governing_policy, needs_pods
 from hooks.kube import fresh, node_timeline
-from hooks.plan import Outcome, Plan, backoff
+from hooks.plan import Outcome, Plan, backoff, failure_text, unverified_text
 
 NAME = "node-fencing"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -51,7 +51,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
     """A failed action: the error on the node, and a backoff; conditions already decided stay."""
-    message = actuators.failure_text(outcomes)
+    message = failure_text(outcomes)
     annotations = dict(plan.response.get("annotations") or {})
     if request.annotations.get(names.ERROR_ANNOTATION) != message:
         annotations[names.ERROR_ANNOTATION] = message
@@ -94,7 +94,7 @@ def needs_verification(request: HookRequest, plan: Plan) -> bool:
 def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
     """Nothing is decided on a body the API server did not confirm: no taint, no pod, no condition, and the
     attachments stay exactly as they are (none made, none deleted). The error annotation says why."""
-    message = f"not verified with the API server: {reason}"[:1024]
+    message = unverified_text(reason)[:1024]
     log.warning("node-fencing did not act", extra={"node": request.name, "reason": reason})
     # Said once per cause: the same failure again writes nothing.
     annotations = {names.ERROR_ANNOTATION: message} if request.annotations.get(names.ERROR_ANNOTATION) != message \

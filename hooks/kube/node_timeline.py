@@ -13,8 +13,8 @@ from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, p
 from hooks.fencing import failover, names, policy_cache
 from hooks.fencing.policy import Policy
 from hooks.kube import fresh, pods
-from hooks.kube.client import describe_error
 from hooks.kube.fencing import claim_access_modes
+from hooks.plan import error_text
 
 
 def rebuilt(request: HookRequest, kube, namespace: str) -> HookRequest:
@@ -24,7 +24,7 @@ def rebuilt(request: HookRequest, kube, namespace: str) -> HookRequest:
     try:
         policies_now = policy_cache.read_all(kube)
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
-        raise fresh.Unverified(f"cannot list NodeFencingPolicies: {describe_error(exc)}") from exc
+        raise fresh.Unverified(f"cannot list NodeFencingPolicies: {error_text(exc)}") from exc
     fr_name = names.request_name(request.name)
     fencing_request = fresh.read(kube, names.REQUEST_KIND, fr_name, namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{namespace}/{fr_name}": fencing_request}} \
@@ -63,8 +63,8 @@ def failover_pods(kube, node_name: str, policy: Policy) -> dict:
                 try:
                     claims[key] = {"accessModes": claim_access_modes(kube, namespace, name)}
                 except Exception as exc:  # noqa: BLE001 - unknown counts as single-writer
-                    claims[key] = {"error": describe_error(exc)}
+                    claims[key] = {"error": error_text(exc)}
         observed["claims"] = claims
     except Exception as exc:  # noqa: BLE001
-        observed = {"podsError": describe_error(exc)}
+        observed = {"podsError": error_text(exc)}
     return observed
