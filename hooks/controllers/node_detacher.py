@@ -4,7 +4,8 @@ DecoratorController on Nodes (sync + finalize); a managed ingress DaemonSet's
 terminating pod asks for a detach through node-detacher-pods. Each call walks
 one step of hooks.detacher.assess's phases, one module each in hooks/detacher:
 
-  skip, idle  (idle) not ours to touch, or serving: nothing recorded
+  skip, idle  a control-plane node is not ours to touch; a serving node
+              has nothing recorded and no Attachment
   exclude     label node.kubernetes.io/exclude-from-external-load-balancers
               and annotate (the hook's own write, so the label lands before
               any deregistration and no controller registers the node
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 
 
 class _FirstSeen:
-    """When this process first saw each node waiting for its unschedulable taint (bounds that wait)."""
+    """When this process first saw each node waiting for its unschedulable taint (bounds that wait). The
+    process's own memory, so it lives here: decide is told how long (hooks.detacher.reattach.waiting_for_taint)."""
 
     def __init__(self):
         self._lock = threading.Lock()
