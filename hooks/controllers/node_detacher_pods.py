@@ -18,9 +18,8 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import names, pod_trigger
 from hooks.kube import fresh
-from hooks.kube.client import describe_error
 from hooks.kube.daemonsets import MANAGED
-from hooks.plan import Outcome, Plan, backoff
+from hooks.plan import Outcome, Plan, backoff, error_text
 
 NAME = "node-detacher-pods"
 FAILURE_REASON = events.DETACH_FAILED
@@ -46,7 +45,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["nodeLeaving"] = pod_trigger.leaving(node, ctx.settings)
             observed["nodeUID"] = (node.get("metadata") or {}).get("uid")
     except Exception as exc:  # noqa: BLE001 - retried on the next resync
-        observed["error"] = describe_error(exc)
+        observed["error"] = error_text(exc)
     return observed
 
 
