@@ -30,17 +30,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("hooks.aws.gc.runner", "hooks.actuators"): "Gate",
     ("hooks.bounds", "hooks.fencing.durations"): "duration parser",
-    ("hooks.detacher.assess", "hooks.aws.providerid"): "providerID parser",
     ("hooks.fencing.policy_cache", "hooks.kube.fresh"): "reads the API",
-    ("hooks.fencing.request_phases.locate", "hooks.aws.providerid"): "providerID parser",
-    ("hooks.fencing.request_phases.ownership", "hooks.aws.power"): "EC2 state names",
-    ("hooks.fencing.request_phases.power", "hooks.aws.power"): "EC2 state names",
-    ("hooks.fencing.request_phases.recovery", "hooks.aws.power"): "EC2 state names",
-    ("hooks.machines.disrupted", "hooks.aws.instances"): "EC2 state names",
-    ("hooks.machines.launch", "hooks.aws.instances"): "EC2 state names",
-    ("hooks.machines.liveness", "hooks.aws.instances"): "EC2 state names",
     ("hooks.machines.userdata", "hooks.recent"): "renders through a subprocess",
-    ("hooks.machines.view", "hooks.aws.providerid"): "providerID parser",
 }
 
 # (importer, imported): why the import waits until a function runs.
@@ -63,11 +54,7 @@ ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
     "hooks.controllers.machine", "hooks.controllers.node", "hooks.controllers.node_detacher",
     "hooks.controllers.node_fencing", "hooks.controllers.node_fencing_policy",
-    "hooks.controllers.nodepool", "hooks.detacher.triggers", "hooks.fencing.request_phases.aftercare",
-    "hooks.fencing.request_phases.ownership", "hooks.fencing.request_phases.power",
-    "hooks.fencing.request_phases.recovery", "hooks.fencing.request_phases.state",
-    "hooks.kube.decorator_migration", "hooks.machines.disruption", "hooks.machines.repair",
-    "hooks.machines.spec", "hooks.machines.termination",
+    "hooks.controllers.nodepool", "hooks.kube.decorator_migration",
 }
 
 

@@ -155,7 +155,7 @@ def test_the_old_finalizer_stays_until_ours_holds_the_node(make_ctx):
 def test_the_hook_hands_a_node_over_on_its_sync(make_ctx):
     """Through node.sync: the old finalizer goes, and the adopted Attachment of a node in the middle of a
     detach is what node-detacher sees (kept as it is, not looked up again)."""
-    from hooks.aws import providerid
+    from hooks import providerid
 
     case, obj = _node_with([OLD, NEW])
     name = obj["metadata"]["name"]

@@ -36,6 +36,7 @@ from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.ec2_names import GONE_STATES, TERMINATED
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods
 from hooks.kube.client import describe_error as kube_error
@@ -98,10 +99,10 @@ def _instances(request: HookRequest, ec2, observed: dict) -> None:
         if kept is None:
             kept = instances.describe(ec2, recorded)  # untagged since, or not shown yet
     else:
-        alive = [i for i in tagged if i["state"] != "terminated"]
-        kept = next((i for i in alive if i["state"] not in instances.GONE_STATES), alive[0] if alive else None)
+        alive = [i for i in tagged if i["state"] != TERMINATED]
+        kept = next((i for i in alive if i["state"] not in GONE_STATES), alive[0] if alive else None)
     observed["instance"] = kept
-    observed["duplicates"] = [i for i in tagged if i["state"] != "terminated"
+    observed["duplicates"] = [i for i in tagged if i["state"] != TERMINATED
                               and (kept is None or i["instanceID"] != kept["instanceID"])]
 
 

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 
 from hooks import bounds, timefmt
+from hooks.ec2_names import LEAVING_STATES, STATES
 from hooks.contract import RequestError
 from hooks.machines import signals
 
@@ -48,9 +49,6 @@ SPOT_WARNING = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
 STATE_CHANGE = ("aws.ec2", "EC2 Instance State-change Notification")
 HEALTH = ("aws.health", "AWS Health Event")
-# A state change to one of these: the instance is going.
-LEAVING_STATES = ("stopping", "stopped", "shutting-down", "terminated")
-STATES = ("pending", "running") + LEAVING_STATES
 
 # The times a message may give, around the call's clock. SQS keeps a message at most 14 days; EC2's and
 # EventBridge's clocks are not ours, so an event may look a little ahead. A Health scheduled change is
