@@ -29,7 +29,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 # (importer, imported): why it may look up.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("hooks.aws.gc.runner", "hooks.actuators"): "Gate",
-    ("hooks.fencing.policy_cache", "hooks.kube.fresh"): "reads the API",
     ("hooks.machines.userdata", "hooks.recent"): "renders through a subprocess",
 }
 
@@ -45,7 +44,6 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("hooks.runtime", "hooks.kube.client"): "?",
     ("hooks.runtime", "hooks.kube.event_recorder"): "?",
     ("hooks.serving", "hooks.metrics"): "?",
-    ("hooks.warmup", "hooks.fencing.policy_cache"): "?",
 }
 
 # Modules whose imports of our own modules are still aliased; no new one may join.

@@ -39,11 +39,11 @@ import sys
 from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, decorator_response, parse_request
-from hooks.fencing import control_plane, failover, health, names, policy_cache, records, storm
+from hooks.fencing import control_plane, failover, health, names, records, storm
 from hooks.fencing import policy as policies
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
-from hooks.kube import fresh, pods
+from hooks.kube import fresh, pods, policy_cache
 from hooks.kube import fencing as kube_fencing
 from hooks.kube.client import describe_error as kube_error
 from hooks.plan import Action, Outcome, Plan, SameObject, backoff
