@@ -31,7 +31,7 @@ import sys
 
 from lightkube.resources.core_v1 import Node
 
-from hooks import actuators, conditions, events, pipeline, runtime, timefmt
+from hooks import actuators, conditions, events, pipeline, runtime, template_sandbox, timefmt
 from hooks.aws import instances
 from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
@@ -127,7 +127,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
             observed["subnetsError"] = aws_error(exc)
         try:
             observed["userData"] = userdata.render(machine_spec.user_data, ctx.settings.cluster_name, request.name,
-                                                   spec.pool_of(request.parent))
+                                                   spec.pool_of(request.parent), template_sandbox.render)
         except RequestError as exc:
             observed["userDataError"] = str(exc)
     instance_type = (observed.get("instance") or {}).get("instanceType") or status.get("instanceType")

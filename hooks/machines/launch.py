@@ -13,7 +13,8 @@ The order that makes it hold:
 3. Otherwise RunInstances, tagged at creation, with a ClientToken per
    (Machine, launch request, candidate); the instance it returns is recorded.
    The user data was rendered by gather, for the Machine the API server
-   confirmed, within a time and size bound (hooks/machines/userdata.py).
+   confirmed, within a time and size bound (hooks/machines/userdata.py,
+   hooks/template_sandbox.py).
 
 A crash after RunInstances and before the record is step 1 on the next call.
 """
