@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from hooks import bounds, timefmt
 from hooks.ec2_names import LEAVING_STATES, STATES
+from hooks.providerid import INSTANCE_ID
 from hooks.contract import RequestError
 from hooks.machines import signals
 
@@ -42,7 +43,6 @@ MAX_BODY = 64 * 1024
 MAX_DEPTH = 8
 # A Health event may name many instances; more than this in one message is not an event we trust.
 MAX_INSTANCES = 100
-INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 _MESSAGE_ID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 
 SPOT_WARNING = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
