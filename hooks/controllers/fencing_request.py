@@ -119,8 +119,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     provider, rec = recorded(status, "providerStatus"), recorded(status, "recovery")
     if phase == names.PENDING and not bounds.status_counter(provider, "stopAttempts"):
         try:
-            observed["olderRequests"] = request_rules.older_active(request.parent, kube_fencing.fencing_requests(ctx.kube),
-                                                        spec.node_name)
+            observed["olderRequests"] = request_rules.older_active(
+                request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name)
         except Exception as exc:  # noqa: BLE001 - unknown: the request waits, bounded by the queue timeout
             observed["requestsError"] = kube_error(exc)
     if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
@@ -179,7 +179,8 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
 def _other_holders(request: HookRequest, spec: request_rules.Spec, ctx: runtime.Context,
                    unfinished_only: bool = False) -> list[str]:
     """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
-    return request_rules.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name, unfinished_only)
+    return request_rules.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name,
+                                       unfinished_only)
 
 
 # --------------------------------------------------------------------------- trust

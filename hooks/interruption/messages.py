@@ -33,10 +33,10 @@ import re
 from dataclasses import dataclass
 
 from hooks import bounds, timefmt
-from hooks.ec2_names import LEAVING_STATES, STATES
-from hooks.providerid import INSTANCE_ID
 from hooks.contract import RequestError
+from hooks.ec2_names import LEAVING_STATES, STATES
 from hooks.machines import signals
+from hooks.providerid import INSTANCE_ID
 
 # SQS bodies are at most 256 KiB; EC2's events are a few hundred bytes, Health's a few KiB.
 MAX_BODY = 64 * 1024

@@ -73,7 +73,8 @@ def without_unverified(status: dict) -> dict:
 class Step:
     """One call's walk through the phases: a working copy of the status, actions, Events, resyncs."""
 
-    def __init__(self, request: HookRequest, spec: request_rules.Spec, settings: Settings, now: dt.datetime, observed: dict):
+    def __init__(self, request: HookRequest, spec: request_rules.Spec, settings: Settings, now: dt.datetime,
+                 observed: dict):
         self.request, self.spec, self.settings, self.now, self.observed = request, spec, settings, now, observed
         self.status = own_status(request.parent)
         self.status["observedGeneration"] = observed_generation(request)
