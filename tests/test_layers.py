@@ -27,9 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 # (importer, imported): why it may look up.
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.aws.gc.runner", "hooks.actuators"): "Gate",
-}
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported): why the import waits until a function runs.
 DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
