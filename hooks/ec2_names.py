@@ -1,5 +1,5 @@
-"""The names EC2 and the clusters on it share: the tag that makes an instance a cluster's, and the states
-an instance is in."""
+"""The names EC2 and the clusters on it share: the tag that makes an instance (or a load balancer, a
+security group, a volume) a cluster's, and the states an instance is in."""
 from __future__ import annotations
 
 # The tag the AWS cloud provider and the Machine controller put on what is a cluster's:
@@ -32,7 +32,8 @@ def cluster_tag(cluster_name: str) -> str:
 
 
 def cluster_owned(tags: dict, cluster_name: str) -> bool:
-    """Whether the tags say the cluster made the instance; no cluster name, no instance is."""
+    """Whether the tags say the cluster owns the instance (``owned``, not ``shared``); no cluster name, no
+    instance is."""
     return bool(cluster_name) and tags.get(cluster_tag(cluster_name)) == OWNED
 
 
