@@ -47,7 +47,6 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
     "hooks.controllers.machine", "hooks.controllers.node", "hooks.controllers.node_detacher",
-    "hooks.controllers.node_fencing", "hooks.controllers.node_fencing_policy",
     "hooks.controllers.nodepool", "hooks.kube.decorator_migration",
 }
 
