@@ -25,7 +25,7 @@ from hooks.aws import elb, gc, instances, power, sqs
 from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, interruptions, nodes, pods, taints
+from hooks.kube import fresh, handover, interruptions, nodes, pods, taints
 from hooks.kube import machines as kube_machines
 from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
@@ -118,6 +118,12 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
+    # A Node handed over from the old DecoratorControllers: an attachment claimed (at the resourceVersion it
+    # was read at), the old finalizers off (a JSON patch testing each entry).
+    "kube.claim-attachment": lambda ctx, a: handover.claim(ctx.kube, a.params["kind"], a.params["name"],
+                                                           a.params["namespace"], a.params["resourceVersion"],
+                                                           a.params["controller"]),
+    "kube.remove-finalizers": lambda ctx, a: handover.remove_finalizers(ctx.kube, a.target, a.params["patch"]),
     # Machines: launch (tagged at creation), terminate, and what they do to their Node.
     "ec2.launch": lambda ctx, a: _launch(ctx, a),
     "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),

@@ -38,6 +38,14 @@ RESPONSE_FIELDS = {
     COMPOSITE: ("status", "children", "resyncAfterSeconds", "finalized"),
 }
 CUSTOMIZE_FIELDS = ("relatedResources",)
+# The annotation by which Metacontroller knows an attachment as a DecoratorController's own: its value
+# names that DecoratorController.
+DECORATOR_CLAIM = "metacontroller.k8s.io/decorator-controller"
+
+
+def decorator_finalizer(controller: str) -> str:
+    """Metacontroller's finalizer of a DecoratorController with a finalize hook."""
+    return f"metacontroller.io/decoratorcontroller-{controller}"
 
 
 class RequestError(ValueError):

@@ -22,7 +22,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("actuators", ("hooks.actuators",)),
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent")),
-    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption")),
+    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
+                       "hooks.handover")),
     ("vocabulary", ("hooks",)),
 ]
 
@@ -66,7 +67,7 @@ ALIASES_ALLOWED: set[str] = {
     "hooks.controllers.nodepool", "hooks.detacher.triggers", "hooks.fencing.request_phases.aftercare",
     "hooks.fencing.request_phases.ownership", "hooks.fencing.request_phases.power",
     "hooks.fencing.request_phases.recovery", "hooks.fencing.request_phases.state",
-    "hooks.kube.decorator_migration", "hooks.machines.disruption", "hooks.machines.repair",
+    "hooks.machines.disruption", "hooks.machines.repair",
     "hooks.machines.spec", "hooks.machines.termination",
 }
 
