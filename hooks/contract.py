@@ -38,13 +38,13 @@ RESPONSE_FIELDS = {
     COMPOSITE: ("status", "children", "resyncAfterSeconds", "finalized"),
 }
 CUSTOMIZE_FIELDS = ("relatedResources",)
-# The annotation by which Metacontroller knows an attachment as a DecoratorController's own: its value
-# names that DecoratorController.
+# The annotation by which Metacontroller knows an attachment as a DecoratorController's own: its value is
+# the controller's name.
 DECORATOR_CLAIM = "metacontroller.k8s.io/decorator-controller"
 
 
 def decorator_finalizer(controller: str) -> str:
-    """Metacontroller's finalizer of a DecoratorController with a finalize hook."""
+    """The finalizer Metacontroller puts on the objects of a DecoratorController with a finalize hook."""
     return f"metacontroller.io/decoratorcontroller-{controller}"
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from hooks import actuators, events, metrics, pipeline
 from hooks.config import load_settings
-from hooks.contract import DECORATOR, parse_request
-from hooks.contract import DECORATOR_CLAIM, decorator_finalizer
+from hooks.contract import DECORATOR, DECORATOR_CLAIM, decorator_finalizer, parse_request
 from hooks.controllers import node, node_fencing, node_handover
 from hooks.kube import handover
 from tests.fake_kube import FakeKube
