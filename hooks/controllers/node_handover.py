@@ -15,25 +15,14 @@ import dataclasses
 import datetime as dt
 import logging
 
-from hooks import actuators, events, pipeline, runtime
+from hooks import events, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest
 from hooks.handover import claim, release
 from hooks.kube import fresh, handover
-from hooks.kube.client import describe_error
-from hooks.plan import Outcome, Plan
+from hooks.plan import GATED, Outcome, Plan, error_text, failure_text, unverified_text
 
 log = logging.getLogger(__name__)
-
-
-class InOrder(actuators.Gate):
-    """Every action after a failed one is put off to the next call: one claim failing stops the rest, and the
-    old finalizers come off only once every claim is made."""
-
-    def hold(self, action, outcomes: list[Outcome], started: float) -> Outcome | None:
-        if all(o.ok for o in outcomes):
-            return None
-        return Outcome(action, False, "put off to the next call: an earlier step failed", code=actuators.DEFERRED)
 
 
 class _Step:
@@ -50,11 +39,11 @@ class _Step:
         return fresh.same_parent(request, ctx.kube)
 
     def unverified(self, request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
-        return Plan({"error": f"not verified with the API server: {reason}"})
+        return Plan({"error": unverified_text(reason)})
 
     def settle(self, request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
                now: dt.datetime) -> Plan:
-        return Plan({"error": actuators.failure_text(outcomes)}, events=plan.events)
+        return Plan({"error": failure_text([o for o in outcomes if o.code not in GATED])}, events=plan.events)
 
 
 class HandOver(_Step):
@@ -69,11 +58,11 @@ class HandOver(_Step):
                 observed["attachments"] = handover.attachments(
                     ctx.kube, claim.looked_up(request.name, ctx.settings.namespace))
         except Exception as exc:  # noqa: BLE001 - a failed look-up is an observation
-            return {"error": describe_error(exc)}
+            return {"error": error_text(exc)}
         return observed
 
     def decide(self, request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
-        return dataclasses.replace(claim.decide(request, observed, self.NAME), gate=InOrder())
+        return claim.decide(request, observed, self.NAME)
 
 
 class Release(_Step):
@@ -100,7 +89,7 @@ def hand_over(request: HookRequest, ctx: runtime.Context, controller: str) -> tu
     try:
         answer = pipeline.run(HandOver(controller), request, ctx)
     except Exception as exc:  # noqa: BLE001 - the next call tries again
-        answer = {"error": describe_error(exc)}
+        answer = {"error": error_text(exc)}
     if answer.get("error"):
         log.warning("node not handed over yet", extra={"node": request.name, "reason": answer["error"]})
         return request, False
@@ -121,6 +110,6 @@ def release_old(request: HookRequest, ctx: runtime.Context, controller: str) -> 
     try:
         answer = pipeline.run(Release(controller), request, ctx)
     except Exception as exc:  # noqa: BLE001 - the next call tries again
-        answer = {"error": describe_error(exc)}
+        answer = {"error": error_text(exc)}
     if answer.get("error"):
         log.warning("old finalizer not released yet", extra={"node": request.name, "reason": answer["error"]})

@@ -8,8 +8,8 @@ now on) or is being deleted (``ready``). Then each of the Node's attachments
 that is owned by this Node's uid and claimed by an old controller is claimed
 for the new one (a merge patch carrying the resourceVersion it was read at),
 and, when the new finalizer is on, the old finalizers come off. The actions
-run in order and stop at the first failure (hooks/controllers/node_handover.py):
-the finalizers come off only once every claim is made.
+run in order and stop at the first failure (``InOrder``): the finalizers come
+off only once every claim is made.
 
 On a Node being deleted without the new finalizer (``holds``), the old one
 stays: it holds the deletion in its place, the call is decided as a
@@ -24,7 +24,7 @@ from hooks.fencing.names import REQUEST_KIND, request_name
 from hooks.fencing import records
 from hooks.handover.names import CLAIM_ATTACHMENT, OLD_CONTROLLERS, OLD_FINALIZERS
 from hooks.handover.release import remove, removed
-from hooks.plan import Action, Change, Plan
+from hooks.plan import HELD, Action, Change, Gate, Outcome, Plan
 
 
 def pending(request: HookRequest) -> bool:
@@ -81,7 +81,17 @@ def decide(request: HookRequest, observed: dict, controller: str) -> Plan:
             actions.append(remove(request.name, finalizers))
         else:
             response["finalizers"] = finalizers
-    return Plan(response, actions)
+    return Plan(response, actions, gate=InOrder())
+
+
+class InOrder(Gate):
+    """Every action after one that did not succeed is held for the next call: one claim failing stops the rest,
+    and the old finalizers come off only once every claim is made."""
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        if all(o.ok for o in outcomes):
+            return None
+        return Outcome(action, False, "not done: an earlier step of the hand-over did not succeed", code=HELD)
 
 
 def _handed_over(one: dict, uid) -> bool:
