@@ -1,13 +1,13 @@
 """The ``node`` controller's hand-over of a Node from node-detacher and node-fencing, through hooks.pipeline.
 
 ``hand_over`` runs first on every call of ``node`` (hooks/controllers/node.py)
-and ``release_old`` after an answer that lets a Node go; the decisions are hooks/handover/'s, the
-reads and writes hooks/kube/handover.py's. Each write is an action: it has an
-Outcome, is counted in nodewarden_actions_total and reported as an Event
-(a Warning when it fails). The actions run in order and stop at the first
-failure; any failure (a look-up, the API server's copy of the Node, a
-write) leaves the request as it came, for the next call to try again (an
-old finalizer only holds a deletion longer).
+and ``release_old`` after an answer that lets a Node go; the decisions are
+hooks/handover/'s, the reads and writes hooks/kube/handover.py's. Each write
+is an action: it has an Outcome, is counted in nodewarden_actions_total and
+reported as an Event (a Warning when it fails). The actions run in order and
+stop at the first failure; any failure (a look-up, the API server's copy of
+the Node, a write) leaves the request as it came, for the next call to try
+again (an old finalizer only holds a deletion longer).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from hooks.config import Settings
 from hooks.contract import HookRequest
 from hooks.handover import claim, release
 from hooks.kube import fresh, handover
-from hooks.plan import GATED, Outcome, Plan, error_text, failure_text, unverified_text
+from hooks.plan import Outcome, Plan, error_text, failure_text, unverified_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class _Step:
 
     def settle(self, request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
                now: dt.datetime) -> Plan:
-        return Plan({"error": failure_text([o for o in outcomes if o.code not in GATED])}, events=plan.events)
+        return Plan({"error": failure_text(outcomes)}, events=plan.events)
 
 
 class HandOver(_Step):
