@@ -22,7 +22,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("actuators", ("hooks.actuators",)),
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent", "hooks.template_sandbox", "hooks.template_sandbox_worker")),
-    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption")),
+    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
+                       "hooks.handover")),
     ("vocabulary", ("hooks",)),
 ]
 
@@ -47,7 +48,7 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
     "hooks.controllers.machine", "hooks.controllers.node",
-    "hooks.controllers.nodepool", "hooks.kube.decorator_migration",
+    "hooks.controllers.nodepool",
 }
 
 
