@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hooks.aws import providerid
+from hooks import providerid
 
 
 @pytest.mark.parametrize("value,instance,region", [
