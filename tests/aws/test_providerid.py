@@ -1,4 +1,4 @@
-"""providerIDs: an instance and its region read from a Node's spec.providerID (hooks/aws/providerid.py)."""
+"""providerIDs: an instance and its region read from a Node's spec.providerID (hooks/providerid.py)."""
 from __future__ import annotations
 
 import pytest
