@@ -23,7 +23,8 @@ from lightkube.generic_resource import create_namespaced_resource
 
 from hooks.aws.gc.resources import TASK_ORDER
 from hooks.controllers.cluster_gc import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
-from hooks.kube.client import KubeUnavailable, describe_error, is_not_found
+from hooks.kube.client import KubeUnavailable, is_not_found
+from hooks.plan import error_text
 
 AWS_CLUSTER = create_namespaced_resource("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSCluster", "awsclusters")
 AWS_MANAGED_CONTROL_PLANE = create_namespaced_resource(
@@ -148,7 +149,7 @@ def run(args, kube=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - lightkube ApiError and transport errors, said plainly
-        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        print(f"error: {error_text(exc)}", file=sys.stderr)
         return 1
 
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hooks import events, fields, pipeline, timefmt
-from hooks.aws.clients import describe_error
 from hooks.aws.gc import discovery, runner
 from hooks.aws.gc.resources import (
     DEFAULT_TASKS,
@@ -50,7 +49,7 @@ from hooks.aws.gc.resources import (
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, decorator_response
 from hooks.kube import fresh
-from hooks.plan import Action, Outcome, Plan
+from hooks.plan import Action, Outcome, Plan, error_text, unverified_text
 
 NAME = "cluster-gc"
 FAILURE_REASON = None  # settle's ExternalResourceGCRetrying says what failed
@@ -318,7 +317,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     planned = {(a.params["kind"], a.target) for a in actions}
     response, notices = progress_response(request, settings, now, scope, targets, planned, [])
     return Plan(response, actions, notices, basis=(scope, targets),
-                gate=runner.Gate(settings.gc_call_budget_seconds))
+                gate=runner.StageGate(settings.gc_call_budget_seconds))
 
 
 def _blocked(request: HookRequest, settings: Settings, now: dt.datetime, message: str, reason: str) -> Plan:
@@ -404,7 +403,7 @@ def gather(request: HookRequest, ctx, now: dt.datetime) -> dict:
     try:
         found = discovery.discover(ctx.aws, query)
     except (ClientError, BotoCoreError) as exc:
-        return {"discovery": {"error": describe_error(exc)}}
+        return {"discovery": {"error": error_text(exc)}}
     if found.get("fallback") and ctx.settings.gc_use_tagging_api:
         log.info("tagging API unavailable; listed instead", extra={"reason": found["fallback"]})
     return {"discovery": found}
@@ -440,7 +439,7 @@ def unverified(request: HookRequest, plan: Plan, ctx, reason: str) -> Plan:
     """Hold the finalizer and look again later; no Event, since the object may not exist at all."""
     log.warning("cluster-gc refused to delete", extra={"parent": f"{request.meta.get('namespace')}/{request.name}",
                                                        "reason": reason})
-    annotations, resync = _stall(request, ctx.settings, ctx.now(), f"not verified with the API server: {reason}")
+    annotations, resync = _stall(request, ctx.settings, ctx.now(), unverified_text(reason))
     return Plan(decorator_response(annotations=annotations, resync_after=resync, finalized=False))
 
 

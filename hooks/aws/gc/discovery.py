@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from hooks.aws.clients import describe_error, error_code
+from hooks.aws.clients import error_code
 from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
 from hooks.aws.gc.resources import (
     CLASSIC_ELB,
@@ -42,6 +42,7 @@ from hooks.aws.gc.resources import (
     made_by,
     parse_arn,
 )
+from hooks.plan import error_text
 
 TAGGING_API = "tagging-api"
 LISTING = "listing"
@@ -76,7 +77,7 @@ def discover(aws, query: Query) -> dict:
         except ClientError as exc:
             if error_code(exc) not in tagging.DENIED:
                 raise
-            fallback = f"tagging API refused: {describe_error(exc)}"
+            fallback = f"tagging API refused: {error_text(exc)}"
         else:
             found = _existing(aws, query, candidates)
             if _collectable(found, query):
