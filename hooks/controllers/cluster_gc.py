@@ -47,7 +47,7 @@ from hooks.aws.gc.resources import (
     made_by,
 )
 from hooks.config import Settings
-from hooks.contract import HookRequest, RequestError, decorator_response
+from hooks.contract import HookRequest, RequestError, decorator_finalizer, decorator_response
 from hooks.kube import fresh
 from hooks.plan import Action, Outcome, Plan, error_text, unverified_text
 
@@ -64,10 +64,6 @@ PARENT_KINDS = ("AWSCluster", MANAGED_CONTROL_PLANE)
 # clusterctl move sets this on the objects it deletes from the source cluster
 # after copying them: the cluster lives on elsewhere, its resources with it.
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
-# What Metacontroller puts on every object a DecoratorController finalizes,
-# followed by the controller's name (NODEWARDEN_GC_CONTROLLER_NAME).
-FINALIZER_PREFIX = "metacontroller.io/decoratorcontroller-"
-FINALIZER = FINALIZER_PREFIX + "cluster-gc"
 # An AWS region's shape; anything else never reaches an endpoint name.
 _REGION = re.compile(r"^[a-z]{2,8}(-[a-z0-9]{1,16}){1,4}$")
 
@@ -161,7 +157,7 @@ def cluster_name(parent: dict) -> tuple[str, str]:
 
 def finalizer(settings: Settings) -> str:
     """The finalizer Metacontroller puts on the objects of this DecoratorController."""
-    return FINALIZER_PREFIX + settings.gc_controller_name
+    return decorator_finalizer(settings.gc_controller_name)
 
 
 def resolve_scope(request: HookRequest, settings: Settings) -> Scope:

@@ -30,18 +30,17 @@ from hooks.aws.gc.resources import (
     CLASSIC_ELB,
     ELBV2_LB,
     LB_CONTROLLER_CLUSTER_TAG,
-    OWNED,
     SG,
     TASK_KINDS,
     TASK_ORDER,
     TG,
     VOL,
     KIND_TASK,
-    cluster_tag,
     is_candidate,
     made_by,
     parse_arn,
 )
+from hooks.ec2_names import OWNED, cluster_tag
 from hooks.plan import error_text
 
 TAGGING_API = "tagging-api"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hooks.ec2_names import OWNED, cluster_tag
+
 LOAD_BALANCER = "load-balancer"
 TARGET_GROUP = "target-group"
 SECURITY_GROUP = "security-group"
@@ -38,9 +40,8 @@ KIND_TASK = {
 }
 TASK_KINDS = {task: tuple(k for k, t in KIND_TASK.items() if t == task) for task in TASK_ORDER}
 
-# Tags the cloud controller and the AWS Load Balancer Controller put on what they make.
-CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
-OWNED = "owned"
+# Tags the cloud controller and the AWS Load Balancer Controller put on what they make (besides the
+# cluster's tag, hooks.ec2_names.cluster_tag).
 SERVICE_NAME_TAG = "kubernetes.io/service-name"
 LB_CONTROLLER_CLUSTER_TAG = "elbv2.k8s.aws/cluster"
 EKS_CLUSTER_TAG = "aws:eks:cluster-name"
@@ -55,10 +56,6 @@ VOLUME_PROVISIONER_TAGS = ("kubernetes.io/created-for/pv/name", "CSIVolumeName",
 CLOUD_CONTROLLER = "cloud-controller"
 LB_CONTROLLER = "aws-load-balancer-controller"
 VOLUME_PROVISIONER = "volume-provisioner"
-
-
-def cluster_tag(cluster_name: str) -> str:
-    return f"{CLUSTER_TAG_PREFIX}{cluster_name}"
 
 
 def parse_arn(arn: str) -> tuple[str, str] | None:
