@@ -63,13 +63,13 @@ class StormWorld:
         from worlds.fake_kube import FakeKube
         from hooks import runtime
         from hooks.config import load_settings
-        from hooks.machines import names
+        from hooks import machine_names
 
         self.names = names
         self.tick_seconds, self.init_ticks, self.drain_ticks = tick_seconds, init_ticks, drain_ticks
         self.recover_ticks = recover_ticks
         self.tick = 0
-        self.pool = {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+        self.pool = {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
                      "metadata": {"name": "storm", "uid": "uid-pool", "generation": 1, "creationTimestamp": _fmt(T0)},
                      "spec": {"replicas": machines, "disruption": {"budgets": [{"nodes": budget}]},
                               "template": {"spec": {"instanceTypes": ["m5.large"], "subnets": ["subnet-1"],
@@ -217,8 +217,8 @@ def storm(args) -> dict:
 def signal(args) -> dict:
     from devcluster import Cluster, Layout, failover, fleet, interruptions
     from devcluster.api import AdminApi, wait_for
-    from hooks.fencing import names as fencing
-    from hooks.machines import names
+    from hooks import fencing_names
+    from hooks import machine_names
     from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instances,
                                   pool_machines, pool_manifest, pool_subnet)
     from worlds import ec2_events as ev
@@ -233,7 +233,7 @@ def signal(args) -> dict:
         def watch(pool: str, originals: set, until: float, marks: dict, extra=None) -> None:
             while time.time() < until and "replacement_initialized" not in marks:
                 new = [m for m in live_machines(pool_machines(api, pool)) if m["metadata"]["name"] not in originals]
-                if new and any(condition_status(m, names.INITIALIZED) == "True" for m in new):
+                if new and any(condition_status(m, machine_names.INITIALIZED) == "True" for m in new):
                     marks["replacement_initialized"] = time.time()
                 if extra:
                     extra(marks)
@@ -254,7 +254,7 @@ def signal(args) -> dict:
                 if "fenced" in marks:
                     return
                 for fr in api.get(f"/apis/nodewarden.io/v1alpha1/namespaces/{NS}/fencingrequests")["items"]:
-                    if fr["spec"]["nodeRef"]["name"] == node and condition_status(fr, fencing.FENCING_SUCCEEDED) == "True":
+                    if fr["spec"]["nodeRef"]["name"] == node and condition_status(fr, fencing_names.FENCING_SUCCEEDED) == "True":
                         marks["fenced"] = time.time()
             watch(pool, {m["metadata"]["name"] for m in machines}, time.time() + 180, marks, fenced)
             sample = {k: round(v - unknown, 2) for k, v in marks.items()}
@@ -267,7 +267,7 @@ def signal(args) -> dict:
             queue = "bench-spot"
             url = interruptions.create_queue(cloud.sqs, cloud.events, queue)
             api.create("/apis/nodewarden.io/v1alpha1/interruptionqueues", {
-                "apiVersion": names.API_VERSION, "kind": "InterruptionQueue", "metadata": {"name": queue},
+                "apiVersion": machine_names.API_VERSION, "kind": "InterruptionQueue", "metadata": {"name": queue},
                 "spec": {"queueURL": url}})
         for number in range(args.spot_trials):
             pool = f"bench-spot-{number}"

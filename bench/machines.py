@@ -41,7 +41,7 @@ from cluster_gc import Latency, start_moto  # noqa: E402
 from hooks import runtime  # noqa: E402
 from hooks.aws import instances  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
-from hooks.machines import names  # noqa: E402
+from hooks import machine_names  # noqa: E402
 from worlds.cluster_gc import Calls  # noqa: E402
 from measure import percentile, write_json  # noqa: E402
 
@@ -106,11 +106,11 @@ def lifetime(world: mw.MachineWorld, *, timed: Timed | None = None, max_calls: i
         if status.get("instanceID") and not booted:
             mw.boot(world.ec2, status["instanceID"], world.kube, node_name=f"node-{world.name}")
             booted = True
-        if world.condition(names.REGISTERED) == "True":
+        if world.condition(machine_names.REGISTERED) == "True":
             node = world.kube.nodes.get(f"node-{world.name}")
             if node:  # the startup taint's owner (an agent) is ready: it removes its taint
                 node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t["key"] != "example.com/agent-not-ready"]
-        if world.condition(names.INITIALIZED) == "True":
+        if world.condition(machine_names.INITIALIZED) == "True":
             if initialized_after is None and timed is not None:
                 initialized_after = (timed.seconds, timed.calls)
             world.delete()

@@ -43,7 +43,8 @@ from bench.hook_throughput import realistic  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
 from hooks.contract import parse_request  # noqa: E402
 from hooks.controllers import node_fencing_policy  # noqa: E402
-from hooks.fencing import names, records  # noqa: E402
+from hooks.fencing import records
+from hooks import fencing_names  # noqa: E402
 from hooks.fencing import policy as policies  # noqa: E402
 from hooks.kube import nodes as kube_nodes  # noqa: E402
 from worlds.envelope import hook_request  # noqa: E402
@@ -83,7 +84,7 @@ def record(node_obj: dict, policies: list) -> dict:
                         "metacontroller.k8s.io/last-applied-configuration": json.dumps(made)},
         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"],
                              "controller": True, "blockOwnerDeletion": True}],
-        "managedFields": [{"manager": "metacontroller", "operation": "Update", "apiVersion": names.API_VERSION,
+        "managedFields": [{"manager": "metacontroller", "operation": "Update", "apiVersion": fencing_names.API_VERSION,
                            "time": _stamp(20), "fieldsType": "FieldsV1", "fieldsV1": {
                                "f:metadata": {"f:annotations": {".": {}, "f:metacontroller.k8s.io/decorator-controller": {},
                                                                 "f:metacontroller.k8s.io/last-applied-configuration": {}},
@@ -96,7 +97,7 @@ def record(node_obj: dict, policies: list) -> dict:
 
 def policy(total: int, unhealthy: int) -> dict:
     """The policy as its last sync left it: counted 10 s ago, guard open."""
-    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+    return {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
             "metadata": {"name": "general", "uid": "uid-policy", "generation": 1},
             "spec": {"nodeSelector": {"matchLabels": POOL}},
             "status": {"observedGeneration": 1, "countedAt": _stamp(10), "observedNodes": total,

@@ -64,7 +64,7 @@ from devcluster import Cluster, Layout, fleet, kwok, procs  # noqa: E402
 from devcluster.api import AdminApi, wait_for  # noqa: E402
 from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 from hook_throughput import realistic  # noqa: E402
-from hooks.detacher import names as detacher_names  # noqa: E402
+from hooks import detacher_names  # noqa: E402
 from hooks.detacher import targets as detacher_targets  # noqa: E402
 from measure import write_json  # noqa: E402
 

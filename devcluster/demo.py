@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from hooks.machines import names
+from hooks import machine_names
 
 from . import fleet
 from .api import AdminApi
@@ -22,7 +22,7 @@ NODES = ("demo-node-1", "demo-node-2", "demo-node-3")
 HOOK_ENV: dict[str, str] = {}
 STATE = "demo.json"
 POOL = "demo-pool"
-NODEPOOLS = f"/apis/{names.API_VERSION}/nodepools"
+NODEPOOLS = f"/apis/{machine_names.API_VERSION}/nodepools"
 # The demo zone's default subnet carries it; the pool's subnetSelector picks it.
 SUBNET_TAG = ("nodewarden.io/subnet", "demo-pool")
 
@@ -48,8 +48,8 @@ def create(cluster: Cluster) -> fleet.Fleet:
 def pool_manifest() -> dict:
     key, value = SUBNET_TAG
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.NODEPOOL_KIND,
+        "apiVersion": machine_names.API_VERSION,
+        "kind": machine_names.NODEPOOL_KIND,
         "metadata": {"name": POOL},
         "spec": {
             "replicas": 2,

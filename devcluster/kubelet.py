@@ -77,8 +77,7 @@ from typing import Callable, Iterator
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hooks import ec2_names
-from hooks.machines import names
+from hooks import ec2_names, machine_names
 
 from . import fleet, kwok
 from .api import STRATEGIC, AdminApi, ApiError
@@ -406,7 +405,7 @@ class KubeletStandin:
         machines: set[str] = set()
         for page in self.aws.ec2.get_paginator("describe_tags").paginate(
                 Filters=[{"Name": "resource-type", "Values": ["instance"]},
-                         {"Name": "key", "Values": [names.TAG_MACHINE_UID]}]):
+                         {"Name": "key", "Values": [machine_names.TAG_MACHINE_UID]}]):
             machines.update(tag["ResourceId"] for tag in page["Tags"])
         if not machines:
             return {}
@@ -460,7 +459,7 @@ class KubeletStandin:
 
     def _register(self, instance: dict) -> None:
         instance_id = instance["InstanceId"]
-        machine = _tags(instance).get(names.TAG_MACHINE, "?")
+        machine = _tags(instance).get(machine_names.TAG_MACHINE, "?")
         try:
             flags = parse_user_data(self._user_data(instance_id))
         except BadFlag as exc:

@@ -19,16 +19,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
-from hooks import runtime, timefmt
-from hooks.aws import elb, gc, instances, power, sqs
+from hooks import machine_names, runtime, timefmt
+from hooks.aws import ec2_power, elb, gc, instances, sqs_messages
 from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
-from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, handover, interruptions, node_timeline, nodes, pods, taints
-from hooks.kube import machines as kube_machines
-from hooks.machines import names as machine_names
-from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
+from hooks.kube import fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, pods, taints
+from hooks.metrics import (INTERRUPTION_MESSAGES, MACHINES_DISRUPTED, MACHINE_EVENTS, REPLACEMENT_SECONDS, STORM_GUARD,
+                           record_action)
 from hooks.plan import (PRECONDITION, Action, ClusterInstance, Gate, InstanceOf, Orphaned, Outcome, PoweredOff,
                         SameObject, error_text)
 from hooks.recent import Recent
@@ -63,7 +61,7 @@ def start_fencing(ctx: runtime.Context, node_name: str, uid: str, decorator: str
     sync."""
     request = node_timeline.of_node(ctx.kube, node_name, uid, ctx.settings.namespace)
     made = request_to_make(request, ctx.settings, ctx.now())
-    if made is None or not kube_fencing.create_node_attachment(ctx.kube, made, request.parent, decorator):
+    if made is None or not fencing_api.create_node_attachment(ctx.kube, made, request.parent, decorator):
         return None
     log.info("FencingRequest made for an admitted node", extra={"node": node_name, "request": made["metadata"]["name"]})
     return made["metadata"]["name"]
@@ -117,8 +115,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     # cluster-gc: one delete of a load balancer, target group, security group or volume.
     "aws.delete": lambda ctx, a: gc.delete(ctx.aws, a.params["kind"], a.params["region"], a.target),
     # EC2 power for fencing.
-    "aws.stop": lambda ctx, a: power.stop(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
-    "aws.start": lambda ctx, a: power.start(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
+    "aws.stop": lambda ctx, a: ec2_power.stop(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
+    "aws.start": lambda ctx, a: ec2_power.start(ctx.aws.client("ec2", a.params.get("region") or None), a.target),
     # Kubernetes: what a hook response cannot change.
     "kube.taint": lambda ctx, a: taints.add(ctx.kube, a.target, a.params["key"], a.params["effect"],
                                             a.params.get("value"), uid=a.params.get("uid")),
@@ -130,9 +128,9 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                            labels=a.params.get("labels"),
                                                            annotations=a.params.get("annotations"),
                                                            seen=a.params.get("seen")),
-    "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
+    "kube.force-delete-pod": lambda ctx, a: fencing_api.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
-    "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
+    "kube.delete-volume-attachment": lambda ctx, a: fencing_api.delete_volume_attachment(ctx.kube, a.target),
     # An admitted node's FencingRequest, ahead of the node's own sync (node-fencing-policy asks for it).
     "kube.start-fencing": lambda ctx, a: start_fencing(ctx, a.target, a.params["uid"], a.params["decorator"]),
     # A Node handed over from the old DecoratorControllers: an attachment claimed (at the resourceVersion it
@@ -145,13 +143,13 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "ec2.launch": lambda ctx, a: _launch(ctx, a),
     "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),
                                                         a.target),
-    "kube.register-node": lambda ctx, a: kube_machines.register_node(
+    "kube.register-node": lambda ctx, a: machine_api.register_node(
         ctx.kube, a.target, a.params["uid"], a.params["labels"], a.params["annotations"], a.params["taints"]),
-    "kube.cordon-disrupted": lambda ctx, a: kube_machines.cordon_disrupted(ctx.kube, a.target, a.params["uid"],
+    "kube.cordon-disrupted": lambda ctx, a: machine_api.cordon_disrupted(ctx.kube, a.target, a.params["uid"],
                                                                            a.params.get("reason", "")),
-    "kube.delete-node": lambda ctx, a: kube_machines.delete_node(ctx.kube, a.target, a.params["uid"]),
-    "kube.delete-machine": lambda ctx, a: kube_machines.delete_machine(ctx.kube, a.target, a.params["uid"]),
-    "kube.mark-disrupted": lambda ctx, a: kube_machines.mark_disrupted(ctx.kube, a.target, a.params["uid"],
+    "kube.delete-node": lambda ctx, a: machine_api.delete_node(ctx.kube, a.target, a.params["uid"]),
+    "kube.delete-machine": lambda ctx, a: machine_api.delete_machine(ctx.kube, a.target, a.params["uid"]),
+    "kube.mark-disrupted": lambda ctx, a: machine_api.mark_disrupted(ctx.kube, a.target, a.params["uid"],
                                                                        a.params["value"]),
     # Interruptions: the signal on the Machine (only over none or a weaker one), then the message off the queue;
     # a stop EC2 no longer agrees with, off the Machine.
@@ -159,7 +157,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                                  a.params["interruption"], a.params.get("replaces")),
     "kube.retire-interruption": lambda ctx, a: interruptions.retire(ctx.kube, a.target, a.params["uid"],
                                                                     a.params["value"]),
-    "sqs.delete": lambda ctx, a: sqs.delete(ctx.aws.client("sqs", a.params.get("region") or None),
+    "sqs.delete": lambda ctx, a: sqs_messages.delete(ctx.aws.client("sqs", a.params.get("region") or None),
                                             a.params["queueURL"], a.params["receipt"]),
     # Metrics that follow a decision.
     "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
@@ -194,7 +192,7 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
     """Why a precondition does not hold right now ("" when it does), read fresh from AWS or the API server."""
     if isinstance(requirement, PoweredOff):
         try:
-            state = power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+            state = ec2_power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
         except Exception as exc:  # noqa: BLE001 - unreadable is not powered off
             return f"power state of {requirement.instance_id} not confirmed: {error_text(exc)}"
         if state not in OFF_STATES:
@@ -218,7 +216,7 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:
     """This cluster's only if its tags say so now; unreadable or gone proves nothing."""
     try:
-        found = power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+        found = ec2_power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable is not ours
         return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
     if not cluster_tagged(found["tags"], requirement.cluster_name):
@@ -254,7 +252,7 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     if launched is None or (ctx.now() - launched).total_seconds() < requirement.min_age_seconds:
         return f"instance {requirement.instance_id} is younger than {requirement.min_age_seconds:g}s"
     try:
-        uids, recorded = kube_machines.claims(ctx.kube)
+        uids, recorded = machine_api.claims(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no list, no proof
         return f"Machines not listed: {error_text(exc)}"
     if tags[machine_names.TAG_MACHINE_UID] in uids:

@@ -38,13 +38,6 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
                                         "multiprocess metric files",
 }
 
-# Modules whose imports of our own modules are still aliased; no new one may join.
-ALIASES_ALLOWED: set[str] = {
-    "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
-    "hooks.controllers.machine", "hooks.controllers.node",
-    "hooks.controllers.nodepool",
-}
-
 
 @dataclass(frozen=True)
 class Import:
@@ -139,12 +132,8 @@ def test_no_import_waits_for_a_function():
 
 
 def test_no_import_of_ours_is_aliased():
-    aliased = {i.importer: i for i in IMPORTS if i.aliased}
-    unexpected = [f"{i.importer}:{i.line} imports {i.imported} under another name"
-                  for module, i in sorted(aliased.items()) if module not in ALIASES_ALLOWED]
-    assert not unexpected, "\n".join(unexpected)
-    stale = sorted(ALIASES_ALLOWED - set(aliased))
-    assert not stale, f"no longer needed, remove from ALIASES_ALLOWED: {stale}"
+    aliased = [f"{i.importer}:{i.line} imports {i.imported} under another name" for i in IMPORTS if i.aliased]
+    assert not aliased, "\n".join(aliased)
 
 
 def test_no_import_circle():

@@ -24,8 +24,8 @@ import copy
 import datetime as dt
 
 from devcluster import kubelet
+from hooks import machine_names
 from hooks.dispatch import serve
-from hooks.machines import names
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
 
@@ -136,9 +136,9 @@ def machine_spec(subnet_id: str, **overrides) -> dict:
 
 
 def machine_object(name: str, uid: str, spec: dict, pool: str = "web", created: dt.datetime = T0) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": name, "uid": uid, "generation": 1, "creationTimestamp": fmt(created),
-                         "labels": {names.POOL_LABEL: pool}, "annotations": {names.TEMPLATE_HASH: "h0"}},
+                         "labels": {machine_names.POOL_LABEL: pool}, "annotations": {machine_names.TEMPLATE_HASH: "h0"}},
             "spec": spec}
 
 
@@ -148,7 +148,7 @@ def default_subnet(ec2) -> str:
 
 def machine_instances(ec2, uid: str, *, live_only: bool = True) -> list[dict]:
     found = []
-    for r in ec2.describe_instances(Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [uid]}])["Reservations"]:
+    for r in ec2.describe_instances(Filters=[{"Name": f"tag:{machine_names.TAG_MACHINE_UID}", "Values": [uid]}])["Reservations"]:
         for i in r["Instances"]:
             if not live_only or i["State"]["Name"] not in ("terminated", "shutting-down"):
                 found.append(i)
@@ -173,7 +173,7 @@ class MachineWorld:
     # -- the API server's copy ---------------------------------------------
     @property
     def machine(self) -> dict:
-        return self.kube.objects[(names.MACHINE_KIND, "", self.name)]
+        return self.kube.objects[(machine_names.MACHINE_KIND, "", self.name)]
 
     @property
     def status(self) -> dict:
@@ -191,12 +191,12 @@ class MachineWorld:
 
     @property
     def gone(self) -> bool:
-        return (names.MACHINE_KIND, "", self.name) not in self.kube.objects
+        return (machine_names.MACHINE_KIND, "", self.name) not in self.kube.objects
 
     # -- Metacontroller ----------------------------------------------------
     def related_nodes(self) -> list[dict]:
         return [copy.deepcopy(n) for n in self.kube.nodes.values()
-                if (n["metadata"].get("labels") or {}).get(names.MACHINE_LABEL) == self.name]
+                if (n["metadata"].get("labels") or {}).get(machine_names.MACHINE_LABEL) == self.name]
 
     def call(self, after: float = 0.0) -> dict | None:
         """One sync (or finalize, once deleted); None when the hook crashed (nothing applied)."""
@@ -212,7 +212,7 @@ class MachineWorld:
         if not self.gone:
             self.machine["status"] = response["status"]
             if finalizing and response.get("finalized"):
-                del self.kube.objects[(names.MACHINE_KIND, "", self.name)]
+                del self.kube.objects[(machine_names.MACHINE_KIND, "", self.name)]
         return response
 
     def until(self, check, *, calls: int = 30, step: float = 1.0) -> dict | None:

@@ -30,11 +30,11 @@ import datetime as dt
 import json
 from typing import Callable
 
-from hooks import conditions, controllers, timefmt
+from hooks import conditions, controllers, machine_names, timefmt
 from hooks.config import load_settings
 from hooks.contract import parse_request
-from hooks.fencing.names import ACTION_OFF, FENCING_SUCCEEDED, RECOVERED, RECOVERING
-from hooks.machines import names, signals
+from hooks.fencing_names import ACTION_OFF, FENCING_SUCCEEDED, RECOVERED, RECOVERING
+from hooks.machines import signals
 from worlds.envelope import hook_request
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
@@ -71,7 +71,7 @@ class PoolWorld:
                 "template": {"spec": self._template_spec()}}
         if budget is not None:
             spec["disruption"] = {"budgets": [{"nodes": budget}]}
-        self.pool = {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+        self.pool = {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
                      "metadata": {"name": "web", "uid": POOL_UID, "generation": 1,
                                   "creationTimestamp": timefmt.fmt(T0)},
                      "spec": spec, "status": {}}
@@ -81,9 +81,9 @@ class PoolWorld:
         self.chosen: set[str] = set()
         self.settings = load_settings({"NODEWARDEN_CLUSTER_NAME": ""})
         for i in range(replicas if initialized is None else initialized):
-            machine = self._create({"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
-                                    "metadata": {"name": f"web-{i:05d}", "labels": {names.POOL_LABEL: "web"},
-                                                 "annotations": {names.TEMPLATE_HASH: self.template_hash}},
+            machine = self._create({"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
+                                    "metadata": {"name": f"web-{i:05d}", "labels": {machine_names.POOL_LABEL: "web"},
+                                                 "annotations": {machine_names.TEMPLATE_HASH: self.template_hash}},
                                     "spec": {}})
             self.initialize(machine["metadata"]["name"])
 
@@ -112,12 +112,12 @@ class PoolWorld:
     def _create(self, child: dict) -> dict:
         self.serial += 1
         meta = child["metadata"]
-        obj = {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
+        obj = {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
                "metadata": {"name": meta["name"], "uid": f"uid-{self.serial}",
                             "creationTimestamp": timefmt.fmt(self.now),
                             "labels": dict(meta.get("labels") or {}),
                             "annotations": dict(meta.get("annotations") or {}),
-                            "ownerReferences": [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+                            "ownerReferences": [{"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
                                                  "name": "web", "uid": POOL_UID, "controller": True}]},
                "spec": copy.deepcopy(child.get("spec") or {}), "status": {"conditions": []}}
         self.machines[meta["name"]] = obj
@@ -143,7 +143,7 @@ class PoolWorld:
             return
         uid = machine["metadata"]["uid"]
         machine["status"].update(nodeName=f"node-{uid}", nodeUID=f"nuid-{uid}", instanceID=f"i-{uid}")
-        self._condition(machine, names.REGISTERED)
+        self._condition(machine, machine_names.REGISTERED)
 
     def initialize(self, name: str) -> None:
         """The Node is Ready and its startup taints are gone; never for a Node fencing powered off."""
@@ -151,11 +151,11 @@ class PoolWorld:
         self.register(name)
         if machine["metadata"].get("deletionTimestamp") or self.powered_off(machine):
             return
-        self._condition(machine, names.INITIALIZED)
+        self._condition(machine, machine_names.INITIALIZED)
 
     def initialized(self, name: str) -> bool:
         machine = self.machines.get(name)
-        return machine is not None and conditions.is_true(machine["status"], names.INITIALIZED)
+        return machine is not None and conditions.is_true(machine["status"], machine_names.INITIALIZED)
 
     def fence(self, name: str) -> None:
         """Our FencingRequest powered off the Machine's instance behind its Node, confirmed; recovery under way."""
@@ -164,7 +164,7 @@ class PoolWorld:
             return
         status = machine["status"]
         self.requests.append({
-            "apiVersion": names.API_VERSION, "kind": "FencingRequest",
+            "apiVersion": machine_names.API_VERSION, "kind": "FencingRequest",
             "metadata": {"name": f"{status['nodeName']}-fence", "namespace": NAMESPACE,
                          "uid": f"fr-{machine['metadata']['uid']}"},
             "spec": {"nodeRef": {"name": status["nodeName"], "uid": status["nodeUID"]}, "action": ACTION_OFF},
@@ -338,7 +338,7 @@ def check_sync(world: PoolWorld, step: Sync, budget: int) -> None:
             continue
         made = [n for n in counted if n in before and world.made_for.get(uid_of[n]) == uid_of[name]]
         if made:
-            assert any(conditions.is_true(before[n]["status"], names.INITIALIZED) for n in made), \
+            assert any(conditions.is_true(before[n]["status"], machine_names.INITIALIZED) for n in made), \
                 f"{name} let go before its replacement {made} was Initialized"
         else:
             assert len(counted) >= step.replicas, \
@@ -347,7 +347,7 @@ def check_sync(world: PoolWorld, step: Sync, budget: int) -> None:
     started = [r for r in step.records if r["uid"] in by_uid and r["reason"] not in signals.FORCEFUL
                and by_uid[r["uid"]]["metadata"]["name"] in live_before and r["uid"] not in step.chosen]
     exempt = [r for r in started if r["reason"] == signals.REPAIR and waits_for(r["machine"], live_before)
-              and not conditions.is_true(by_uid[r["uid"]]["status"], names.INITIALIZED)]
+              and not conditions.is_true(by_uid[r["uid"]]["status"], machine_names.INITIALIZED)]
     scaled_down = [n for n in step.let_go if uid_of[n] not in recorded.keys() | world.chosen and _has_node(before[n])]
     if len(started) > len(exempt) or scaled_down:
         deleting = [m for n, m in before.items() if (n in let_go or m["metadata"].get("deletionTimestamp"))
@@ -363,6 +363,6 @@ def check_converged(world: PoolWorld) -> None:
     live = world.live()
     assert not world.deleting()
     assert len(live) == world.replicas, sorted(world.machines)
-    assert all(m["metadata"]["annotations"].get(names.TEMPLATE_HASH) == world.template_hash for m in live)
+    assert all(m["metadata"]["annotations"].get(machine_names.TEMPLATE_HASH) == world.template_hash for m in live)
     assert all(world.initialized(m["metadata"]["name"]) for m in live)
     assert world.open_records() == []

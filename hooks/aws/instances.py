@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from hooks import ec2_names, timefmt
+from hooks import ec2_names, machine_names, timefmt
 from hooks.aws.clients import error_code
-from hooks.machines import names
 
 # A launch that fails with one of these tries the next instance type or subnet.
 CAPACITY_ERRORS = frozenset({
@@ -74,7 +73,7 @@ def by_machine_uid(ec2, uid: str) -> list[dict]:
     """Every instance tagged for the Machine of ``uid`` that EC2 still lists (terminated ones too), oldest first."""
     found = []
     for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [uid]}]):
+            Filters=[{"Name": f"tag:{machine_names.TAG_MACHINE_UID}", "Values": [uid]}]):
         found.extend(summary(i) for i in _instances(page))
     return sorted(found, key=lambda s: (s["launchTime"] or "", s["instanceID"]))
 
@@ -98,7 +97,7 @@ def of_pool(ec2, cluster_name: str, pool: str) -> list[dict]:
     found = []
     for page in ec2.get_paginator("describe_instances").paginate(
             Filters=[{"Name": f"tag:{ec2_names.cluster_tag(cluster_name)}", "Values": [ec2_names.OWNED]},
-                     {"Name": f"tag:{names.TAG_POOL}", "Values": [pool]},
+                     {"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool]},
                      {"Name": "instance-state-name", "Values": list(ec2_names.KEPT_STATES)}]):
         found.extend(summary(i) for i in _instances(page))
     return found

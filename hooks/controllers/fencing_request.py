@@ -19,7 +19,7 @@ hooks/fencing/request_phases, one module each:
   Succeeded            and, whatever the phase, aftercare: the out-of-service
                        taint comes off once the node is Ready again.
 
-The finalize hook (finalize) takes the out-of-service taint off when a
+The finalize hook (deletion) takes the out-of-service taint off when a
 request is deleted half-way, unless another live request for the node still
 holds it.
 
@@ -35,18 +35,16 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import bounds, conditions, events, fields, pipeline, providerid, runtime, timefmt
-from hooks.aws import power
+from hooks import bounds, conditions, events, fencing_names, fields, pipeline, providerid, runtime, timefmt
+from hooks.aws import ec2_power
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
 from hooks.ec2_names import OFF_STATES
-from hooks.fencing import names, request_rules
-from hooks.fencing.request_phases import aftercare, authority, power as power_phase, recovery
-from hooks.fencing.request_phases.finalize import finalize as finalize_phase
+from hooks.fencing import request_rules
+from hooks.fencing.request_phases import aftercare, authority, deletion, power, recovery
 from hooks.fencing.request_phases.invalid import invalid_spec
 from hooks.fencing.request_phases.state import Step, node_of, own_status, recorded, without_unverified
-from hooks.kube import fresh, pods
-from hooks.kube import fencing as kube_fencing
+from hooks.kube import fencing_api, fresh, pods
 from hooks.plan import Outcome, Plan, backoff, error_text
 
 NAME = "fencing-request"
@@ -74,17 +72,17 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     step = Step(request, spec, settings, now, observed)
     step.recovery.pop("lastError", None) if "recovery" in step.status else None
     if request.finalizing:
-        return finalize_phase(step)
+        return deletion.finalize(step)
     if not authority.honoured_here(request.meta.get("namespace"), settings):
         authority.refuse_elsewhere(step)
         return step.plan()
-    power_phase.start(step)
-    if step.phase in (names.PENDING, names.POWERING_OFF):
-        power_phase.power_off(step)
-    if step.phase == names.RECOVERING:
+    power.start(step)
+    if step.phase in (fencing_names.PENDING, fencing_names.POWERING_OFF):
+        power.power_off(step)
+    if step.phase == fencing_names.RECOVERING:
         recovery.recover(step)
-    if step.phase == names.POWERING_ON:
-        power_phase.power_on(step)
+    if step.phase == fencing_names.POWERING_ON:
+        power.power_on(step)
     aftercare.aftercare(step)
     return step.plan()
 
@@ -113,26 +111,26 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
                 observed["holdersError"] = error_text(exc)
         return observed
-    phase = status.get("phase") or names.PENDING
+    phase = status.get("phase") or fencing_names.PENDING
     provider, rec = recorded(status, "providerStatus"), recorded(status, "recovery")
-    if phase == names.PENDING and not bounds.status_counter(provider, "stopAttempts"):
+    if phase == fencing_names.PENDING and not bounds.status_counter(provider, "stopAttempts"):
         try:
             observed["olderRequests"] = request_rules.older_active(
-                request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name)
+                request.parent, fencing_api.fencing_requests(ctx.kube), spec.node_name)
         except Exception as exc:  # noqa: BLE001 - unknown: the request waits, bounded by the queue timeout
             observed["requestsError"] = error_text(exc)
-    if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
+    if phase in (fencing_names.PENDING, fencing_names.POWERING_OFF, fencing_names.RECOVERING, fencing_names.POWERING_ON) and node is not None:
         _observe_instance(ctx, node, provider, observed)
-    if phase in (names.PENDING, names.POWERING_OFF) and node is not None and request.verified and \
+    if phase in (fencing_names.PENDING, fencing_names.POWERING_OFF) and node is not None and request.verified and \
             not spec.allow_control_plane:
         try:  # whether the instance serves the API server: read only for a request the API server confirmed
-            observed["apiServers"] = kube_fencing.api_server_addresses(ctx.kube)
+            observed["apiServers"] = fencing_api.api_server_addresses(ctx.kube)
         except Exception as exc:  # noqa: BLE001 - unknown: no power-off until it is known
             observed["apiServersError"] = error_text(exc)
-    powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
+    powered_off_now = phase in (fencing_names.PENDING, fencing_names.POWERING_OFF) and \
         (observed.get("instance") or {}).get("state") in OFF_STATES
-    recovering = phase == names.RECOVERING or powered_off_now
-    taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
+    recovering = phase == fencing_names.RECOVERING or powered_off_now
+    taint_first = spec.strategy == fencing_names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != fencing_names.TAINT_APPLIED
     if (recovering and not taint_first) or aftercare.in_aftercare(status, node):
         observed.update(pods.whats_on(ctx.kube, spec.node_name, request_rules.pod_summary, pods_key="nodePods"))
     if aftercare.in_aftercare(status, node):
@@ -165,10 +163,10 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
         else:
             pid = providerid.parse((node.get("spec") or {}).get("providerID"))
             instance, region = pid.instance_id, pid.region
-        observed["instance"] = power.describe(ctx.aws.client("ec2", region), instance)
+        observed["instance"] = ec2_power.describe(ctx.aws.client("ec2", region), instance)
     except providerid.ProviderIDError:
         pass  # decide fails the request with the reason
-    except power.InstanceNotFound as exc:  # not this cluster's to act on, wherever it is
+    except ec2_power.InstanceNotFound as exc:  # not this cluster's to act on, wherever it is
         observed["instance"] = {"notFound": True, "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
         observed["instance"] = {"error": error_text(exc)}
@@ -177,7 +175,7 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
 def _other_holders(request: HookRequest, spec: request_rules.Spec, ctx: runtime.Context,
                    unfinished_only: bool = False) -> list[str]:
     """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
-    return request_rules.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name,
+    return request_rules.taint_holders(request.parent, fencing_api.fencing_requests(ctx.kube), spec.node_name,
                                        unfinished_only)
 
 
@@ -192,8 +190,8 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     finalizing is the pipeline's check), and only on the Node the API server
     has under that name. The decision is then made again on these fresh objects.
     """
-    if request.parent.get("kind") != names.REQUEST_KIND:
-        raise fresh.Unverified(f"fencing-request acts only for a {names.REQUEST_KIND}")
+    if request.parent.get("kind") != fencing_names.REQUEST_KIND:
+        raise fresh.Unverified(f"fencing-request acts only for a {fencing_names.REQUEST_KIND}")
     parent = fresh.same_parent(request, ctx.kube).parent
     if parent["metadata"].get("deletionTimestamp") and not request.finalizing:
         # Deleted since this sync was sent: nothing new starts; the finalize hook takes over.
@@ -224,10 +222,10 @@ def needs_verification(request: HookRequest, plan: Plan) -> bool:
     if plan.actions or plan.verify:
         return True
     status, before = plan.response.get("status") or {}, own_status(request.parent)
-    if recorded(before, "recovery").get("outOfServiceTaint") == names.TAINT_APPLIED and \
-            recorded(status, "recovery").get("outOfServiceTaint") == names.TAINT_REMOVED:
+    if recorded(before, "recovery").get("outOfServiceTaint") == fencing_names.TAINT_APPLIED and \
+            recorded(status, "recovery").get("outOfServiceTaint") == fencing_names.TAINT_REMOVED:
         return True  # letting go of the taint rests on the Node too
-    return (status.get("phase") == names.FAILED and before.get("phase") != names.FAILED
+    return (status.get("phase") == fencing_names.FAILED and before.get("phase") != fencing_names.FAILED
             and status.get("errorReason") in _NODE_VERDICTS)
 
 
@@ -243,7 +241,7 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     calls = bounds.status_counter(status, "unverifiedCalls") + 1
     status["unverifiedCalls"] = calls
     status, _ = conditions.set(
-        status, names.VERIFIED_CONDITION, "False", "Unverified",
+        status, fencing_names.VERIFIED_CONDITION, "False", "Unverified",
         f"nothing is powered off, tainted or deleted until the API server confirms this request and its Node: "
         f"{reason}"[:1000], timefmt.fmt(ctx.now()))
     return Plan(composite_response(status=status, resync_after=backoff(ctx.settings, calls),
@@ -265,7 +263,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     for outcome in (o for o in outcomes if not o.ok):
         kind = outcome.action.kind
         if kind in ("aws.stop", "aws.start"):
-            title = power_phase.OPERATIONS[kind.split(".")[1]][0]
+            title = power.OPERATIONS[kind.split(".")[1]][0]
             status.setdefault("providerStatus", {})[f"last{title}Error"] = outcome.error
             spec = request_rules.parse_spec(request.parent)
             resync = min(resync, max(1.0, spec.retry_interval))

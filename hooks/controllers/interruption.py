@@ -40,14 +40,12 @@ import datetime as dt
 import sys
 
 from hooks import bounds, conditions, events, pipeline, runtime, timefmt
-from hooks.aws import instance_health
-from hooks.aws import sqs as sqs_calls
+from hooks.aws import instance_health, sqs_messages
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.interruption import judge, messages, queue
-from hooks.kube import fresh
-from hooks.kube import machines as kube_machines
-from hooks.plan import HELD, Action, Change, Gate, Outcome, Plan, error_text
+from hooks.kube import fresh, machine_api
+from hooks.plan import Action, Change, Gate, HELD, Outcome, Plan, error_text
 
 NAME = "interruption"
 FAILURE_REASON = events.INTERRUPTION_ACTION_FAILED
@@ -90,7 +88,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     observed: dict = {"region": _region(ctx)}
     try:
         client = ctx.aws.client("sqs", spec.region or None)
-        observed["messages"] = sqs_calls.receive(client, spec.queue_url, spec.max_messages, spec.wait_seconds)
+        observed["messages"] = sqs_messages.receive(client, spec.queue_url, spec.max_messages, spec.wait_seconds)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing received is nothing decided
         observed["receiveError"] = error_text(exc)
         observed["messages"] = []
@@ -100,7 +98,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     if not claims and not checks_due:
         return observed  # nothing to check: no cluster-wide list of Machines
     try:
-        observed["machines"] = [judge.machine_summary(m) for m in kube_machines.listed(ctx.kube)]
+        observed["machines"] = [judge.machine_summary(m) for m in machine_api.listed(ctx.kube)]
     except Exception as exc:  # noqa: BLE001 - not listed is not proof of anything
         observed["machinesError"] = error_text(exc)
         return observed

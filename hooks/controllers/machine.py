@@ -31,16 +31,15 @@ import sys
 
 from lightkube.resources.core_v1 import Node
 
-from hooks import conditions, events, pipeline, runtime, template_sandbox, timefmt
+from hooks import conditions, events, machine_names, pipeline, runtime, template_sandbox, timefmt
 from hooks.aws import instances
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.ec2_names import GONE_STATES, TERMINATED
-from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, pods
-from hooks.machines import (disrupted, drift, initialization, launch, liveness, names, registration, repair, signals,
-                            spec, termination, userdata)
-from hooks.machines import pool as pool_rules
+from hooks.kube import fencing_api, fresh, pods
+from hooks.machines import (disrupted, drift, initialization, launch, liveness, registration, repair, signals, spec,
+                            termination, userdata)
+from hooks.machines.pool import machines_of
 from hooks.machines.view import MachineView, Progress, own_status
 from hooks.plan import Outcome, Plan, error_text
 
@@ -55,15 +54,15 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         return {"relatedResources": []}
-    related = [{"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": {names.MACHINE_LABEL: name}}}]
+    related = [{"apiVersion": "v1", "resource": "nodes", "labelSelector": {"matchLabels": {machine_names.MACHINE_LABEL: name}}}]
     status = parent.get("status") if isinstance(parent.get("status"), dict) else {}
     node_name = status.get("nodeName")
     if isinstance(node_name, str) and node_name:
         related.append({"apiVersion": "v1", "resource": "nodes", "names": [node_name]})
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    pool = labels.get(names.POOL_LABEL)
+    pool = labels.get(machine_names.POOL_LABEL)
     if isinstance(pool, str) and pool:
-        related.append({"apiVersion": names.API_VERSION, "resource": "nodepools", "names": [pool]})
+        related.append({"apiVersion": machine_names.API_VERSION, "resource": "nodepools", "names": [pool]})
     return {"relatedResources": related}
 
 
@@ -140,7 +139,7 @@ def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> 
     """The Nodes labelled for the Machine and the one it recorded, as the API server has them now."""
     status = _status(request)
     try:
-        found = [fresh.as_dict(n) for n in ctx.kube.list(Node, labels={names.MACHINE_LABEL: request.name})]
+        found = [fresh.as_dict(n) for n in ctx.kube.list(Node, labels={machine_names.MACHINE_LABEL: request.name})]
         name, uid = status.get("nodeName"), status.get("nodeUID")
         if name and uid and not any((n.get("metadata") or {}).get("uid") == uid for n in found):
             recorded = fresh.read(ctx.kube, "Node", name)
@@ -159,11 +158,11 @@ def _fencing(request: HookRequest, ctx: runtime.Context, observed: dict) -> None
     if notice is None or notice.reason != signals.INSTANCE_STOPPING or request.finalizing:
         return
     try:
-        requests = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
+        requests = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
     except Exception as exc:  # noqa: BLE001 - not known: the notice waits
         observed["fencingError"] = error_text(exc)
         return
-    machine = pool_rules.machines_of([request.parent])[0]
+    machine = machines_of([request.parent])[0]
     observed["fencingInFlight"] = repair.in_flight(machine, requests, ctx.settings.namespace)
 
 
@@ -210,7 +209,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         machine_spec = spec.machine(request.parent)
     except RequestError as exc:
         status = own_status(request.parent)
-        status, _ = conditions.set(status, names.LAUNCHED, "False", events.INVALID_SPEC, str(exc),
+        status, _ = conditions.set(status, machine_names.LAUNCHED, "False", events.INVALID_SPEC, str(exc),
                                    timefmt.fmt(now))
         status.update(observedGeneration=generation, lastError=str(exc))
         finalized = None
@@ -231,7 +230,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         registration.step(view, progress, seen, settings)
         initialization.step(view, progress, seen.node, settings)
         liveness.step(view, progress, seen, settings)
-        drift.step(view, progress, request.related.get(names.NODEPOOL_KIND, view.pool) if view.pool else None)
+        drift.step(view, progress, request.related.get(machine_names.NODEPOOL_KIND, view.pool) if view.pool else None)
         if not any(a.kind == "kube.delete-machine" for a in progress.actions):
             disrupted.step(view, progress, deleting=False)
     status = view.status

@@ -39,11 +39,9 @@ import dataclasses
 import datetime as dt
 import logging
 
-from hooks import runtime, timefmt
+from hooks import detacher_names, fencing_names, runtime, timefmt
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
 from hooks.controllers import node_detacher, node_fencing, node_handover
-from hooks.detacher import names as detacher_names
-from hooks.fencing import names as fencing_names
 from hooks.fencing import records, storm
 from hooks.kube import policy_cache
 from hooks.plan import Plan, backoff, error_text

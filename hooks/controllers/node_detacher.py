@@ -38,12 +38,11 @@ import sys
 import threading
 import time
 
-from hooks import bounds, events, objects, pipeline, runtime, timefmt
+from hooks import bounds, detacher_names, events, objects, pipeline, runtime, timefmt
 from hooks.aws import elb, lb_discovery
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import (assess, deregister, drain, exclude, idle, names, pod_trigger, reattach, rejoin, shutdown,
-                            targets)
+from hooks.detacher import assess, deregister, drain, exclude, idle, pod_trigger, reattach, rejoin, shutdown, targets
 from hooks.detacher.step import deletion_deadline_passed
 from hooks.kube import daemonsets, fresh, pods
 from hooks.plan import Outcome, Plan, backoff, error_text, failure_text, unverified_text
@@ -159,7 +158,7 @@ def _target_states(ctx: runtime.Context, sit: assess.Situation, request: HookReq
     after that."""
     settings = ctx.settings
     states = {}
-    began = timefmt.parse(request.annotations.get(names.SINCE)) or now
+    began = timefmt.parse(request.annotations.get(detacher_names.SINCE)) or now
     land_by = sit.registrations_land_by
     settled = land_by.timestamp() if land_by is not None and now >= land_by else None
     # Reading for longer than a poll interval would hold the hook thread for nothing: the rest is
@@ -201,20 +200,20 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
             # handed over, so nothing is said to be under way).
             response = dict(response, labels={**(response.get("labels") or {}), **o.action.params["labels"]})
             annotations.update({k: v for k, v in o.action.params["annotations"].items()
-                                if k != names.DEREGISTERING_SINCE})
+                                if k != detacher_names.DEREGISTERING_SINCE})
     if any(o.action.kind.endswith(".register") for o in failed):
         # Re-attach incomplete: keep detach state, remember what still needs registering.
         failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
         response = dict(response, labels={}, status=None)
-        annotations = {names.DEREGISTERED: targets.encode(failed_memberships),
-                       names.REATTACH_FAILING_SINCE: request.annotations.get(names.REATTACH_FAILING_SINCE)
+        annotations = {detacher_names.DEREGISTERED: targets.encode(failed_memberships),
+                       detacher_names.REATTACH_FAILING_SINCE: request.annotations.get(detacher_names.REATTACH_FAILING_SINCE)
                        or timefmt.fmt(now),
-                       **{k: v for k, v in annotations.items() if k in (names.FOR_POD, names.FOR_POD_SINCE)}}
+                       **{k: v for k, v in annotations.items() if k in (detacher_names.FOR_POD, detacher_names.FOR_POD_SINCE)}}
         if "finalized" in response:
             response["finalized"] = False
-    attempt = bounds.counter(request.annotations, names.ATTEMPTS) + 1
-    annotations[names.ERROR] = failure_text(outcomes)
-    annotations[names.ATTEMPTS] = str(attempt)
+    attempt = bounds.counter(request.annotations, detacher_names.ATTEMPTS) + 1
+    annotations[detacher_names.ERROR] = failure_text(outcomes)
+    annotations[detacher_names.ATTEMPTS] = str(attempt)
     return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)),
                 persist=plan.persist)
 
@@ -242,7 +241,7 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     log.warning("node-detacher did not act", extra={"object": request.name, "reason": reason})
     attachments = plan.response.get("attachments") or []
     message = unverified_text(reason)[:1024]
-    annotations = {names.ERROR: message} if request.annotations.get(names.ERROR) != message else {}
+    annotations = {detacher_names.ERROR: message} if request.annotations.get(detacher_names.ERROR) != message else {}
     return Plan(decorator_response(annotations=annotations, attachments=attachments,
                                    resync_after=backoff(ctx.settings, 1),
                                    finalized=False if request.finalizing else None))

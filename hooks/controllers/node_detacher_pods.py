@@ -13,10 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from hooks import events, pipeline, runtime
+from hooks import detacher_names, events, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names, pod_trigger
+from hooks.detacher import pod_trigger
 from hooks.kube import fresh
 from hooks.kube.daemonsets import MANAGED
 from hooks.plan import Outcome, Plan, backoff, error_text
@@ -41,7 +41,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
 
             node = ctx.kube.get(Node, node_name)
             node = node.to_dict() if hasattr(node, "to_dict") else node
-            observed["nodeRequest"] = ((node.get("metadata") or {}).get("annotations") or {}).get(names.FOR_POD)
+            observed["nodeRequest"] = ((node.get("metadata") or {}).get("annotations") or {}).get(detacher_names.FOR_POD)
             observed["nodeLeaving"] = pod_trigger.leaving(node, ctx.settings)
             observed["nodeUID"] = (node.get("metadata") or {}).get("uid")
     except Exception as exc:  # noqa: BLE001 - retried on the next resync

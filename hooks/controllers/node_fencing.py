@@ -15,10 +15,10 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import events, pipeline, runtime
+from hooks import events, fencing_names, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.fencing import names, records
+from hooks.fencing import records
 from hooks.fencing.node import decide
 from hooks.fencing.node_phases.situation import assess, governing_policy, needs_pods
 from hooks.kube import fresh, node_timeline
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     """Every NodeFencingPolicy is related to every Node (there are few policies)."""
-    return {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": "nodefencingpolicies"}]}
+    return {"relatedResources": [{"apiVersion": fencing_names.API_VERSION, "resource": "nodefencingpolicies"}]}
 
 
 # --------------------------------------------------------------------------- observe
@@ -53,10 +53,10 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     """A failed action: the error on the node, and a backoff; conditions already decided stay."""
     message = failure_text(outcomes)
     annotations = dict(plan.response.get("annotations") or {})
-    if request.annotations.get(names.ERROR_ANNOTATION) != message:
-        annotations[names.ERROR_ANNOTATION] = message
+    if request.annotations.get(fencing_names.ERROR_ANNOTATION) != message:
+        annotations[fencing_names.ERROR_ANNOTATION] = message
     else:
-        annotations.pop(names.ERROR_ANNOTATION, None)  # same error: no write, no hot loop
+        annotations.pop(fencing_names.ERROR_ANNOTATION, None)  # same error: no write, no hot loop
     return dataclasses.replace(plan, response=dict(plan.response, annotations=annotations,
                                                    resyncAfterSeconds=backoff(settings, 1)))
 
@@ -86,8 +86,8 @@ def needs_verification(request: HookRequest, plan: Plan) -> bool:
     all read fresh first; so does a call that needs the node's pods."""
     if plan.actions or plan.verify:
         return True
-    existing = {c["metadata"].get("name") for c in request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)}
-    return any(a.get("kind") == names.REQUEST_KIND and (a.get("metadata") or {}).get("name") not in existing
+    existing = {c["metadata"].get("name") for c in request.children.of_kind(fencing_names.REQUEST_KIND, fencing_names.API_GROUP)}
+    return any(a.get("kind") == fencing_names.REQUEST_KIND and (a.get("metadata") or {}).get("name") not in existing
                for a in plan.response.get("attachments") or [])
 
 
@@ -97,10 +97,10 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     message = unverified_text(reason)[:1024]
     log.warning("node-fencing did not act", extra={"node": request.name, "reason": reason})
     # Said once per cause: the same failure again writes nothing.
-    annotations = {names.ERROR_ANNOTATION: message} if request.annotations.get(names.ERROR_ANNOTATION) != message \
+    annotations = {fencing_names.ERROR_ANNOTATION: message} if request.annotations.get(fencing_names.ERROR_ANNOTATION) != message \
         else {}
-    kept = [as_it_is(child) for kind in (names.REQUEST_KIND, records.KIND)
-            for child in request.children.of_kind(kind, names.API_GROUP)]
+    kept = [as_it_is(child) for kind in (fencing_names.REQUEST_KIND, records.KIND)
+            for child in request.children.of_kind(kind, fencing_names.API_GROUP)]
     return Plan(decorator_response(annotations=annotations, attachments=kept,
                                    resync_after=backoff(ctx.settings, 1)))
 

@@ -22,15 +22,15 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import conditions, events, fields, pipeline, runtime, timefmt
+from hooks import conditions, events, fencing_names, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.controllers import node
-from hooks.fencing import names, records, storm
+from hooks.fencing import records, storm
 from hooks.fencing.policy import Policy, parse
 from hooks.kube import fresh
 from hooks.kube.nodes import readiness
-from hooks.plan import DEFERRED, Action, Outcome, Plan, TimeAllowance, backoff, error_text
+from hooks.plan import Action, DEFERRED, Outcome, Plan, TimeAllowance, backoff, error_text
 
 NAME = "node-fencing-policy"
 # A count that admits hundreds of nodes at once (the tail of a storm's recovery) announces them over several
@@ -50,13 +50,13 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     except RequestError:
         return {"relatedResources": []}
     selector = {k: v for k, v in policy.node_selector.items() if v}
-    return {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": records.RESOURCE,
+    return {"relatedResources": [{"apiVersion": fencing_names.API_VERSION, "resource": records.RESOURCE,
                                   "labelSelector": selector}]}
 
 
 def _recorded_nodes(request: HookRequest) -> list[dict]:
     """The records, each seen as the node it stands for."""
-    return [records.as_node(r) for r in request.related.of_kind(records.KIND, names.API_GROUP)]
+    return [records.as_node(r) for r in request.related.of_kind(records.KIND, fencing_names.API_GROUP)]
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
@@ -67,8 +67,8 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         policy = parse(request.parent)
     except RequestError as exc:
         # Never fences with a spec it cannot read: the node-fencing hook skips invalid policies.
-        status, _ = conditions.set(previous, names.POLICY_VALID, "False", events.INVALID_SPEC, str(exc), stamp)
-        status, _ = conditions.set(status, names.STORM_GUARD, "True", events.INVALID_SPEC,
+        status, _ = conditions.set(previous, fencing_names.POLICY_VALID, "False", events.INVALID_SPEC, str(exc), stamp)
+        status, _ = conditions.set(status, fencing_names.STORM_GUARD, "True", events.INVALID_SPEC,
                                    "no fencing under a policy whose spec is invalid", stamp)
         status = {"observedGeneration": generation, "conditions": status["conditions"]}
         return Plan(composite_response(status=status), events=[events.warning(events.INVALID_SPEC, str(exc))])
@@ -80,7 +80,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         listing = storm.listing_in(policy, now)
     judged = storm.judge(policy, _recorded_nodes(request), now, listing)
     error = observed.get("countError")
-    kept, _ = conditions.set(previous, names.POLICY_VALID, "True", "Valid", "the spec is valid", stamp)
+    kept, _ = conditions.set(previous, fencing_names.POLICY_VALID, "True", "Valid", "the spec is valid", stamp)
     status: dict = {"observedGeneration": generation}
     if listing is None:
         # Never counted for this spec: nothing is fenced until a count list succeeds.
@@ -90,8 +90,8 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status.update(counted)
     if error:
         status["countError"] = str(error)[:1000]
-    kept, _ = conditions.set(kept, names.STORM_GUARD, *guard, stamp)
-    status["conditions"] = [c for c in kept["conditions"] if c.get("type") in (names.POLICY_VALID, names.STORM_GUARD)]
+    kept, _ = conditions.set(kept, fencing_names.STORM_GUARD, *guard, stamp)
+    status["conditions"] = [c for c in kept["conditions"] if c.get("type") in (fencing_names.POLICY_VALID, fencing_names.STORM_GUARD)]
 
     holds = guard[0] == "True"
     actions = [Action("metric.storm-guard", request.name, {"active": holds})]
@@ -100,7 +100,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     if announced is not None:
         status["announcedNodeNames"] = announced
     said = []
-    was_holding = conditions.is_true(previous, names.STORM_GUARD)
+    was_holding = conditions.is_true(previous, fencing_names.STORM_GUARD)
     if holds and not was_holding:
         said.append(events.warning(events.STORM_GUARD_HOLDING, guard[2]))
     elif not holds and was_holding:
@@ -121,7 +121,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
 def _announcements(previous: dict, generation, request: HookRequest) -> tuple[list[Action], list[str] | None]:
     """The Nodes the written count admits for fencing and that were not told yet, each told with the count's
-    time (names.COUNT_ANNOTATION), so node-fencing looks at once instead of at its next resync: the Node
+    time (fencing_names.COUNT_ANNOTATION), so node-fencing looks at once instead of at its next resync: the Node
     decorator does not relate the policies. Only a count Metacontroller has written (the status this call
     observed, read again from the API server before any action) is announced, so the Node's own sync can
     see it. Each is also given its FencingRequest now when node-fencing, deciding on the API server's
@@ -130,13 +130,13 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
     names told by now (None when the count admits none)."""
     counted = previous.get("countedAt")
     admitted = previous.get("unhealthyNodeNames")
-    if previous.get("observedGeneration") != generation or conditions.is_true(previous, names.STORM_GUARD) \
+    if previous.get("observedGeneration") != generation or conditions.is_true(previous, fencing_names.STORM_GUARD) \
             or timefmt.parse(counted) is None or not isinstance(admitted, list):
         return [], None
     told = previous.get("announcedNodeNames")
     told = {n for n in told if isinstance(n, str)} if isinstance(told, list) else set()
     uids = {}
-    for record in request.related.of_kind(records.KIND, names.API_GROUP):
+    for record in request.related.of_kind(records.KIND, fencing_names.API_GROUP):
         spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
         if isinstance(spec.get("nodeUID"), str):
             uids[(record.get("metadata") or {}).get("name")] = spec["nodeUID"]
@@ -147,7 +147,7 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
             # Node's sync may wait behind every other Node in Metacontroller's one queue), and made before the
             # annotation brings that sync, which would otherwise race to make the same request.
             actions.append(Action("kube.start-fencing", name, {"uid": uids[name], "decorator": NODE_DECORATOR}))
-            actions.append(Action("kube.annotate-node", name, {"annotations": {names.COUNT_ANNOTATION: counted},
+            actions.append(Action("kube.annotate-node", name, {"annotations": {fencing_names.COUNT_ANNOTATION: counted},
                                                                "uid": uids[name]}))
     return actions, sorted({n for n in admitted if isinstance(n, str) and (n in told or n in uids)})
 
@@ -190,7 +190,7 @@ def _list_due(policy: Policy, judged: storm.Judged, listing: storm.Listing | Non
               settings: Settings) -> bool:
     """Whether a count list is due by the policy's written status (its last list, its guard)."""
     return storm.next_list(judged, listing, now, count_interval(settings),
-                           holding=conditions.is_true(policy.status, names.STORM_GUARD)) <= 0
+                           holding=conditions.is_true(policy.status, fencing_names.STORM_GUARD)) <= 0
 
 
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:

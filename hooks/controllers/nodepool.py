@@ -27,14 +27,12 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import bounds, conditions, events, pipeline, runtime, timefmt
+from hooks import bounds, conditions, events, machine_names, pipeline, runtime, timefmt
 from hooks.aws import instances
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.kube import fresh
-from hooks.kube import fencing as kube_fencing
-from hooks.kube import machines as kube_machines
-from hooks.machines import budgets, disruption, names, pool, repair, signals, spec
+from hooks.kube import fencing_api, fresh, machine_api
+from hooks.machines import budgets, disruption, pool, repair, signals, spec
 from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject, error_text
 
 NAME = "nodepool"
@@ -47,12 +45,12 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     API server), but related so that Metacontroller syncs the pool when one changes, and a fenced Machine's
     replacement starts as soon as the power-off is confirmed rather than at the next resync."""
     namespace = (ctx.settings.namespace if ctx is not None else "") or "nodewarden-system"
-    return {"relatedResources": [{"apiVersion": f"{names.GROUP}/v1alpha1", "resource": "fencingrequests",
+    return {"relatedResources": [{"apiVersion": f"{machine_names.GROUP}/v1alpha1", "resource": "fencingrequests",
                                   "namespace": namespace}]}
 
 
 def _machines(request: HookRequest) -> list[dict]:
-    return pool.machines_of(request.children.of_kind(names.MACHINE_KIND, names.GROUP))
+    return pool.machines_of(request.children.of_kind(machine_names.MACHINE_KIND, machine_names.GROUP))
 
 
 def _check_due(request: HookRequest, settings: Settings, now: dt.datetime) -> bool:
@@ -75,14 +73,14 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         return observed
     try:
         # What the pool has, as the API server says now: Metacontroller's cache may lag its own deletes.
-        listed = kube_machines.listed(ctx.kube, request.name)
+        listed = machine_api.listed(ctx.kube, request.name)
         observed["machineUIDs"] = sorted((m.get("metadata") or {}).get("uid") or "" for m in listed)
         observed["machines"] = [m for m in listed if _owned_by(m, request.meta.get("uid") or "")]
     except Exception as exc:  # noqa: BLE001
         observed["machinesError"] = error_text(exc)
     try:
         # Repair rests on nodewarden's own FencingRequests, read now: the Nodes' conditions prove nothing.
-        observed["fencingRequests"] = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
+        observed["fencingRequests"] = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
     except Exception as exc:  # noqa: BLE001
         observed["fencingError"] = error_text(exc)
     if not ctx.settings.cluster_name or not _check_due(request, ctx.settings, now):
@@ -212,7 +210,7 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
             # The pool's choice, on the Machine: its controller shows it as Disrupted and on the Node.
             value = signals.Signal(record["reason"], timefmt.parse(record["at"])).encode()
             actions.append(Action("kube.mark-disrupted", record["machine"], {"uid": record["uid"], "value": value},
-                                  requires=(SameObject(names.MACHINE_KIND, record["machine"], record["uid"]),)))
+                                  requires=(SameObject(machine_names.MACHINE_KIND, record["machine"], record["uid"]),)))
     status["disruptions"] = out.records
     status["disruption"] = disruption.budget_status(pool_spec.budgets, size, out.disrupting, now, out.blocked)
     return children, created, removed
@@ -245,7 +243,7 @@ def _leaks(request: HookRequest, settings: Settings, now: dt.datetime, observed:
             requires=(Orphaned(iid, settings.cluster_name, request.name, grace, settings.aws_region or None),),
             record=(Change(("status", "leakedInstancesTerminated"), add=1),),
             reports=events.warning(events.LEAKED_INSTANCE_TERMINATED,
-                                   f"instance {iid} (Machine uid {instance['tags'].get(names.TAG_MACHINE_UID)}) "
+                                   f"instance {iid} (Machine uid {instance['tags'].get(machine_names.TAG_MACHINE_UID)}) "
                                    f"had no Machine: terminated")))
         actions.append(Action("metric.machine", request.name, {"event": "leaked-instance-terminated"}))
     return actions

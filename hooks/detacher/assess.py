@@ -9,10 +9,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import fields, objects, providerid, timefmt
+from hooks import detacher_names, fields, objects, providerid, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest
-from hooks.detacher import names, targets, triggers
+from hooks.detacher import targets, triggers
 
 # Phases, in the order a detach walks through them.
 SKIP = "skip"  # control plane, not ours to touch
@@ -68,7 +68,7 @@ class Situation:
 
 
 def observed_attachment(request: HookRequest, settings: Settings) -> dict | None:
-    att = request.children.get(names.ATTACHMENT_KIND, request.name, settings.namespace)
+    att = request.children.get(detacher_names.ATTACHMENT_KIND, request.name, settings.namespace)
     if att is None:
         return None
     return fields.mapping(att, "spec", where="attachment")
@@ -82,7 +82,7 @@ def assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situat
 def rejoin_at(annotations: dict, now: dt.datetime) -> dt.datetime | None:
     """nodewarden.io/rejoin-at, LANDED_SECONDS after a re-attach or a rejoin decided its registrations (written
     before them, or with them), so at most that far ahead: one further ahead is none of ours, read as absent."""
-    due = timefmt.parse(annotations.get(names.REJOIN_AT))
+    due = timefmt.parse(annotations.get(detacher_names.REJOIN_AT))
     if due is None or due > now + dt.timedelta(seconds=LANDED_SECONDS):
         return None
     return due
@@ -93,9 +93,9 @@ def _registrations_land_by(annotations: dict, now: dt.datetime) -> dt.datetime |
     says one may still be under way: a re-attach writes them before it registers and a rejoin keeps
     nodewarden.io/rejoin-at until its own have landed. Those of a re-attach have landed by rejoin-at; a
     rejoin's, decided on the node schedulable, before the detach began, LANDED_SECONDS after it began."""
-    if not any(annotations.get(k) for k in names.REJOIN_ANNOTATIONS):
+    if not any(annotations.get(k) for k in detacher_names.REJOIN_ANNOTATIONS):
         return None
-    since = timefmt.parse(annotations.get(names.SINCE))
+    since = timefmt.parse(annotations.get(detacher_names.SINCE))
     bounds = [rejoin_at(annotations, now), since + dt.timedelta(seconds=LANDED_SECONDS) if since else None]
     return max((b for b in bounds if b is not None), default=None)
 
@@ -120,17 +120,17 @@ def _assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situa
         instance_id, region, provider_error = None, None, str(exc)
     if attachment and attachment.get("instanceID") not in (None, instance_id):
         attachment = None  # the node was re-created on another instance: rediscover
-    deregistered = targets.decode(annotations.get(names.DEREGISTERED))
+    deregistered = targets.decode(annotations.get(detacher_names.DEREGISTERED))
     joined_at = rejoin_at(annotations, now)
     registering_since = joined_at - dt.timedelta(seconds=LANDED_SECONDS) if joined_at is not None else None
-    deregistering = targets.decode(annotations.get(names.DEREGISTERING)) or []
-    rejoin = targets.decode(annotations.get(names.REJOIN)) or []
+    deregistering = targets.decode(annotations.get(detacher_names.DEREGISTERING)) or []
+    rejoin = targets.decode(annotations.get(detacher_names.REJOIN)) or []
     reasons = tuple(triggers.reasons(node, settings))
     if request.finalizing and not request.deleting:
         reasons = ()  # the node stopped matching our selector: hand it back as it was
     # Leaving again after a re-attach began registering, with the detach it interrupted still on record (its
     # answer was lost, or never came): that detach is over. A new one begins, and everything leaves again.
-    restart = bool(reasons) and began_before_registering(timefmt.parse(annotations.get(names.SINCE)),
+    restart = bool(reasons) and began_before_registering(timefmt.parse(annotations.get(detacher_names.SINCE)),
                                                           registering_since)
     if restart:
         deregistered = None
@@ -155,14 +155,14 @@ def _assess(request: HookRequest, settings: Settings, now: dt.datetime) -> Situa
     if not reasons:
         if triggers.ours_present(node):
             return situation(REATTACH)
-        return situation(REJOIN if any(annotations.get(k) for k in names.REJOIN_ANNOTATIONS) else IDLE)
-    if not annotations.get(names.SINCE) or names.EXCLUDE_LABEL not in labels or restart:
+        return situation(REJOIN if any(annotations.get(k) for k in detacher_names.REJOIN_ANNOTATIONS) else IDLE)
+    if not annotations.get(detacher_names.SINCE) or detacher_names.EXCLUDE_LABEL not in labels or restart:
         return situation(EXCLUDE)
     pending_or_new = deregistered is None or any(
         m not in set(deregistered) for m in (targets.from_attachment_spec(attachment) if attachment else [])
     )
     if pending_or_new:
         return situation(DEREGISTER)
-    if not annotations.get(names.DETACHED_AT):
+    if not annotations.get(detacher_names.DETACHED_AT):
         return situation(DRAIN)
     return situation(SHUTDOWN)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import events, timefmt
+from hooks import detacher_names, events, timefmt
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names, targets
+from hooks.detacher import targets
 from hooks.detacher.assess import Situation
 from hooks.detacher.attachment import desired
 from hooks.detacher.step import (LABEL_SETTLE_SECONDS, SEND_SECONDS, clear_error, deletion_deadline_passed, failure,
@@ -41,7 +41,7 @@ def deregister(request, sit, settings, now, observed) -> Plan:
         return failure(request, settings, now, f"load balancer discovery failed: {observed['discoveryError']}",
                        attachments)
     memberships, done, pending = left(sit, attachments)
-    handed = timefmt.seconds_since(request.annotations.get(names.DEREGISTERING_SINCE), now)
+    handed = timefmt.seconds_since(request.annotations.get(detacher_names.DEREGISTERING_SINCE), now)
     if pending and handed is not None and 0 <= handed < BACKGROUND_GRACE_SECONDS \
             and not deletion_deadline_passed(request, settings, now):
         # The exclude step's calls are under way, in this process or another: their record comes within
@@ -58,7 +58,7 @@ def deregister(request, sit, settings, now, observed) -> Plan:
     # written by this call, so a conflict on Metacontroller's write cannot lose it.
     actions = membership_actions("deregister", pending, sit, record=True,
                                  send_by=now + dt.timedelta(seconds=SEND_SECONDS))
-    annotations = {names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
+    annotations = {detacher_names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     clear_error(annotations, request)
     said = [deregistered_event(sit, actions)]
     return Plan(
@@ -70,7 +70,7 @@ def deregister(request, sit, settings, now, observed) -> Plan:
         ),
         actions,
         said,
-        persist=(names.DEREGISTERED,),
+        persist=(detacher_names.DEREGISTERED,),
     )
 
 
@@ -78,4 +78,4 @@ def list_before_leaving(request: HookRequest, attachments: list[dict], listed: s
     """Memberships about to leave that the Node does not list yet (looked up again at this step) are written
     on it first, by the hook itself; the next call deregisters them. So a re-attach knows every membership a
     call may have taken out, whatever becomes of the call, its record or its process."""
-    return written_first(request, attachments, {names.DEREGISTERING: targets.encode(listed)})
+    return written_first(request, attachments, {detacher_names.DEREGISTERING: targets.encode(listed)})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import conditions, events, fields, timefmt
+from hooks import conditions, detacher_names, events, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names, targets
+from hooks.detacher import targets
 from hooks.detacher.assess import Situation
 from hooks.detacher.attachment import desired
 from hooks.detacher.step import SEND_SECONDS, clear_error, deletion_deadline_passed, failure, membership_actions
@@ -28,10 +28,10 @@ def detaching_status(request: HookRequest, sit: Situation, now: dt.datetime) -> 
     detach, not per reason (every Node status write races the kubelet's), and in a step where the hook
     writes nothing on the Node itself, which Metacontroller's status write would conflict with."""
     node_status = fields.mapping(request.parent, "status")
-    if conditions.is_true(node_status, names.CONDITION):
+    if conditions.is_true(node_status, detacher_names.CONDITION):
         return None
     reasons = ",".join(sit.reasons)
-    status, _ = conditions.set(node_status, names.CONDITION, "True", _REASONS.get(sit.reasons[0], "LeavingTaint"),
+    status, _ = conditions.set(node_status, detacher_names.CONDITION, "True", _REASONS.get(sit.reasons[0], "LeavingTaint"),
                                f"node-detacher is taking the node out of its load balancers ({reasons})",
                                timefmt.fmt(now), heartbeat=True)
     return status
@@ -39,7 +39,7 @@ def detaching_status(request: HookRequest, sit: Situation, now: dt.datetime) -> 
 
 def drain_waited(request: HookRequest, settings: Settings, now: dt.datetime) -> tuple[float, bool]:
     """How long the node has been leaving, and whether the wait for its targets to drain is over."""
-    waited = timefmt.seconds_since(request.annotations.get(names.SINCE), now) or 0
+    waited = timefmt.seconds_since(request.annotations.get(detacher_names.SINCE), now) or 0
     limit = settings.finalize_drain_timeout_seconds if request.finalizing else settings.drain_timeout_seconds
     return waited, waited >= limit or deletion_deadline_passed(request, settings, now)
 
@@ -94,7 +94,7 @@ def drain(request, sit, settings, now, observed) -> Plan:
         return Plan(decorator_response(status=status, attachments=attachments,
                                        resync_after=settings.drain_poll_seconds,
                                        finalized=False if request.finalizing else None))
-    annotations = {names.DETACHED_AT: timefmt.fmt(now)}
+    annotations = {detacher_names.DETACHED_AT: timefmt.fmt(now)}
     clear_error(annotations, request)
     message = "Every target finished draining" if not draining else \
         f"Gave up waiting for {len(draining)} draining target(s) after {waited:.0f}s"

@@ -25,10 +25,10 @@ import dataclasses
 import datetime as dt
 import logging
 
-from hooks import conditions, events, fields, objects, timefmt
+from hooks import conditions, detacher_names, events, fields, objects, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names, triggers
+from hooks.detacher import triggers
 from hooks.plan import Action, Plan
 
 log = logging.getLogger(__name__)
@@ -75,13 +75,13 @@ def from_pod(request: HookRequest, settings: Settings, now: dt.datetime, observe
         if current is None and not observed.get("nodeLeaving"):
             return Plan(decorator_response(), [Action(
                 "kube.annotate-node", node,
-                {"annotations": {names.FOR_POD: ours, names.FOR_POD_SINCE: timefmt.fmt(now)}},
+                {"annotations": {detacher_names.FOR_POD: ours, detacher_names.FOR_POD_SINCE: timefmt.fmt(now)}},
                 reports=events.normal(events.DAEMONSET_POD_TERMINATING,
                                       f"{daemonset} pod {request.name} is terminating: detaching the node", about))])
     elif conditions.is_true(fields.mapping(pod, "status"), "Ready") and current \
             and current.startswith(f"{daemonset}/") and current != ours:
         return Plan(decorator_response(), [Action(
-            "kube.annotate-node", node, {"annotations": {names.FOR_POD: None, names.FOR_POD_SINCE: None}},
+            "kube.annotate-node", node, {"annotations": {detacher_names.FOR_POD: None, detacher_names.FOR_POD_SINCE: None}},
             reports=events.normal(events.DAEMONSET_POD_READY,
                                   f"{daemonset} replacement pod {request.name} is Ready: re-attaching", about))])
     return Plan(decorator_response())
@@ -94,7 +94,7 @@ def without_node_request(request: HookRequest) -> HookRequest:
     """The request as if the node carried no pod-detach request."""
     parent = dict(request.parent)
     meta = dict(parent["metadata"])
-    meta["annotations"] = {k: v for k, v in request.annotations.items() if k not in (names.FOR_POD, names.FOR_POD_SINCE)}
+    meta["annotations"] = {k: v for k, v in request.annotations.items() if k not in (detacher_names.FOR_POD, detacher_names.FOR_POD_SINCE)}
     parent["metadata"] = meta
     return dataclasses.replace(request, parent=parent)
 
@@ -102,20 +102,20 @@ def without_node_request(request: HookRequest) -> HookRequest:
 def withdraw_node_request(plan: Plan, why: str) -> Plan:
     """The plan, plus taking the ended request off the Node."""
     response = dict(plan.response)
-    response["annotations"] = {**(response.get("annotations") or {}), names.FOR_POD: None, names.FOR_POD_SINCE: None}
+    response["annotations"] = {**(response.get("annotations") or {}), detacher_names.FOR_POD: None, detacher_names.FOR_POD_SINCE: None}
     said = events.normal(events.DAEMONSET_POD_REQUEST_ENDED, f"Pod-triggered detach withdrawn: {why}")
     return dataclasses.replace(plan, response=response, events=[*plan.events, said])
 
 
 def keep_node_request_clock(request: HookRequest, response: dict, settings: Settings, now: dt.datetime) -> dict:
     """Start the clock of a request that has none, and look again when it runs out."""
-    if not request.annotations.get(names.FOR_POD):
+    if not request.annotations.get(detacher_names.FOR_POD):
         return response
-    since = timefmt.parse(request.annotations.get(names.FOR_POD_SINCE))
+    since = timefmt.parse(request.annotations.get(detacher_names.FOR_POD_SINCE))
     annotations = dict(response.get("annotations") or {})
     if since is None:
         since = now
-        annotations[names.FOR_POD_SINCE] = timefmt.fmt(now)
+        annotations[detacher_names.FOR_POD_SINCE] = timefmt.fmt(now)
     left = settings.daemonset_replacement_timeout_seconds - (now - since).total_seconds()
     resync = max(1.0, min(response.get("resyncAfterSeconds") or left, left))
     return dict(response, annotations=annotations, resyncAfterSeconds=resync)

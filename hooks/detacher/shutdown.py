@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hooks import events, fields, objects
+from hooks import detacher_names, events, fields, objects
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names
 from hooks.detacher.assess import Situation
 from hooks.detacher.attachment import desired
 from hooks.detacher.drain import held_for_memberships
@@ -45,11 +44,11 @@ def prioritized(pods: list[dict], daemonsets: dict[str, dict]) -> list[PodRef]:
     refs = []
     for pod in pods:
         meta = pod.get("metadata", {})
-        priority = _priority((meta.get("annotations") or {}).get(names.POD_PRIORITY))
+        priority = _priority((meta.get("annotations") or {}).get(detacher_names.POD_PRIORITY))
         if priority is None:
             ds = objects.daemonset_of(pod)
             ds_annotations = (daemonsets.get(ds) or {}).get("annotations") or {} if ds else {}
-            priority = _priority(ds_annotations.get(names.DAEMONSET_POD_PRIORITY))
+            priority = _priority(ds_annotations.get(detacher_names.DAEMONSET_POD_PRIORITY))
         if priority is None:
             continue
         phase = (pod.get("status") or {}).get("phase")
@@ -78,10 +77,10 @@ def node_leaving(sit: Situation) -> bool:
 
 
 def untaint_unless_leaving(request: HookRequest, sit: Situation) -> list[Action]:
-    if node_leaving(sit) or not any(t.get("key") == names.DETACHING_TAINT
+    if node_leaving(sit) or not any(t.get("key") == detacher_names.DETACHING_TAINT
                                     for t in fields.objects(request.parent, "spec", "taints")):
         return []
-    return [Action("kube.untaint", request.name, {"key": names.DETACHING_TAINT})]
+    return [Action("kube.untaint", request.name, {"key": detacher_names.DETACHING_TAINT})]
 
 
 def shutdown(request, sit, settings, now, observed) -> Plan:
@@ -106,9 +105,9 @@ def shutdown(request, sit, settings, now, observed) -> Plan:
             return held
     actions = []
     node_taints = fields.objects(request.parent, "spec", "taints")
-    if not any(t.get("key") == names.DETACHING_TAINT for t in node_taints):
+    if not any(t.get("key") == detacher_names.DETACHING_TAINT for t in node_taints):
         # Keeps DaemonSet controllers from putting evicted pods straight back.
-        actions.append(Action("kube.taint", request.name, {"key": names.DETACHING_TAINT, "effect": "NoSchedule"}))
+        actions.append(Action("kube.taint", request.name, {"key": detacher_names.DETACHING_TAINT, "effect": "NoSchedule"}))
     actions.extend(Action("kube.evict", r.key, {"priority": r.priority}) for r in group)
     said = [events.normal(events.EVICTING_PODS, f"Evicting {len(group)} pod(s) of deletion priority {priority}: "
                                                 + ", ".join(r.key for r in group))] if group else []

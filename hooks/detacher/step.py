@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import bounds, events, timefmt
+from hooks import bounds, detacher_names, events, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import names, targets
+from hooks.detacher import targets
 from hooks.detacher.assess import LANDED_SECONDS, Situation
 from hooks.plan import Action, Change, Plan, backoff
 
@@ -26,7 +26,7 @@ REJOIN_AFTER_SECONDS = LANDED_SECONDS
 
 
 def clear_error(annotations: dict, request: HookRequest) -> None:
-    for key in (names.ERROR, names.ATTEMPTS):
+    for key in (detacher_names.ERROR, detacher_names.ATTEMPTS):
         if key in request.annotations:
             annotations[key] = None
 
@@ -36,7 +36,7 @@ def deletion_deadline_passed(request: HookRequest, settings: Settings, now: dt.d
     if not request.finalizing:
         return False
     starts = [t for t in (timefmt.parse(request.meta.get("deletionTimestamp")),
-                          timefmt.parse(request.annotations.get(names.SINCE))) if t is not None]
+                          timefmt.parse(request.annotations.get(detacher_names.SINCE))) if t is not None]
     return bool(starts) and (now - min(starts)).total_seconds() >= settings.finalize_drain_timeout_seconds
 
 
@@ -52,8 +52,8 @@ def failure(request: HookRequest, settings: Settings, now: dt.datetime, message:
     """A step that cannot proceed yet: say why on the node and retry with backoff."""
     if deletion_deadline_passed(request, settings, now):
         return released(message, attachments)
-    attempt = bounds.counter(request.annotations, names.ATTEMPTS) + 1
-    annotations = {names.ERROR: message, names.ATTEMPTS: str(attempt), **extra}
+    attempt = bounds.counter(request.annotations, detacher_names.ATTEMPTS) + 1
+    annotations = {detacher_names.ERROR: message, detacher_names.ATTEMPTS: str(attempt), **extra}
     return Plan(
         decorator_response(
             annotations=annotations,
@@ -89,6 +89,6 @@ def membership_actions(verb: str, memberships, sit: Situation, record: bool = Fa
             f"{'elbv2' if lb_type == 'tg' else 'elb'}.{verb}", lb,
             {"instance": sit.instance_id, "region": sit.region, "ports": ports,
              "memberships": [list(m) for m in covered], **deadline},
-            record=(Change(("annotations", names.DEREGISTERED), union=tuple(covered)),) if record else (),
+            record=(Change(("annotations", detacher_names.DEREGISTERED), union=tuple(covered)),) if record else (),
             background=background))
     return actions

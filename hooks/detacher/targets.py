@@ -16,9 +16,8 @@ import json
 import logging
 from typing import Iterable
 
-from hooks import bounds, fields
+from hooks import bounds, detacher_names, fields
 from hooks.contract import RequestError
-from hooks.detacher import names
 
 Membership = tuple
 log = logging.getLogger(__name__)
@@ -61,7 +60,7 @@ def decode(value: str | None) -> list[Membership] | None:
     if value is None:
         return None
     try:
-        raw = bounds.json_value(value, f"parent.metadata.annotations.{names.DEREGISTERED}")
+        raw = bounds.json_value(value, f"parent.metadata.annotations.{detacher_names.DEREGISTERED}")
     except RequestError as exc:
         log.warning("progress annotation unreadable; treated as absent", extra={"error": str(exc)})
         return None

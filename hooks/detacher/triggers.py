@@ -1,10 +1,9 @@
 """Why a node should be out of its load balancers (pure)."""
 from __future__ import annotations
 
-from hooks import fields
+from hooks import detacher_names, fields
 from hooks.config import Settings
-from hooks.detacher import names
-from hooks.machines.names import DISRUPTED_TAINT
+from hooks.machine_names import DISRUPTED_TAINT
 
 # Taints that mean "this node is about to go": cluster-autoscaler, Karpenter, NTH, a Machine's termination.
 _LEAVING_TAINT_KEYS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", DISRUPTED_TAINT)
@@ -44,7 +43,7 @@ def reasons(node: dict, settings: Settings) -> list[str]:
     found.extend(leaving_taints(node, settings))
     if fields.string(node, "metadata", "deletionTimestamp"):
         found.append("deleting")
-    if annotations.get(names.FOR_POD):
+    if annotations.get(detacher_names.FOR_POD):
         found.append("daemonset-pod")
     if external_detach_request(annotations):
         found.append("annotation")
@@ -53,19 +52,19 @@ def reasons(node: dict, settings: Settings) -> list[str]:
 
 def external_detach_request(annotations: dict) -> bool:
     """``detaching=true`` set by someone else (or kept by them after we started)."""
-    if annotations.get(names.DETACHING) != "true":
+    if annotations.get(detacher_names.DETACHING) != "true":
         return False
-    if not annotations.get(names.SINCE):
+    if not annotations.get(detacher_names.SINCE):
         return True  # we never started a detach: it is someone else's request
-    return "annotation" in (annotations.get(names.REASON) or "").split(",")
+    return "annotation" in (annotations.get(detacher_names.REASON) or "").split(",")
 
 
 def ours_present(node: dict) -> bool:
     """Whether anything of a detach we started is still on the node."""
     annotations = fields.mapping(node, "metadata", "annotations")
     labels = fields.mapping(node, "metadata", "labels")
-    if any(annotations.get(k) for k in (names.SINCE, names.DEREGISTERED, names.DEREGISTERING, names.DETACHED_AT)):
+    if any(annotations.get(k) for k in (detacher_names.SINCE, detacher_names.DEREGISTERED, detacher_names.DEREGISTERING, detacher_names.DETACHED_AT)):
         return True
-    if labels.get(names.EXCLUDE_LABEL) == names.EXCLUDE_VALUE:
+    if labels.get(detacher_names.EXCLUDE_LABEL) == detacher_names.EXCLUDE_VALUE:
         return True
-    return any(t.get("key") == names.DETACHING_TAINT for t in fields.objects(node, "spec", "taints"))
+    return any(t.get("key") == detacher_names.DETACHING_TAINT for t in fields.objects(node, "spec", "taints"))

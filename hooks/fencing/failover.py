@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hooks import objects
-from hooks.fencing import names, selectors
+from hooks import fencing_names, objects
+from hooks.fencing import selectors
 from hooks.fencing.policy import Policy
 
 SINGLE_WRITER_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
@@ -48,8 +48,8 @@ def chosen(pod: dict, policy: Policy) -> str | None:
     """Why this pod may fail over without fencing, or None."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
-    if labels.get(names.FAILOVER_LABEL) == names.FAILOVER_IMMEDIATE:
-        return f"label {names.FAILOVER_LABEL}={names.FAILOVER_IMMEDIATE}"
+    if labels.get(fencing_names.FAILOVER_LABEL) == fencing_names.FAILOVER_IMMEDIATE:
+        return f"label {fencing_names.FAILOVER_LABEL}={fencing_names.FAILOVER_IMMEDIATE}"
     if policy.failover_selector is None:
         return None
     if policy.failover_namespaces and meta.get("namespace") not in policy.failover_namespaces:

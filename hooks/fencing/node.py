@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from hooks import fencing_names
 from hooks.config import Settings
 from hooks.contract import HookRequest
-from hooks.fencing import names
 from hooks.fencing.node_phases.attachments import with_record
 from hooks.fencing.node_phases.fence import fence
 from hooks.fencing.node_phases.release import release
@@ -41,8 +41,8 @@ def request_to_make(request: HookRequest, settings: Settings, now: dt.datetime) 
     """The FencingRequest this decision makes at ``now`` and the node does not have yet (None when there is
     none: the node is not due, not admitted, held, or has its request of this spell already)."""
     plan = decide(request, settings, now, {})
-    existing = {(c.get("metadata") or {}).get("name") for c in request.children.of_kind(names.REQUEST_KIND,
-                                                                                         names.API_GROUP)}
+    existing = {(c.get("metadata") or {}).get("name") for c in request.children.of_kind(fencing_names.REQUEST_KIND,
+                                                                                         fencing_names.API_GROUP)}
     made = [a for a in plan.response.get("attachments") or []
-            if a.get("kind") == names.REQUEST_KIND and a["metadata"]["name"] not in existing]
+            if a.get("kind") == fencing_names.REQUEST_KIND and a["metadata"]["name"] not in existing]
     return made[0] if made else None

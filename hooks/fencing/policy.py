@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from hooks import bounds, fields, timefmt
+from hooks import bounds, fencing_names, fields, timefmt
 from hooks.contract import RequestError
-from hooks.fencing import names, selectors
+from hooks.fencing import selectors
 
 DEFAULT_DURATION = 60.0
 DEFAULT_MAX_UNHEALTHY = "40%"
@@ -45,8 +45,8 @@ class Policy:
     rules: tuple[Rule, ...] = DEFAULT_RULES
     max_unhealthy: int | str = DEFAULT_MAX_UNHEALTHY
     exclude_control_plane: bool = True
-    action: str = names.ACTION_OFF
-    strategy: str = names.OUT_OF_SERVICE
+    action: str = fencing_names.ACTION_OFF
+    strategy: str = fencing_names.OUT_OF_SERVICE
     failover_selector: dict | None = None
     failover_namespaces: tuple[str, ...] = ()
     status: dict = field(default_factory=dict)
@@ -127,8 +127,8 @@ def parse(obj: dict, where: str = "parent") -> Policy:
         rules=_rules(obj, where),
         max_unhealthy=_max_unhealthy(obj, where),
         exclude_control_plane=fields.boolean(obj, "spec", "excludeControlPlane", where=where, default=True),
-        action=_choice(obj, "action", names.ACTIONS, names.ACTION_OFF, where),
-        strategy=_choice(obj, "recoveryStrategy", names.STRATEGIES, names.OUT_OF_SERVICE, where),
+        action=_choice(obj, "action", fencing_names.ACTIONS, fencing_names.ACTION_OFF, where),
+        strategy=_choice(obj, "recoveryStrategy", fencing_names.STRATEGIES, fencing_names.OUT_OF_SERVICE, where),
         failover_selector=failover_selector,
         failover_namespaces=tuple(namespaces),
         status=fields.mapping(obj, "status", where=where),
@@ -143,7 +143,7 @@ def parse_all(objs: list[dict]) -> tuple[list[Policy], dict[str, str]]:
     for obj in objs:
         name = obj["metadata"]["name"]
         try:
-            valid.append(parse(obj, where=f"related.{names.POLICY_KIND}/{name}"))
+            valid.append(parse(obj, where=f"related.{fencing_names.POLICY_KIND}/{name}"))
         except RequestError as exc:
             invalid[name] = str(exc)
     return sorted(valid, key=lambda p: p.name), invalid

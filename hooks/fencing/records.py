@@ -15,7 +15,7 @@ and it carries the Node as its owner, so it goes with the Node.
 """
 from __future__ import annotations
 
-from hooks.fencing import names
+from hooks import fencing_names
 from hooks.fencing.policy import Policy
 
 KIND = "UnhealthyNode"
@@ -37,7 +37,7 @@ def selector_keys(policies: list[Policy]) -> set[str]:
 
 def condition_types(policies: list[Policy]) -> set[str]:
     """Every condition type a count reads: Ready, our fencing conditions, and those the rules name."""
-    return {"Ready", names.REQUIRED, names.COMPLETE, *(rule.type for p in policies for rule in p.rules)}
+    return {"Ready", fencing_names.REQUIRED, fencing_names.COMPLETE, *(rule.type for p in policies for rule in p.rules)}
 
 
 def build(node_name: str, node_uid: str | None, labels: dict, status: dict, policies: list[Policy]) -> dict:
@@ -45,7 +45,7 @@ def build(node_name: str, node_uid: str | None, labels: dict, status: dict, poli
     select on."""
     keys, types = selector_keys(policies), condition_types(policies)
     return {
-        "apiVersion": names.API_VERSION,
+        "apiVersion": fencing_names.API_VERSION,
         "kind": KIND,
         "metadata": {"name": node_name, "labels": {k: v for k, v in sorted(labels.items()) if k in keys}},
         "spec": {

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hooks import bounds, fields
+from hooks import bounds, fencing_names, fields
 from hooks.contract import RequestError
-from hooks.fencing import names
 
 DEFAULT_RETRIES = 5
 DEFAULT_RETRY_INTERVAL = 5.0
@@ -35,13 +34,13 @@ def parse_spec(obj: dict) -> Spec:
     node_name = fields.string(obj, "spec", "nodeRef", "name")
     if not node_name:
         raise RequestError("parent.spec.nodeRef.name", "is required: the Node to fence")
-    action = fields.string(obj, "spec", "action", default=names.ACTION_OFF)
-    if action not in names.ACTIONS:
-        raise RequestError("parent.spec.action", f"must be one of {', '.join(names.ACTIONS)}, got {action!r}")
-    strategy = fields.string(obj, "spec", "recoveryStrategy", default=names.OUT_OF_SERVICE)
-    if strategy not in names.STRATEGIES:
+    action = fields.string(obj, "spec", "action", default=fencing_names.ACTION_OFF)
+    if action not in fencing_names.ACTIONS:
+        raise RequestError("parent.spec.action", f"must be one of {', '.join(fencing_names.ACTIONS)}, got {action!r}")
+    strategy = fields.string(obj, "spec", "recoveryStrategy", default=fencing_names.OUT_OF_SERVICE)
+    if strategy not in fencing_names.STRATEGIES:
         raise RequestError("parent.spec.recoveryStrategy",
-                           f"must be one of {', '.join(names.STRATEGIES)}, got {strategy!r}")
+                           f"must be one of {', '.join(fencing_names.STRATEGIES)}, got {strategy!r}")
     retries = bounds.whole_number(fields.mapping(obj, "spec").get("retries"), "parent.spec.retries",
                                   minimum=1, maximum=MAX_RETRIES, default=DEFAULT_RETRIES)
     timeout = _duration(obj, "timeout", DEFAULT_TIMEOUT, positive=True)
@@ -81,7 +80,7 @@ def removed_with_the_taint(waiting: list[dict]) -> list[dict]:
     whose toleration has tolerationSeconds is left until the taint-eviction
     controller marks it.
     """
-    taint = (names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE, names.OUT_OF_SERVICE_EFFECT)
+    taint = (fencing_names.OUT_OF_SERVICE_TAINT, fencing_names.OUT_OF_SERVICE_VALUE, fencing_names.OUT_OF_SERVICE_EFFECT)
     return [p for p in waiting
             if p.get("terminating") or not any(_matches(t, *taint) for t in p.get("tolerations") or [])]
 
@@ -102,7 +101,7 @@ def older_active(me: dict, others: list[dict], node_name: str) -> list[str]:
         node_ref = spec.get("nodeRef") if isinstance(spec.get("nodeRef"), dict) else {}
         if meta.get("uid") == mine.get("uid") or meta.get("deletionTimestamp") or node_ref.get("name") != node_name:
             continue
-        if status.get("phase") in names.FINISHED_PHASES:
+        if status.get("phase") in fencing_names.FINISHED_PHASES:
             continue
         if (str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or "")) < my_key:
             found.append(f"{meta.get('namespace')}/{meta.get('name')}")
@@ -122,15 +121,15 @@ def holds_out_of_service_taint(obj: dict) -> bool:
     """
     status = _section(obj, "status")
     recorded = _section(status, "recovery").get("outOfServiceTaint")
-    if recorded == names.TAINT_APPLIED:
+    if recorded == fencing_names.TAINT_APPLIED:
         return True
-    if recorded == names.TAINT_REMOVED:
+    if recorded == fencing_names.TAINT_REMOVED:
         return False
-    strategy = _section(obj, "spec").get("recoveryStrategy") or names.OUT_OF_SERVICE
+    strategy = _section(obj, "spec").get("recoveryStrategy") or fencing_names.OUT_OF_SERVICE
     listed = status.get("conditions") if isinstance(status.get("conditions"), list) else []
-    fenced = any(isinstance(c, dict) and c.get("type") == names.FENCING_SUCCEEDED and c.get("status") == "True"
+    fenced = any(isinstance(c, dict) and c.get("type") == fencing_names.FENCING_SUCCEEDED and c.get("status") == "True"
                  for c in listed)
-    return fenced and strategy == names.OUT_OF_SERVICE
+    return fenced and strategy == fencing_names.OUT_OF_SERVICE
 
 
 def taint_holders(me: dict, others: list, node_name: str, unfinished_only: bool = False) -> list[str]:
@@ -146,7 +145,7 @@ def taint_holders(me: dict, others: list, node_name: str, unfinished_only: bool 
         meta = _section(other, "metadata")
         if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
             continue
-        if unfinished_only and _section(other, "status").get("phase") in names.FINISHED_PHASES:
+        if unfinished_only and _section(other, "status").get("phase") in fencing_names.FINISHED_PHASES:
             continue
         if _section(_section(other, "spec"), "nodeRef").get("name") != node_name:
             continue
@@ -179,9 +178,9 @@ def waiting_pods(node_pods: list[dict], strategy: str) -> list[dict]:
     for pod in node_pods:
         if pod.get("phase") in ("Succeeded", "Failed") and not pod.get("terminating"):
             continue
-        if strategy == names.OUT_OF_SERVICE and not pod.get("terminating") and tolerates(
-                pod.get("tolerations"), names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE,
-                names.OUT_OF_SERVICE_EFFECT):
+        if strategy == fencing_names.OUT_OF_SERVICE and not pod.get("terminating") and tolerates(
+                pod.get("tolerations"), fencing_names.OUT_OF_SERVICE_TAINT, fencing_names.OUT_OF_SERVICE_VALUE,
+                fencing_names.OUT_OF_SERVICE_EFFECT):
             continue
         waiting.append(pod)
     return waiting

@@ -55,8 +55,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import conditions, timefmt
-from hooks.fencing import health, names
+from hooks import conditions, fencing_names, timefmt
+from hooks.fencing import health
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
 
@@ -150,8 +150,8 @@ def judge(policy: Policy, recorded: list[dict], now: dt.datetime, listing: Listi
         state = health.assess(status, policy.rules, now)
         if state.unhealthy:
             unhealthy[name] = state
-        fencing += conditions.is_true(status, names.REQUIRED)
-        fenced += conditions.is_true(status, names.COMPLETE)
+        fencing += conditions.is_true(status, fencing_names.REQUIRED)
+        fenced += conditions.is_true(status, fencing_names.COMPLETE)
     return Judged(tuple(selected), unhealthy, fencing, fenced)
 
 
@@ -238,7 +238,7 @@ class Verdict:
 def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) -> Verdict:
     """May fencing of ``node_name`` start, by the policy's last count?"""
     status = policy.status or {}
-    guard = conditions.find(status, names.STORM_GUARD)
+    guard = conditions.find(status, fencing_names.STORM_GUARD)
     if guard is None or status.get("observedGeneration") != policy.generation:
         return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted its nodes for this spec yet")
     counted = timefmt.parse(status.get("countedAt"))

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from hooks import events
 from hooks.contract import DECORATOR_CLAIM, HookRequest, RequestError, decorator_finalizer, parse_object
-from hooks.detacher.names import ATTACHMENT_KIND
-from hooks.fencing.names import REQUEST_KIND, request_name
+from hooks.detacher_names import ATTACHMENT_KIND
 from hooks.fencing import records
-from hooks.handover.names import CLAIM_ATTACHMENT, OLD_CONTROLLERS, OLD_FINALIZERS
+from hooks.fencing_names import REQUEST_KIND, request_name
 from hooks.handover.release import remove, removed
-from hooks.plan import HELD, Action, Change, Gate, Outcome, Plan
+from hooks.handover_names import CLAIM_ATTACHMENT, OLD_CONTROLLERS, OLD_FINALIZERS
+from hooks.plan import Action, Change, Gate, HELD, Outcome, Plan
 
 
 def pending(request: HookRequest) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hooks import events
 from hooks.contract import HookRequest
-from hooks.handover.names import OLD_FINALIZERS, REMOVE_FINALIZERS
+from hooks.handover_names import OLD_FINALIZERS, REMOVE_FINALIZERS
 from hooks.plan import Action, Change, Plan
 
 

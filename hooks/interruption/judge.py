@@ -4,7 +4,7 @@ A message names an instance; it is acted on only when, as read just now:
 
 - EC2 knows the instance and it carries ``kubernetes.io/cluster/<cluster>=owned``;
 - exactly one Machine records it in ``status.instanceID``, and the instance is
-  that Machine's (``names.machines_instance``);
+  that Machine's (``machine_names.machines_instance``);
 - EC2 agrees with the claim: a spot warning or a rebalance recommendation
   names a spot instance, a state change names an instance that is leaving now,
   and a spot warning whose deadline has passed (a redrive, a replay) is
@@ -38,10 +38,10 @@ import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import timefmt
+from hooks import machine_names, timefmt
 from hooks.ec2_names import LEAVING_STATES, cluster_owned
 from hooks.interruption import messages
-from hooks.machines import names, signals
+from hooks.machines import signals
 
 STATUS_CHECK_ID = "status-check"
 # How long after its event a notice for an instance of ours waits for its Machine to record it: the record is
@@ -153,13 +153,13 @@ def _one(claim: messages.Claim, iid: str, book: Book, instance: dict | None, clu
         return dropped(messages.FOREIGN, f"instance {iid} is recorded by {len(recording)} Machines, not one")
     if recording:
         machine = recording[0]
-        if not names.machines_instance(tags, machine["uid"], cluster_name):
+        if not machine_names.machines_instance(tags, machine["uid"], cluster_name):
             return dropped(messages.FOREIGN, f"instance {iid} is not Machine {machine['name']}'s")
     else:
-        machine = book.machine(tags.get(names.TAG_MACHINE_UID))
+        machine = book.machine(tags.get(machine_names.TAG_MACHINE_UID))
         if machine is None:
             return dropped(messages.FOREIGN, f"instance {iid} is recorded by no Machine, and its "
-                                             f"{names.TAG_MACHINE_UID} tag names none")
+                                             f"{machine_names.TAG_MACHINE_UID} tag names none")
         if machine.get("instanceID"):
             # A second launch for the Machine: its controller terminates it.
             return dropped(messages.FOREIGN, f"instance {iid} is not the one Machine {machine['name']} records "

@@ -11,9 +11,8 @@ import time
 
 from lightkube.resources.apps_v1 import DaemonSet
 
-from hooks import runtime, timefmt
+from hooks import detacher_names, runtime, timefmt
 from hooks.contract import HookRequest
-from hooks.detacher import names
 from hooks.detacher.pod_trigger import configured
 from hooks.kube.client import is_not_found
 
@@ -45,7 +44,7 @@ class _ManagedDaemonSets:
         keys = frozenset(
             f"{ds.metadata.namespace}/{ds.metadata.name}"
             for ds in kube.list(DaemonSet, namespace="*")
-            if (ds.metadata.annotations or {}).get(names.MANAGED_BY) == detacher_name
+            if (ds.metadata.annotations or {}).get(detacher_names.MANAGED_BY) == detacher_name
         )
         with self._lock:
             self._keys, self._at = keys, time.monotonic()
@@ -58,10 +57,10 @@ MANAGED = _ManagedDaemonSets()
 
 def end_of_node_request(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> str | None:
     """Why the node's pod-detach request ends now, or None (it stays, or there is none)."""
-    value = request.annotations.get(names.FOR_POD)
+    value = request.annotations.get(detacher_names.FOR_POD)
     if not value:
         return None
-    return _ended(value, request.annotations.get(names.FOR_POD_SINCE), ctx, now)
+    return _ended(value, request.annotations.get(detacher_names.FOR_POD_SINCE), ctx, now)
 
 
 def _ended(value: str, since: str | None, ctx: runtime.Context, now: dt.datetime) -> str | None:

@@ -12,7 +12,7 @@ import threading
 import time
 
 from hooks.contract import DECORATOR_CLAIM
-from hooks.handover.names import OLD_CONTROLLERS
+from hooks.handover_names import OLD_CONTROLLERS
 from hooks.kube import fresh
 
 # How long one answer about the old controllers serves this process.

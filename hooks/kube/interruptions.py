@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from lightkube.core.exceptions import ApiError
 
+from hooks import machine_names
 from hooks.kube import fresh
 from hooks.kube.taints import pointer
-from hooks.machines import names, signals
+from hooks.machines import signals
 
 _ATTEMPTS = 4
 
@@ -28,7 +29,7 @@ def record(kube, name: str, uid: str, value: str, replaces: str | None = None) -
     new = signals.parse(value, signals.INTERRUPTIONS)
     if new is None:
         raise ValueError(f"not an interruption signal: {value[:200]!r}")
-    res = fresh.resource(names.MACHINE_KIND)
+    res = fresh.resource(machine_names.MACHINE_KIND)
     for attempt in range(_ATTEMPTS):
         machine = fresh.as_dict(kube.get(res, name))
         meta = machine.get("metadata") or {}
@@ -67,7 +68,7 @@ def retire(kube, name: str, uid: str, value: str) -> bool:
     ops = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "test", "path": path, "value": value},
            {"op": "remove", "path": path}]
     try:
-        kube.json_patch(fresh.resource(names.MACHINE_KIND), name, ops)
+        kube.json_patch(fresh.resource(machine_names.MACHINE_KIND), name, ops)
     except ApiError as exc:
         # 422: a test failed (another Machine, or another signal now); 404: the Machine is gone.
         if exc.status.code in (404, 422):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from hooks import fencing_names
 from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, parse_request
-from hooks.fencing import failover, names
+from hooks.fencing import failover
 from hooks.fencing.policy import Policy
 from hooks.kube import fresh, pods, policy_cache
-from hooks.kube.fencing import claim_access_modes
+from hooks.kube.fencing_api import claim_access_modes
 from hooks.plan import error_text
 
 
@@ -25,9 +26,9 @@ def rebuilt(request: HookRequest, kube, namespace: str) -> HookRequest:
         policies_now = policy_cache.read_all(kube)
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
         raise fresh.Unverified(f"cannot list NodeFencingPolicies: {error_text(exc)}") from exc
-    fr_name = names.request_name(request.name)
-    fencing_request = fresh.read(kube, names.REQUEST_KIND, fr_name, namespace)
-    children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{namespace}/{fr_name}": fencing_request}} \
+    fr_name = fencing_names.request_name(request.name)
+    fencing_request = fresh.read(kube, fencing_names.REQUEST_KIND, fr_name, namespace)
+    children = {f"{fencing_names.REQUEST_KIND}.{fencing_names.API_VERSION}": {f"{namespace}/{fr_name}": fencing_request}} \
         if fencing_request else {}
     try:
         return dataclasses.replace(

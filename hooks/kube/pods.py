@@ -5,7 +5,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
-from hooks.kube.fencing import volume_attachments_on
+from hooks.kube.fencing_api import volume_attachments_on
 from hooks.plan import error_text
 
 

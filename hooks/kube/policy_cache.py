@@ -5,7 +5,7 @@ every parent relating an object whenever that object changes, so a related
 policy put every Node in the queue at each write of its status (its count,
 every count interval). Instead the Node hook reads them through this cache,
 listed at most once per ``ttl`` seconds per process, and sooner when a Node
-carries the count annotation (names.COUNT_ANNOTATION) newer than any count the cache
+carries the count annotation (fencing_names.COUNT_ANNOTATION) newer than any count the cache
 holds: the policy controller writes it on the Nodes its count just admitted
 for fencing, so they are synced at once on a count they can see.
 
@@ -19,7 +19,7 @@ import datetime as dt
 import threading
 import time
 
-from hooks.fencing import names
+from hooks import fencing_names
 from hooks.fencing.policy import counted_since
 from hooks.kube import fresh
 
@@ -55,7 +55,7 @@ class PolicyCache:
 def read_all(kube) -> dict[str, dict]:
     """Every NodeFencingPolicy as the API server has it now, by name. A failed list raises."""
     found = {}
-    for item in kube.list(fresh.resource(names.POLICY_KIND)):
+    for item in kube.list(fresh.resource(fencing_names.POLICY_KIND)):
         obj = fresh.as_dict(item)
         found[obj["metadata"]["name"]] = obj
     return found
@@ -63,7 +63,7 @@ def read_all(kube) -> dict[str, dict]:
 
 def related(found: dict[str, dict]) -> dict:
     """The policies as a hook request's related objects (``ObjectGroups.parse`` input)."""
-    return {f"{names.POLICY_KIND}.{names.API_VERSION}": found}
+    return {f"{fencing_names.POLICY_KIND}.{fencing_names.API_VERSION}": found}
 
 
 CACHE = PolicyCache()

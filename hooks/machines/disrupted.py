@@ -18,9 +18,9 @@
 """
 from __future__ import annotations
 
-from hooks import conditions, events, timefmt
+from hooks import conditions, events, machine_names, timefmt
 from hooks.ec2_names import GONE_STATES, LEAVING_STATES
-from hooks.machines import names, signals
+from hooks.machines import signals
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, SameObject
 
@@ -55,18 +55,18 @@ def step(view: MachineView, progress: Progress, deleting: bool) -> None:
         notice = signals.of(view.obj, signals.INTERRUPTION_ANNOTATION)
         progress.actions.append(Action(
             "kube.retire-interruption", view.name, {"uid": view.uid, "value": retired},
-            requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),),
+            requires=(SameObject(machine_names.MACHINE_KIND, view.name, view.uid),),
             reports=events.normal(events.INTERRUPTION_RETIRED,
                                   f"instance {view.instance_id} is running again after the {notice.reason} of "
                                   f"{timefmt.fmt(notice.at)}: the notice is retired")))
     why = signals.of(view.obj, signals.DISRUPTION_ANNOTATION) if retired is not None else reason(view)
     if why is None:
         # No signal stands (a stop retired, an annotation removed): nothing shows the Machine as going.
-        kept, removed = conditions.remove(view.status, names.DISRUPTED)
+        kept, removed = conditions.remove(view.status, machine_names.DISRUPTED)
         if removed:
             view.status["conditions"] = kept["conditions"]
         return
-    if progress.condition(names.DISRUPTED, "True", why.reason, f"{why.reason} at {timefmt.fmt(why.at)}"):
+    if progress.condition(machine_names.DISRUPTED, "True", why.reason, f"{why.reason} at {timefmt.fmt(why.at)}"):
         progress.events.append(events.normal(events.MACHINE_DISRUPTED, f"disrupted: {why.reason}"))
     if deleting or not why.forceful or not view.verified:
         return
@@ -80,7 +80,7 @@ def step(view: MachineView, progress: Progress, deleting: bool) -> None:
         return  # already gone: liveness deletes the Machine
     progress.actions.append(Action(
         "kube.delete-machine", view.name, {"uid": view.uid},
-        requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),),
+        requires=(SameObject(machine_names.MACHINE_KIND, view.name, view.uid),),
         reports=events.warning(events.MACHINE_INTERRUPTED,
                                f"{why.reason} for instance {view.instance_id} at {timefmt.fmt(why.at)}: "
                                f"deleting the Machine" + (f" before {timefmt.fmt(why.deadline)}"

@@ -48,8 +48,8 @@ import datetime as dt
 import json
 from dataclasses import dataclass, field
 
-from hooks import conditions, timefmt
-from hooks.machines import budgets, names, pool, signals
+from hooks import conditions, machine_names, timefmt
+from hooks.machines import budgets, pool, signals
 from hooks.machines.repair import Fenced
 
 MAX_RECORDS = 1000
@@ -115,12 +115,12 @@ def records_of(status: dict) -> list[dict]:
 
 def replaces_of(machine: dict) -> Replaces | None:
     """What the Machine's ``nodewarden.io/replaces`` says, read through bounds: anything else reads as none."""
-    data = signals.json_object(machine["metadata"]["annotations"].get(names.REPLACES), _MAX_REPLACES)
+    data = signals.json_object(machine["metadata"]["annotations"].get(machine_names.REPLACES), _MAX_REPLACES)
     if data is None:
         return None
     uid, name, reason, at = data.get("uid"), data.get("machine"), data.get("reason"), timefmt.parse(data.get("at"))
     if not (isinstance(uid, str) and 0 < len(uid) <= _MAX_UID and isinstance(name, str)
-            and 0 < len(name) <= names.MAX_NAME and reason in _RECORDED and at is not None):
+            and 0 < len(name) <= machine_names.MAX_NAME and reason in _RECORDED and at is not None):
         return None
     return Replaces(uid, name, reason, at)
 
@@ -128,17 +128,17 @@ def replaces_of(machine: dict) -> Replaces | None:
 def replaces(record: dict) -> dict[str, str]:
     """The annotations of a Machine made to replace the Machine of ``record``."""
     mark = Replaces(record["uid"], record["machine"], record["reason"], timefmt.parse(record["at"]))
-    return {names.REPLACES: mark.encode()}
+    return {machine_names.REPLACES: mark.encode()}
 
 
 def _drifted_at(machine: dict, template_hash: str, now: dt.datetime) -> dt.datetime | None:
     """When the Machine drifted, if it did: made from a template other than the pool's, as the pool (read
     fresh) has it now. The Machine's own Drifted condition is judged on Metacontroller's copy of the pool,
     which can be a step behind; it gives only the time."""
-    made_from = machine["metadata"]["annotations"].get(names.TEMPLATE_HASH)
+    made_from = machine["metadata"]["annotations"].get(machine_names.TEMPLATE_HASH)
     if not template_hash or not made_from or made_from == template_hash:
         return None
-    cond = conditions.find(machine["status"], names.DRIFTED) or {}
+    cond = conditions.find(machine["status"], machine_names.DRIFTED) or {}
     return timefmt.parse(cond.get("lastTransitionTime")) if cond.get("status") == "True" else now
 
 
@@ -317,7 +317,7 @@ def _made_for(record: dict, claims: dict[str, list[dict]], live: dict[str, dict]
     found = [m for m in claims.get(record["uid"], []) if m["metadata"]["name"] not in held]
     named = live.get(record.get("replacement") or "")
     if not found and named is not None and named["metadata"]["name"] not in held \
-            and names.REPLACES not in named["metadata"]["annotations"]:
+            and machine_names.REPLACES not in named["metadata"]["annotations"]:
         found = [named]
     found.sort(key=lambda m: not _initialized(m))
     if found:
@@ -359,7 +359,7 @@ def _record(machine: dict, reason: str, at: dt.datetime, stamp: str) -> dict:
 
 
 def _initialized(machine: dict) -> bool:
-    return not machine["metadata"]["deletionTimestamp"] and conditions.is_true(machine["status"], names.INITIALIZED)
+    return not machine["metadata"]["deletionTimestamp"] and conditions.is_true(machine["status"], machine_names.INITIALIZED)
 
 
 def assign_replacements(needs: list[dict], created: list[str]) -> None:

@@ -5,15 +5,16 @@ its disruption budgets (hooks.machines.disruption).
 """
 from __future__ import annotations
 
+from hooks import machine_names
 from hooks.contract import RequestError
-from hooks.machines import names, spec
+from hooks.machines import spec
 from hooks.machines.view import MachineView, Progress
 
 
 def step(view: MachineView, progress: Progress, pool: dict | None) -> None:
     if pool is None:
         return  # not shown this pool: say nothing rather than guess
-    made_from = (view.obj["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH)
+    made_from = (view.obj["metadata"].get("annotations") or {}).get(machine_names.TEMPLATE_HASH)
     try:
         current = spec.pool(pool).template_hash
     except RequestError:
@@ -21,7 +22,7 @@ def step(view: MachineView, progress: Progress, pool: dict | None) -> None:
     if not made_from:
         return
     if made_from == current:
-        progress.condition(names.DRIFTED, "False", "UpToDate", "made from the pool's current template")
+        progress.condition(machine_names.DRIFTED, "False", "UpToDate", "made from the pool's current template")
     else:
-        progress.condition(names.DRIFTED, "True", "TemplateChanged",
+        progress.condition(machine_names.DRIFTED, "True", "TemplateChanged",
                            f"made from template {made_from}; the pool's is now {current}")

@@ -7,8 +7,7 @@ NotReady later is liveness's and fencing's business, not a reason to undo it.
 """
 from __future__ import annotations
 
-from hooks import conditions, events, fields
-from hooks.machines import names
+from hooks import conditions, events, fields, machine_names
 from hooks.machines.view import MachineView, Progress
 
 
@@ -24,20 +23,20 @@ def waiting_for(view: MachineView, node: dict) -> list[str]:
             missing.append(f"startup taint {taint.key} to go")
     allocatable = fields.mapping(status, "allocatable", where="node.status")
     for resource in sorted(view.status.get("capacity") or {}):
-        if resource not in names.STANDARD_RESOURCES and str(allocatable.get(resource, "0")) in ("0", ""):
+        if resource not in machine_names.STANDARD_RESOURCES and str(allocatable.get(resource, "0")) in ("0", ""):
             missing.append(f"extended resource {resource}")
     return missing
 
 
 def step(view: MachineView, progress: Progress, node: dict | None, settings) -> None:
-    if node is None or not conditions.is_true(view.status, names.REGISTERED):
+    if node is None or not conditions.is_true(view.status, machine_names.REGISTERED):
         return
-    if conditions.is_true(view.status, names.INITIALIZED):
+    if conditions.is_true(view.status, machine_names.INITIALIZED):
         return
     missing = waiting_for(view, node)
     if missing:
-        progress.condition(names.INITIALIZED, "False", "Initializing", "waiting for " + ", ".join(missing))
+        progress.condition(machine_names.INITIALIZED, "False", "Initializing", "waiting for " + ", ".join(missing))
         progress.again_in(settings.machine_poll_seconds)
         return
-    progress.condition(names.INITIALIZED, "True", "Initialized", "Node Ready, startup taints gone")
+    progress.condition(machine_names.INITIALIZED, "True", "Initialized", "Node Ready, startup taints gone")
     progress.events.append(events.normal(events.MACHINE_INITIALIZED, f"Node {node['metadata']['name']} is ready"))

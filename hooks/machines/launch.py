@@ -20,9 +20,9 @@ A crash after RunInstances and before the record is step 1 on the next call.
 """
 from __future__ import annotations
 
-from hooks import events, timefmt
+from hooks import events, machine_names, timefmt
 from hooks.ec2_names import GONE_STATES
-from hooks.machines import capacity, names, spec
+from hooks.machines import capacity, spec
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf
 
@@ -38,13 +38,13 @@ def record_instance(view: MachineView, progress: Progress, found: dict) -> None:
             view.status[key] = found[key]
     if found.get("launchTime") and not view.status.get("launchedAt"):
         view.status["launchedAt"] = found["launchTime"]
-    progress.condition(names.LAUNCHED, "True", "InstanceLaunched",
+    progress.condition(machine_names.LAUNCHED, "True", "InstanceLaunched",
                        f"instance {found['instanceID']} ({found.get('instanceType')}) in {found.get('zone')}")
     if not recorded_before:
         # Launched by an earlier call whose record was lost (a crash): found by the UID tag instead.
         progress.events.append(events.normal(events.INSTANCE_FOUND,
                                              f"instance {found['instanceID']} found by its "
-                                             f"{names.TAG_MACHINE_UID} tag and recorded"))
+                                             f"{machine_names.TAG_MACHINE_UID} tag and recorded"))
 
 
 def request_fresh(status: dict, now) -> bool:
@@ -86,12 +86,12 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
         return
     if not request_fresh(view.status, view.now):
         view.status["launchRequestedAt"] = timefmt.fmt(view.now)
-        progress.condition(names.LAUNCHED, "False", "Launching", "launching an instance")
+        progress.condition(machine_names.LAUNCHED, "False", "Launching", "launching an instance")
         progress.events.append(events.normal(events.LAUNCH_REQUESTED, "launching an instance"))
         progress.again_in(0.2)
         return
     if observed.get("userDataError"):
-        progress.condition(names.LAUNCHED, "False", events.INVALID_SPEC, observed["userDataError"])
+        progress.condition(machine_names.LAUNCHED, "False", events.INVALID_SPEC, observed["userDataError"])
         progress.error(observed["userDataError"], settings.error_backoff_max_seconds)
         return
     if not isinstance(observed.get("userData"), str):
@@ -108,7 +108,7 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
     params = {
         "region": settings.aws_region, "uid": view.uid, "launchRequestedAt": view.status["launchRequestedAt"],
         "candidates": candidates,
-        "tags": names.instance_tags(cluster_name, view.pool, view.name, view.uid),
+        "tags": machine_names.instance_tags(cluster_name, view.pool, view.name, view.uid),
         "imageId": view.spec.image_id, "launchTemplate": view.spec.launch_template,
         "securityGroups": list(view.spec.security_groups), "instanceProfile": view.spec.instance_profile,
         "userData": observed["userData"],

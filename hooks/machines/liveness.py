@@ -15,9 +15,8 @@ Deletion goes through the Machine's finalizer, which terminates the instance.
 """
 from __future__ import annotations
 
-from hooks import conditions, events, timefmt
+from hooks import conditions, events, machine_names, timefmt
 from hooks.ec2_names import GONE_STATES
-from hooks.machines import names
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, SameObject
@@ -26,7 +25,7 @@ from hooks.plan import Action, SameObject
 def _delete(view: MachineView, progress: Progress, reason: str, message: str, metric: str) -> None:
     progress.actions.append(Action(
         "kube.delete-machine", view.name, {"uid": view.uid},
-        requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),),
+        requires=(SameObject(machine_names.MACHINE_KIND, view.name, view.uid),),
         reports=events.warning(reason, message)))
     progress.actions.append(Action("metric.machine", view.pool, {"event": metric}))
 
@@ -37,7 +36,7 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
                 f"Node {view.status.get('nodeName')} ({view.status.get('nodeUID')}) is gone: deleting the Machine",
                 "node-gone")
         return
-    if conditions.is_true(view.status, names.REGISTERED) or view.status.get("nodeUID"):
+    if conditions.is_true(view.status, machine_names.REGISTERED) or view.status.get("nodeUID"):
         return _instance_gone(view, progress, settings)
     started = timefmt.parse(view.status.get("launchedAt")) or view.created
     age = (view.now - started).total_seconds()

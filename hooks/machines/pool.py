@@ -17,8 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-from hooks import conditions, timefmt
-from hooks.machines import names
+from hooks import conditions, machine_names, timefmt
 from hooks.machines.spec import PoolSpec
 
 
@@ -41,8 +40,8 @@ def machines_of(children: list[dict]) -> list[dict]:
         labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
         annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
         found.append({
-            "apiVersion": _str(child.get("apiVersion")) or names.API_VERSION,
-            "kind": names.MACHINE_KIND,
+            "apiVersion": _str(child.get("apiVersion")) or machine_names.API_VERSION,
+            "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": meta["name"], "uid": _str(meta.get("uid")),
                          "creationTimestamp": _str(meta.get("creationTimestamp")),
                          "deletionTimestamp": _str(meta.get("deletionTimestamp")),
@@ -59,9 +58,9 @@ def phase(machine: dict) -> str:
     status = machine["status"]
     if meta["deletionTimestamp"]:
         return "Terminating"
-    if conditions.is_true(status, names.INITIALIZED):
+    if conditions.is_true(status, machine_names.INITIALIZED):
         return "Initialized"
-    if conditions.is_true(status, names.REGISTERED):
+    if conditions.is_true(status, machine_names.REGISTERED):
         return "Registered"
     return "Launching"
 
@@ -72,7 +71,7 @@ def has_node(machine: dict) -> bool:
 
 
 def by_phase(machines: list[dict]) -> dict[str, int]:
-    counts = {p: 0 for p in names.PHASES}
+    counts = {p: 0 for p in machine_names.PHASES}
     for machine in machines:
         counts[phase(machine)] += 1
     return counts
@@ -80,22 +79,22 @@ def by_phase(machines: list[dict]) -> dict[str, int]:
 
 def machine_name(pool_name: str, pool_uid: str, slot: int) -> str:
     digest = hashlib.sha256(f"{pool_uid}/{slot}".encode()).hexdigest()[:5]
-    return f"{pool_name[:names.MAX_NAME - 6]}-{digest}"
+    return f"{pool_name[:machine_names.MAX_NAME - 6]}-{digest}"
 
 
 def keep(machine: dict) -> dict:
     """An existing Machine as the pool asks for it again: unchanged."""
     meta = machine["metadata"]
-    return {"apiVersion": machine["apiVersion"], "kind": names.MACHINE_KIND,
+    return {"apiVersion": machine["apiVersion"], "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": meta["name"], "labels": dict(meta["labels"]),
                          "annotations": dict(meta["annotations"])},
             "spec": machine["spec"]}
 
 
 def new_machine(pool_name: str, name: str, spec: PoolSpec, annotations: dict[str, str] | None = None) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
-            "metadata": {"name": name, "labels": {names.POOL_LABEL: pool_name},
-                         "annotations": {**(annotations or {}), names.TEMPLATE_HASH: spec.template_hash}},
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
+            "metadata": {"name": name, "labels": {machine_names.POOL_LABEL: pool_name},
+                         "annotations": {**(annotations or {}), machine_names.TEMPLATE_HASH: spec.template_hash}},
             "spec": spec.machine_spec}
 
 
@@ -183,7 +182,7 @@ def leaked(instances: list[dict], machine_uids: set[str], now: dt.datetime, grac
     """
     found = []
     for instance in instances:
-        uid = (instance.get("tags") or {}).get(names.TAG_MACHINE_UID)  # EC2's answer, not a request's
+        uid = (instance.get("tags") or {}).get(machine_names.TAG_MACHINE_UID)  # EC2's answer, not a request's
         if not uid or uid in machine_uids or instance.get("instanceID") in recorded:
             continue
         launched = timefmt.parse(instance.get("launchTime"))

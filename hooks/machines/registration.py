@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hooks import events, fields
-from hooks.machines import names
+from hooks import events, fields, machine_names
 from hooks.machines.view import MachineView, Progress, node_instance_id
 from hooks.plan import Action
 
@@ -51,7 +50,7 @@ def sight(machine: str, instance_id: str, node_name: str, node_uid: str, nodes: 
     another uid); without it, a recorded Node missing from ``nodes`` is unseen.
     """
     labelled = [n for n in nodes
-                if fields.mapping(n, "metadata", "labels", where="related.Node").get(names.MACHINE_LABEL) == machine]
+                if fields.mapping(n, "metadata", "labels", where="related.Node").get(machine_names.MACHINE_LABEL) == machine]
     naming = [n for n in labelled if instance_id and node_instance_id(n) == instance_id]
     others = [n for n in labelled if not (instance_id and node_instance_id(n) == instance_id)]
     if node_uid:
@@ -73,14 +72,14 @@ def sight(machine: str, instance_id: str, node_name: str, node_uid: str, nodes: 
 def mirrored(node: dict) -> bool:
     meta = node.get("metadata") or {}
     taints = (node.get("spec") or {}).get("taints") or []
-    return names.MANAGED_KEYS in (meta.get("annotations") or {}) and \
-        not any(isinstance(t, dict) and t.get("key") == names.UNREGISTERED_TAINT for t in taints)
+    return machine_names.MANAGED_KEYS in (meta.get("annotations") or {}) and \
+        not any(isinstance(t, dict) and t.get("key") == machine_names.UNREGISTERED_TAINT for t in taints)
 
 
 def _report(view: MachineView, progress: Progress, seen: Sight) -> None:
     for other in seen.others:
         name = other["metadata"]["name"]
-        message = (f"Node {name} carries {names.MACHINE_LABEL}={view.name} but its providerID "
+        message = (f"Node {name} carries {machine_names.MACHINE_LABEL}={view.name} but its providerID "
                    f"{(other.get('spec') or {}).get('providerID')!r} is not instance {view.instance_id}: not joined")
         progress.errors.append(message)
         progress.events.append(events.warning(events.NODE_PROVIDER_ID_MISMATCH, message))
@@ -114,19 +113,19 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
             reason, message = events.NODE_PROVIDER_ID_MISMATCH, "a labelled Node names another instance"
         else:
             reason, message = "AwaitingNode", f"waiting for a Node with providerID of {view.instance_id}"
-        progress.condition(names.REGISTERED, "False", reason, message)
+        progress.condition(machine_names.REGISTERED, "False", reason, message)
         progress.again_in(settings.machine_poll_seconds)
         return
     meta = node["metadata"]
     if mirrored(node):
         view.status["nodeName"], view.status["nodeUID"] = meta["name"], meta.get("uid") or ""
-        if progress.condition(names.REGISTERED, "True", "NodeRegistered", f"joined Node {meta['name']}"):
+        if progress.condition(machine_names.REGISTERED, "True", "NodeRegistered", f"joined Node {meta['name']}"):
             progress.events.append(events.normal(events.NODE_REGISTERED, f"joined Node {meta['name']}"))
         return
     spec = view.spec
-    labels = {**spec.labels, names.POOL_LABEL: view.pool} if view.pool else dict(spec.labels)
+    labels = {**spec.labels, machine_names.POOL_LABEL: view.pool} if view.pool else dict(spec.labels)
     taints = [t.to_dict() for t in spec.taints + spec.startup_taints]
     progress.actions.append(Action("kube.register-node", meta["name"], {
         "uid": meta.get("uid"), "labels": labels, "annotations": dict(spec.annotations), "taints": taints}))
-    progress.condition(names.REGISTERED, "False", "Registering", f"mirroring the Machine onto Node {meta['name']}")
+    progress.condition(machine_names.REGISTERED, "False", "Registering", f"mirroring the Machine onto Node {meta['name']}")
     progress.again_in(settings.machine_poll_seconds)

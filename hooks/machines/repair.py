@@ -25,7 +25,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from hooks import conditions, timefmt
-from hooks.fencing.names import (ACTION_OFF, FENCING_SUCCEEDED, FINISHED_PHASES, RECOVERED, RECOVERING,
+from hooks.fencing_names import (ACTION_OFF, FENCING_SUCCEEDED, FINISHED_PHASES, RECOVERED, RECOVERING,
                                  SUCCEEDED)
 
 

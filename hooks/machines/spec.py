@@ -11,9 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from hooks import bounds, fields
+from hooks import bounds, fields, machine_names
 from hooks.contract import RequestError
-from hooks.machines import budgets, names
+from hooks.machines import budgets
 
 MAX_REPLICAS = 1000
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -84,8 +84,8 @@ def _string_map(spec: dict, key: str, where: str) -> dict:
 
 def _not_ours(key: str, where: str) -> None:
     """Keys in nodewarden's own domain are set by nodewarden alone (the CRDs refuse them too)."""
-    if key.startswith(names.OWN_KEY_PREFIX):
-        raise RequestError(where, f"{key!r} is in the {names.OWN_KEY_PREFIX} domain, which nodewarden keeps for itself")
+    if key.startswith(machine_names.OWN_KEY_PREFIX):
+        raise RequestError(where, f"{key!r} is in the {machine_names.OWN_KEY_PREFIX} domain, which nodewarden keeps for itself")
 
 
 def _node_map(spec: dict, key: str, where: str) -> dict:
@@ -99,8 +99,8 @@ def _node_map(spec: dict, key: str, where: str) -> dict:
 def _name(obj: dict, where: str) -> str:
     """The object's name, which becomes a label value on its Nodes: at most 63 characters."""
     name = fields.mapping(obj, "metadata").get("name")
-    if isinstance(name, str) and len(name) > names.MAX_NAME:
-        raise RequestError(f"{where}.metadata.name", f"is longer than {names.MAX_NAME} characters, the most a label "
+    if isinstance(name, str) and len(name) > machine_names.MAX_NAME:
+        raise RequestError(f"{where}.metadata.name", f"is longer than {machine_names.MAX_NAME} characters, the most a label "
                                                      "value may have")
     return name
 
@@ -229,4 +229,4 @@ def template_hash(machine_spec: dict) -> str:
 
 
 def pool_of(machine_obj: dict) -> str:
-    return fields.mapping(machine_obj, "metadata", "labels").get(names.POOL_LABEL) or ""
+    return fields.mapping(machine_obj, "metadata", "labels").get(machine_names.POOL_LABEL) or ""

@@ -31,11 +31,11 @@ the Node cannot be read, nothing goes on: a Node not seen is not a Node gone.
 """
 from __future__ import annotations
 
-from hooks import events, objects, timefmt
+from hooks import events, machine_names, objects, timefmt
 from hooks.detacher import shutdown
-from hooks.detacher.names import DETACHED_AT
+from hooks.detacher_names import DETACHED_AT
 from hooks.ec2_names import SHUTTING_DOWN, TERMINATED
-from hooks.machines import disrupted, launch, names
+from hooks.machines import disrupted, launch
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf, SameObject
@@ -78,7 +78,7 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
     status["termination"] = term
     observed = view.observed
     started = progress.stamp("startedAt", term)
-    if progress.condition(names.TERMINATING, "True", "Deleted", "the Machine is being deleted"):
+    if progress.condition(machine_names.TERMINATING, "True", "Deleted", "the Machine is being deleted"):
         progress.events.append(events.normal(events.MACHINE_TERMINATING, "terminating the Machine"))
     if observed.get("instanceError"):
         progress.error(f"instance look-up: {observed['instanceError']}", settings.error_backoff_seconds)
@@ -117,13 +117,13 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
     meta = node["metadata"]
     name, uid = meta["name"], meta.get("uid") or ""
     spec = node.get("spec") or {}
-    tainted = any(isinstance(t, dict) and t.get("key") == names.DISRUPTED_TAINT for t in spec.get("taints") or [])
+    tainted = any(isinstance(t, dict) and t.get("key") == machine_names.DISRUPTED_TAINT for t in spec.get("taints") or [])
     why = disrupted.reason(view)
     because = why.reason if why is not None else "Deleted"
     if not (tainted and spec.get("unschedulable")):
         progress.actions.append(Action(
             "kube.cordon-disrupted", name, {"uid": uid, "reason": because},
-            reports=events.normal(events.NODE_CORDONED, f"Node {name} cordoned and tainted {names.DISRUPTED_TAINT}: "
+            reports=events.normal(events.NODE_CORDONED, f"Node {name} cordoned and tainted {machine_names.DISRUPTED_TAINT}: "
                                                         f"{because}", about=events.node_ref(name, uid))))
         progress.again_in(settings.machine_poll_seconds)
         return False
@@ -149,7 +149,7 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
                 progress.actions.append(Action(
                     "kube.evict", f"{pmeta.get('namespace', '')}/{pmeta['name']}",
                     record=(Change(("status", "termination", "evictions"), add=1),),
-                    requires=(SameObject(names.MACHINE_KIND, view.name, view.uid),)))
+                    requires=(SameObject(machine_names.MACHINE_KIND, view.name, view.uid),)))
             return False
         progress.stamp("drainedAt", term)
     if not _done(term, "volumesDetachedAt"):
@@ -198,7 +198,7 @@ def _recently_launched(view: MachineView, settings) -> float | None:
 def _owned(view: MachineView, settings, found: dict) -> bool:
     """The instance is the Machine's: its UID tag, or our record of it and this cluster's tag."""
     recorded = found.get("instanceID") == view.instance_id
-    return names.machines_instance(found.get("tags") or {}, view.uid, settings.cluster_name if recorded else "")
+    return machine_names.machines_instance(found.get("tags") or {}, view.uid, settings.cluster_name if recorded else "")
 
 
 def _terminate(view: MachineView, progress: Progress, settings, term: dict, instance_id: str) -> None:
@@ -215,7 +215,7 @@ def _terminate(view: MachineView, progress: Progress, settings, term: dict, inst
         return
     if not _owned(view, settings, found):
         waited = view.since("startedAt", term) or 0.0
-        message = (f"instance {instance_id} carries neither {names.TAG_MACHINE_UID}={view.uid} nor this cluster's "
+        message = (f"instance {instance_id} carries neither {machine_names.TAG_MACHINE_UID}={view.uid} nor this cluster's "
                    f"tag: not terminated")
         if waited < settings.leaked_instance_grace_seconds:
             progress.error(message, settings.error_backoff_seconds)

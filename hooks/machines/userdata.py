@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from hooks import machine_names
 from hooks.contract import RequestError
-from hooks.machines import names
 
 DEFAULT_TEMPLATE = """#!/bin/bash
 set -euo pipefail
@@ -29,8 +29,8 @@ Renderer = Callable[[str, dict, int], dict]
 
 
 def values(cluster_name: str, machine_name: str, nodepool: str) -> dict:
-    node_labels = f"{names.MACHINE_LABEL}={machine_name}"
-    taints = f"{names.UNREGISTERED_TAINT}=true:{names.UNREGISTERED_EFFECT}"
+    node_labels = f"{machine_names.MACHINE_LABEL}={machine_name}"
+    taints = f"{machine_names.UNREGISTERED_TAINT}=true:{machine_names.UNREGISTERED_EFFECT}"
     return {
         "cluster_name": cluster_name,
         "machine_name": machine_name,
@@ -51,7 +51,7 @@ def render(template: str | None, cluster_name: str, machine_name: str, nodepool:
     text = answer["text"]
     if len(text.encode()) > MAX_RENDERED_BYTES:
         raise RequestError(FIELD, f"renders to more than {MAX_RENDERED_BYTES} bytes")
-    for needed in (given["node_labels"], names.UNREGISTERED_TAINT):
+    for needed in (given["node_labels"], machine_names.UNREGISTERED_TAINT):
         if needed not in text:
             raise RequestError(FIELD, f"must register the kubelet with {needed!r} (use {{{{ kubelet_args }}}})")
     return text

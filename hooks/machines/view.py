@@ -5,9 +5,8 @@ import copy
 import datetime as dt
 from dataclasses import dataclass, field
 
-from hooks import conditions, fields, providerid, timefmt
+from hooks import conditions, fields, machine_names, providerid, timefmt
 from hooks.events import Event
-from hooks.machines import names
 from hooks.machines.spec import MachineSpec
 from hooks.plan import Action
 
@@ -47,7 +46,7 @@ class MachineView:
 
     @property
     def pool(self) -> str:
-        return fields.mapping(self.obj, "metadata", "labels").get(names.POOL_LABEL) or ""
+        return fields.mapping(self.obj, "metadata", "labels").get(machine_names.POOL_LABEL) or ""
 
     @property
     def created(self) -> dt.datetime:

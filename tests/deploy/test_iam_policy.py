@@ -29,7 +29,7 @@ SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2
 # Actions AWS checks as part of another call: RunInstances with TagSpecifications
 # needs ec2:CreateTags, and with an instance profile iam:PassRole on its role.
 IMPLIED = {"ec2:RunInstances": {"ec2:CreateTags", "iam:PassRole"}}
-# Fencing powers an instance off or on only when it carries the cluster's tag (hooks/aws/power.py); the
+# Fencing powers an instance off or on only when it carries the cluster's tag (hooks/aws/ec2_power.py); the
 # policy says so too, so a Node's providerID naming another cluster's instance is refused by AWS as well.
 CLUSTER_PLACEHOLDER = "<cluster-name>"
 TAG_CONDITIONED = {"ec2:StopInstances", "ec2:StartInstances"}

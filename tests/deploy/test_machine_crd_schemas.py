@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from hooks.machines import names
+from hooks import machine_names
 
 CRDS = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds"
 
@@ -68,14 +68,14 @@ def _walk(schema: dict, path: str = ""):
 
 
 def test_both_kinds_match_the_names_module(nodepool, machine):
-    for crd, kind in ((nodepool, names.NODEPOOL_KIND), (machine, names.MACHINE_KIND)):
-        assert crd["spec"]["group"] == names.GROUP
-        assert f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}" == names.API_VERSION
+    for crd, kind in ((nodepool, machine_names.NODEPOOL_KIND), (machine, machine_names.MACHINE_KIND)):
+        assert crd["spec"]["group"] == machine_names.GROUP
+        assert f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}" == machine_names.API_VERSION
         assert crd["spec"]["names"]["kind"] == kind
         assert crd["spec"]["scope"] == "Cluster"
         assert crd["spec"]["versions"][0]["subresources"]["status"] == {}
     pool_column = next(c for c in machine["spec"]["versions"][0]["additionalPrinterColumns"] if c["name"] == "Pool")
-    assert pool_column["jsonPath"] == ".metadata.labels." + names.POOL_LABEL.replace(".", r"\.")
+    assert pool_column["jsonPath"] == ".metadata.labels." + machine_names.POOL_LABEL.replace(".", r"\.")
 
 
 def test_the_nodepool_spec_has_the_contract_fields(nodepool):
@@ -152,7 +152,7 @@ def test_the_nodepool_status_has_the_contract_fields(nodepool):
     from hooks.machines import disruption
     assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
     assert set(status["disruption"]["properties"]) == {"disrupting", "allowed", "blocked"}
-    assert tuple(status["machines"]["properties"]) == names.PHASES
+    assert tuple(status["machines"]["properties"]) == machine_names.PHASES
     assert all(v["type"] == "integer" for v in status["machines"]["properties"].values())
     assert status["lastLeakCheck"]["format"] == "date-time"
     assert set(status["conditions"]["items"]["properties"]) == CONDITION_FIELDS
@@ -176,7 +176,7 @@ def test_the_machine_status_has_the_contract_fields(machine):
     assert all(termination[s]["format"] == "date-time" for s in steps)
     assert termination["evictions"]["type"] == "integer"
     assert set(status["conditions"]["items"]["properties"]) == CONDITION_FIELDS
-    for condition in names.CONDITION_TYPES:
+    for condition in machine_names.CONDITION_TYPES:
         assert condition in status["conditions"]["description"]
 
 
@@ -209,18 +209,18 @@ TEMPLATE = {"instanceTypes": ["m7i.large", "m6i.large"], "subnetSelector": {"kub
 
 
 def test_a_full_nodepool_and_machine_fit_their_schemas(nodepool, machine):
-    pool = {"apiVersion": names.API_VERSION, "kind": "NodePool", "metadata": {"name": "general"},
+    pool = {"apiVersion": machine_names.API_VERSION, "kind": "NodePool", "metadata": {"name": "general"},
             "spec": {"replicas": 3, "registrationTTL": "20m", "drainTimeout": "1h30m",
                      "template": {"metadata": {"labels": {"team": "a"}}, "spec": TEMPLATE}},
             "status": {"observedGeneration": 1, "replicas": 3, "lastLeakCheck": "2026-01-01T00:00:00Z",
                        "machines": {"Launching": 1, "Registered": 0, "Initialized": 2, "Terminating": 0}}}
     jsonschema.validate(pool, _plain(_schema(nodepool)))
-    one = {"apiVersion": names.API_VERSION, "kind": "Machine",
-           "metadata": {"name": "general-abc12", "labels": {names.POOL_LABEL: "general"}},
+    one = {"apiVersion": machine_names.API_VERSION, "kind": "Machine",
+           "metadata": {"name": "general-abc12", "labels": {machine_names.POOL_LABEL: "general"}},
            "spec": {**TEMPLATE, "labels": {"team": "a"}, "registrationTTL": "15m", "drainTimeout": "10m"},
            "status": {"instanceID": "i-0123", "capacity": {"cpu": "2", "memory": "8Gi"},
                       "termination": {"startedAt": "2026-01-01T00:00:00Z", "evictions": 4},
-                      "conditions": [{"type": names.INITIALIZED, "status": "True"}]}}
+                      "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}}
     jsonschema.validate(one, _plain(_schema(machine)))
 
 
@@ -257,7 +257,7 @@ def test_keys_in_nodewardens_domain_are_refused(crd_name):
     assert len(found) == 4, sorted(found)
     for path, sub in found.items():
         [rule] = _rules(sub)
-        assert "startsWith('nodewarden.io/')" in rule and names.OWN_KEY_PREFIX == "nodewarden.io/", path
+        assert "startsWith('nodewarden.io/')" in rule and machine_names.OWN_KEY_PREFIX == "nodewarden.io/", path
 
 
 def test_the_demo_pool_of_make_up_is_one_the_api_server_accepts(nodepool):

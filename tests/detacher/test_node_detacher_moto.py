@@ -8,9 +8,8 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from hooks import actuators
+from hooks import actuators, detacher_names
 from hooks.aws.lb_discovery import CACHE
-from hooks.detacher import names
 from hooks.dispatch import serve
 from tests.support.load_balancers import elb_members, tg_members, world  # noqa: F401 - world is a fixture
 from worlds.envelope import apply_decorator_response, hook_request
@@ -143,7 +142,7 @@ def _labelled_at_each_call(h, kube):
     seen = []
 
     def check(**_):
-        seen.append(names.EXCLUDE_LABEL in (kube.nodes["node-a"]["metadata"].get("labels") or {}))
+        seen.append(detacher_names.EXCLUDE_LABEL in (kube.nodes["node-a"]["metadata"].get("labels") or {}))
 
     return seen, _on_each_call(h, "DeregisterTargets", "DeregisterInstancesFromLoadBalancer", check)
 
@@ -173,7 +172,7 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     # The hook wrote the label itself, and only then did anything leave a load balancer: one call per
     # target group and classic ELB, each made with the label already on the API server's Node.
     assert "labels" not in first or not first["labels"], "nothing left for Metacontroller to write on the Node"
-    assert h.node["metadata"]["labels"][names.EXCLUDE_LABEL] == names.EXCLUDE_VALUE
+    assert h.node["metadata"]["labels"][detacher_names.EXCLUDE_LABEL] == detacher_names.EXCLUDE_VALUE
     assert seen == [True] * 4
     assert tg_members(elbv2, world["ours"]) == [(neighbour, 30080)]
     assert tg_members(elbv2, world["lbc"]) == []
@@ -183,26 +182,26 @@ def test_cordon_detaches_then_uncordon_reattaches_exactly(world, harness):
     assert tg_members(elbv2, world["other"]) == before["other"]
     assert tg_members(elbv2, world["untagged"]) == before["untagged"]
     # The record was written when the calls succeeded, after the call had answered.
-    recorded = json.loads(h.node["metadata"]["annotations"][names.DEREGISTERED])
+    recorded = json.loads(h.node["metadata"]["annotations"][detacher_names.DEREGISTERED])
     assert sorted(m[1] for m in recorded) == sorted(["legacy", world["ours"], world["lbc"], world["static"]])
 
     h.sync()  # drain check: moto deregisters at once
     ann = h.node["metadata"]["annotations"]
-    assert ann[names.DETACHING] == "true" and names.DETACHED_AT in ann
-    assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready", names.CONDITION]
+    assert ann[detacher_names.DETACHING] == "true" and detacher_names.DETACHED_AT in ann
+    assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready", detacher_names.CONDITION]
     assert {"Detaching", "Deregistered", "Detached"} <= set(kube.reasons())
 
     h.node["spec"]["unschedulable"] = False
     h.sync()
     # What is about to be registered is on the API server's Node before anything is registered.
-    assert json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.REJOIN]) == recorded
+    assert json.loads(kube.nodes["node-a"]["metadata"]["annotations"][detacher_names.REJOIN]) == recorded
     assert tg_members(elbv2, world["ours"]) == [(neighbour, 30080)] and elb_members(elb, "legacy") == [neighbour]
     h.sync()
     for key in ("ours", "lbc", "other", "untagged", "static"):
         assert tg_members(elbv2, world[key]) == before[key], key
     assert elb_members(elb, "legacy") == sorted([mine, neighbour])
-    assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
-    assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+    assert not any(k in h.node["metadata"]["annotations"] for k in detacher_names.OUR_ANNOTATIONS)
+    assert detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     assert [c["type"] for c in h.node["status"]["conditions"]] == ["Ready"]
     assert "Reattached" in kube.reasons()
 
@@ -218,8 +217,8 @@ def test_a_label_the_hook_cannot_write_leaves_it_to_metacontroller_and_deregiste
         response = h.sync()
     finally:
         kube.refused = set()
-    assert response["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
-    assert response["annotations"][names.DETACHING] == "true"
+    assert response["labels"] == {detacher_names.EXCLUDE_LABEL: detacher_names.EXCLUDE_VALUE}
+    assert response["annotations"][detacher_names.DETACHING] == "true"
     assert len(tg_members(world["elbv2"], world["ours"])) == 2
     h.sync()  # the label is on (Metacontroller wrote it): the deregister step
     assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
@@ -244,16 +243,16 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
     try:
         h.node["spec"]["unschedulable"] = True
         h.sync()  # exclude: the label, then the calls in the background; lbc's fails
-        done = json.loads(h.node["metadata"]["annotations"][names.DEREGISTERED])
+        done = json.loads(h.node["metadata"]["annotations"][detacher_names.DEREGISTERED])
         assert ["tg", world["ours"], 30443] in done and ["tg", world["lbc"], 31000] not in done
-        assert names.ERROR not in h.node["metadata"]["annotations"], "a background failure is redone, not reported"
+        assert detacher_names.ERROR not in h.node["metadata"]["annotations"], "a background failure is redone, not reported"
 
         waiting = h.sync()  # within the grace after the exclude step: its calls may still be under way
         assert calls.count(world["lbc"]) == 1 and waiting["resyncAfterSeconds"] <= 1
-        h.node["metadata"]["annotations"][names.DEREGISTERING_SINCE] = "2026-01-01T00:00:00Z"  # long past it
+        h.node["metadata"]["annotations"][detacher_names.DEREGISTERING_SINCE] = "2026-01-01T00:00:00Z"  # long past it
         failed = h.sync()  # deregister step: only what is left, and it fails again
         ann = h.node["metadata"]["annotations"]
-        assert "Throttling" in ann[names.ERROR]
+        assert "Throttling" in ann[detacher_names.ERROR]
         assert failed["resyncAfterSeconds"] >= 5
         assert tg_members(elbv2, world["lbc"]) == [(world["mine"], 31000)]  # still there: the call failed
         assert "DetachFailed" in kube.reasons()
@@ -262,7 +261,7 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         assert calls.count(world["lbc"]) == 3
         assert calls.count(world["ours"]) == 1
         assert tg_members(elbv2, world["lbc"]) == []
-        assert names.ERROR not in h.node["metadata"]["annotations"]
+        assert detacher_names.ERROR not in h.node["metadata"]["annotations"]
     finally:
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
 
@@ -283,14 +282,14 @@ def test_a_lost_write_of_the_response_repeats_no_deregistration(world, harness):
     try:
         h.node["spec"]["unschedulable"] = True
         first = h.sync(lost_write=True)
-        assert names.DEREGISTERED not in (first.get("annotations") or {})  # not left to Metacontroller's write
-        on_node = json.loads(kube.nodes["node-a"]["metadata"]["annotations"][names.DEREGISTERED])
+        assert detacher_names.DEREGISTERED not in (first.get("annotations") or {})  # not left to Metacontroller's write
+        on_node = json.loads(kube.nodes["node-a"]["metadata"]["annotations"][detacher_names.DEREGISTERED])
         assert {m[1] for m in on_node if m[0] == "tg"} == {world["ours"], world["lbc"], world["static"]}
         assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])
 
         h.sync()  # redone from the Node as it was before the exclude step
         assert sorted(calls) == sorted([world["ours"], world["lbc"], world["static"]])  # none again
-        _until(h, lambda r: names.DETACHED_AT in h.node["metadata"]["annotations"])
+        _until(h, lambda r: detacher_names.DETACHED_AT in h.node["metadata"]["annotations"])
     finally:
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", count)
 
@@ -362,8 +361,8 @@ def test_a_target_group_deleted_while_draining_counts_as_drained(world, harness)
     h.sync()  # deregistered
     world["elbv2"].delete_target_group(TargetGroupArn=world["static"])
     h.sync()
-    assert names.DETACHED_AT in h.node["metadata"]["annotations"]
-    assert names.ERROR not in h.node["metadata"]["annotations"]
+    assert detacher_names.DETACHED_AT in h.node["metadata"]["annotations"]
+    assert detacher_names.ERROR not in h.node["metadata"]["annotations"]
 
 
 def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, harness):
@@ -373,8 +372,8 @@ def test_uncordon_after_the_service_is_gone_still_takes_our_label_off(world, har
     h.node["spec"]["unschedulable"] = False
     h.sync()  # what is about to be registered, written on the Node
     h.sync()
-    assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
-    assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
+    assert detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+    assert not any(k in h.node["metadata"]["annotations"] for k in detacher_names.OUR_ANNOTATIONS)
     assert tg_members(world["elbv2"], world["ours"]) == sorted([(world["mine"], 30443), (world["neighbour"], 30080)])
 
 
@@ -412,11 +411,11 @@ def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world
         h.sync()  # what is about to be registered, written on the Node
         h.sync()
         ann = h.node["metadata"]["annotations"]
-        assert names.REATTACH_FAILING_SINCE in ann and h.node["metadata"]["labels"].get(names.EXCLUDE_LABEL)
-        ann[names.REATTACH_FAILING_SINCE] = "2026-01-01T00:00:00Z"  # failing for long past the deadline
+        assert detacher_names.REATTACH_FAILING_SINCE in ann and h.node["metadata"]["labels"].get(detacher_names.EXCLUDE_LABEL)
+        ann[detacher_names.REATTACH_FAILING_SINCE] = "2026-01-01T00:00:00Z"  # failing for long past the deadline
         h.sync()
-        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
-        assert not any(k in h.node["metadata"]["annotations"] for k in names.OUR_ANNOTATIONS)
+        assert detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert not any(k in h.node["metadata"]["annotations"] for k in detacher_names.OUR_ANNOTATIONS)
         assert "ReattachAbandoned" in kube.reasons()
     finally:
         undo()
@@ -426,9 +425,9 @@ def test_a_reattach_that_keeps_failing_gives_the_node_back_at_its_deadline(world
 
 
 def _pod_request(h, daemonset="ingress/contour", since="2026-11-23T00:00:00Z"):
-    h.node["metadata"]["annotations"][names.FOR_POD] = f"{daemonset}/uid-old"
+    h.node["metadata"]["annotations"][detacher_names.FOR_POD] = f"{daemonset}/uid-old"
     if since:
-        h.node["metadata"]["annotations"][names.FOR_POD_SINCE] = since
+        h.node["metadata"]["annotations"][detacher_names.FOR_POD_SINCE] = since
 
 
 def test_a_pod_request_ends_when_its_daemonset_is_gone(world, harness):
@@ -437,7 +436,7 @@ def test_a_pod_request_ends_when_its_daemonset_is_gone(world, harness):
     _pod_request(h, since=None)
     h.sync()  # no managed DaemonSet ingress/contour exists in the API server
     ann = h.node["metadata"]["annotations"]
-    assert names.FOR_POD not in ann and names.DETACHING not in ann
+    assert detacher_names.FOR_POD not in ann and detacher_names.DETACHING not in ann
     assert "DaemonSetPodRequestEnded" in kube.reasons()
     assert len(tg_members(world["elbv2"], world["ours"])) == 2  # never left
 
@@ -460,9 +459,9 @@ def test_a_pod_request_ends_when_no_replacement_comes_in_time(world, make_ctx):
         h.sync()
     assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)], "detached for the pod"
     assert h.responses[-1]["resyncAfterSeconds"] <= 600
-    h.node["metadata"]["annotations"][names.FOR_POD_SINCE] = "2026-01-01T00:00:00Z"  # the replacement never came
+    h.node["metadata"]["annotations"][detacher_names.FOR_POD_SINCE] = "2026-01-01T00:00:00Z"  # the replacement never came
     h.sync()
-    assert names.FOR_POD not in h.node["metadata"]["annotations"]
+    assert detacher_names.FOR_POD not in h.node["metadata"]["annotations"]
     h.sync()
     assert sorted(tg_members(world["elbv2"], world["ours"])) == sorted([(world["mine"], 30443),
                                                                       (world["neighbour"], 30080)])
@@ -480,12 +479,12 @@ def test_our_taint_comes_off_when_only_a_pod_request_is_left(world, make_ctx):
                     "NODEWARDEN_MANAGED_DAEMONSETS": "ingress/contour"}, kube=kube)
     h = Harness(ctx, _node(world["mine"]))
     _cordoned_and_detached(h)
-    h.node["spec"]["taints"] = [{"key": names.DETACHING_TAINT, "effect": "NoSchedule"}]
+    h.node["spec"]["taints"] = [{"key": detacher_names.DETACHING_TAINT, "effect": "NoSchedule"}]
     h.node["spec"]["unschedulable"] = False
     _pod_request(h, since=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     h.sync()
     patches = [c[3] for c in kube.calls if c[0] == "json_patch" and c[1] == "Node"]
-    assert any(op["path"] == "/spec/taints" and not any(t["key"] == names.DETACHING_TAINT for t in op["value"])
+    assert any(op["path"] == "/spec/taints" and not any(t["key"] == detacher_names.DETACHING_TAINT for t in op["value"])
                for ops in patches for op in ops if op["op"] == "add"), patches
 
 
@@ -520,8 +519,8 @@ def test_a_forged_cordon_deregisters_nothing(world, harness):
     real["metadata"]["uid"] = "uid-the-real-one"
     forged = json.loads(json.dumps(h.node))
     forged["spec"]["unschedulable"] = True
-    forged["metadata"]["labels"][names.EXCLUDE_LABEL] = names.EXCLUDE_VALUE
-    forged["metadata"]["annotations"].update({names.DETACHING: "true", names.SINCE: "2026-11-23T00:00:00Z"})
+    forged["metadata"]["labels"][detacher_names.EXCLUDE_LABEL] = detacher_names.EXCLUDE_VALUE
+    forged["metadata"]["annotations"].update({detacher_names.DETACHING: "true", detacher_names.SINCE: "2026-11-23T00:00:00Z"})
     body = hook_request("node-detacher", forged, children=h.attachments, child_kinds=["Attachment.nodewarden.io/v1alpha1"])
     kube.add_object(real)
     response = serve("node-detacher", "sync", json.loads(json.dumps(body)), h.ctx)
@@ -534,9 +533,9 @@ def test_garbage_in_our_own_progress_annotations_never_strands_the_node(world, h
     h, _ = harness
     h.sync()
     h.node["spec"]["unschedulable"] = True
-    h.node["metadata"]["annotations"][names.ATTEMPTS] = attempts
+    h.node["metadata"]["annotations"][detacher_names.ATTEMPTS] = attempts
     deep = "[" * 5000 + "]" * 5000
-    h.node["metadata"]["annotations"][names.DEREGISTERED] = deep
+    h.node["metadata"]["annotations"][detacher_names.DEREGISTERED] = deep
     for _ in range(4):
         h.sync()
     assert tg_members(world["elbv2"], world["ours"]) == [(world["neighbour"], 30080)]
@@ -556,12 +555,12 @@ def test_a_fresh_cordon_does_not_wait_for_the_controller_managers_taint():
     case = json.loads(fixture.read_text())
     request = parse_request(case["request"], DECORATOR)
     assert request.parent["spec"].get("unschedulable") is True
-    assert not any(t.get("key") == names.UNSCHEDULABLE_TAINT for t in request.parent["spec"].get("taints") or [])
+    assert not any(t.get("key") == detacher_names.UNSCHEDULABLE_TAINT for t in request.parent["spec"].get("taints") or [])
     settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "test-cluster"})
     now = timefmt.parse(case["now"])
     plan = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 0.5})
     assert plan.actions[0].kind == "kube.label-node"
-    assert plan.actions[0].params["labels"] == {names.EXCLUDE_LABEL: names.EXCLUDE_VALUE}
+    assert plan.actions[0].params["labels"] == {detacher_names.EXCLUDE_LABEL: detacher_names.EXCLUDE_VALUE}
 
 
 def test_an_uncordon_waits_for_the_controller_managers_taint_to_go_but_not_for_ever():
@@ -583,7 +582,7 @@ def test_an_uncordon_waits_for_the_controller_managers_taint_to_go_but_not_for_e
     waiting = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 0.5})
     assert not waiting.response["labels"] and not waiting.actions and not waiting.events
     waited = node_detacher.decide(request, settings, now, {**case["observed"], "unschedulableTaintPendingSeconds": 3.5})
-    assert waited.response["labels"] == {names.EXCLUDE_LABEL: None}
+    assert waited.response["labels"] == {detacher_names.EXCLUDE_LABEL: None}
 
 
 def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, make_ctx):
@@ -616,7 +615,7 @@ def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harnes
     h.node["spec"]["unschedulable"] = True
     h.sync()  # exclude: the load balancers recorded, the label written, the calls made
     excluding = len(reads)
-    assert excluding >= 1 and h.attachments and names.EXCLUDE_LABEL in h.node["metadata"]["labels"]
+    assert excluding >= 1 and h.attachments and detacher_names.EXCLUDE_LABEL in h.node["metadata"]["labels"]
     h.sync()  # drain
     assert tg_members(world["elbv2"], world["static"]) == []
 
@@ -773,14 +772,14 @@ def test_a_deregistration_landing_after_the_uncordon_never_keeps_the_node_out(wo
         h.node["spec"]["unschedulable"] = True
         h.sync(drain=False)  # exclude: the label, then the calls handed over, and held
         held.wait_held(4)  # three target groups and the classic ELB
-        assert kube.nodes["node-a"]["metadata"]["labels"][names.EXCLUDE_LABEL] == names.EXCLUDE_VALUE
+        assert kube.nodes["node-a"]["metadata"]["labels"][detacher_names.EXCLUDE_LABEL] == detacher_names.EXCLUDE_VALUE
         assert _registered_where(world) == EVERYWHERE
 
         h.node["spec"]["unschedulable"] = False
         h.sync(drain=False)  # what is about to be registered, written on the Node
         h.sync(drain=False)  # re-attach: registered (it still is), label and annotations off
-        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
-        assert names.SINCE not in h.node["metadata"]["annotations"]
+        assert detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert detacher_names.SINCE not in h.node["metadata"]["annotations"]
 
         if record == "refused":
             kube.refused = {("json_patch", "Node")}
@@ -791,7 +790,7 @@ def test_a_deregistration_landing_after_the_uncordon_never_keeps_the_node_out(wo
             _end_the_worker()
             held.land(end_process=True)
         assert _registered_where(world) == NOWHERE, "the late calls took the serving node out"
-        assert names.DEREGISTERED not in kube.nodes["node-a"]["metadata"]["annotations"], "and no record says so"
+        assert detacher_names.DEREGISTERED not in kube.nodes["node-a"]["metadata"]["annotations"], "and no record says so"
 
         for _ in range(2):
             h.sync()
@@ -799,7 +798,7 @@ def test_a_deregistration_landing_after_the_uncordon_never_keeps_the_node_out(wo
         for _ in range(3):
             h.sync()
         assert _registered_where(world) == EVERYWHERE
-        assert names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
     finally:
         held.close()
 
@@ -877,7 +876,7 @@ def test_a_schedulable_node_ends_in_every_group_whatever_order_the_calls_land_in
         assert _registered_where(world) == EVERYWHERE
         assert registered_while_leaving == []
         left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
-        assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert left == [] and detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
         assert tg_members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
     finally:
         held.close()
@@ -893,7 +892,7 @@ def _priority_pods(kube, world) -> list:
     for name, priority in (("ingress", 10), ("app", 5)):
         kube.add_pod({"apiVersion": "v1", "kind": "Pod",
                       "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
-                                   "annotations": {names.POD_PRIORITY: str(priority)}},
+                                   "annotations": {detacher_names.POD_PRIORITY: str(priority)}},
                       "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
     evictions = []
     create = kube.create
@@ -938,13 +937,13 @@ def test_a_leaving_node_is_in_no_load_balancer_before_its_pods_are_evicted_whate
     h.ctx.clock = clock
     h.sync()
     h.node["spec"]["unschedulable"] = True
-    _until(h, lambda r: names.DETACHED_AT in h.node["metadata"]["annotations"])
+    _until(h, lambda r: detacher_names.DETACHED_AT in h.node["metadata"]["annotations"])
     assert _registered_where(world) == NOWHERE
 
     call = None
     h.node["spec"]["unschedulable"] = False
     if held == "rejoin":
-        _until(h, lambda r: names.EXCLUDE_LABEL not in h.node["metadata"]["labels"])  # re-attached
+        _until(h, lambda r: detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"])  # re-attached
         clock.advance(50)  # the rejoin is due
     elif held == "foreign":
         for _ in range(6):
@@ -977,7 +976,7 @@ def test_a_leaving_node_is_in_no_load_balancer_before_its_pods_are_evicted_whate
             world["elb"].register_instances_with_load_balancer(LoadBalancerName="legacy",
                                                                Instances=[{"InstanceId": world["mine"]}])
         elif held == "foreign":  # after the drain ended, before the pods go
-            while names.DETACHED_AT not in h.node["metadata"]["annotations"] and clock.now < deadline:
+            while detacher_names.DETACHED_AT not in h.node["metadata"]["annotations"] and clock.now < deadline:
                 clock.advance(10)
                 h.sync()
             world["elbv2"].register_targets(TargetGroupArn=world["lbc"], Targets=[{"Id": world["mine"], "Port": 31000}])
@@ -999,7 +998,7 @@ def test_a_leaving_node_is_in_no_load_balancer_before_its_pods_are_evicted_whate
             h.sync()
         assert _registered_where(world) == EVERYWHERE
         left = [k for k in h.node["metadata"]["annotations"] if k.startswith(("nodewarden.io/", "node-detacher."))]
-        assert left == [] and names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
+        assert left == [] and detacher_names.EXCLUDE_LABEL not in h.node["metadata"]["labels"]
         assert tg_members(world["elbv2"], world["other"]) == [(world["mine"], 31000)], "never ours to touch"
     finally:
         wire.close()

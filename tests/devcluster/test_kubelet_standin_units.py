@@ -15,8 +15,7 @@ from devcluster.api import ApiError
 from devcluster.kubelet import (ADC_ANNOTATION, BadFlag, InstanceType, KubeletFlags, KubeletStandin,
                                 decode_user_data, instance_type, node_manifest, parse_labels, parse_taints,
                                 parse_user_data)
-from hooks import ec2_names
-from hooks.machines import names
+from hooks import ec2_names, machine_names
 from tests.support.user_data import default_user_data
 from worlds.fake_kube import apply_merge_patch
 
@@ -27,8 +26,8 @@ CLUSTER = "test-cluster"
 
 def test_the_default_template_gives_the_machine_labels_and_the_unregistered_taint():
     flags = parse_user_data(default_user_data())
-    assert flags.labels == {names.MACHINE_LABEL: "pool-abc12", names.POOL_LABEL: "pool"}
-    assert flags.taints == [{"key": names.UNREGISTERED_TAINT, "value": "true", "effect": names.UNREGISTERED_EFFECT}]
+    assert flags.labels == {machine_names.MACHINE_LABEL: "pool-abc12", machine_names.POOL_LABEL: "pool"}
+    assert flags.taints == [{"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": machine_names.UNREGISTERED_EFFECT}]
     assert not flags.never_register
 
 
@@ -99,7 +98,7 @@ INSTANCE = {
     "PrivateIpAddress": "10.0.1.23",
     "Placement": {"AvailabilityZone": "us-east-1b"},
     "State": {"Name": "running"},
-    "Tags": [{"Key": names.TAG_MACHINE, "Value": "pool-abc12"}],
+    "Tags": [{"Key": machine_names.TAG_MACHINE, "Value": "pool-abc12"}],
 }
 
 
@@ -109,14 +108,14 @@ def test_the_node_a_kubelet_registers_for_an_instance():
     meta, spec, status = node["metadata"], node["spec"], node["status"]
     assert meta["name"] == "ip-10-0-1-23.ec2.internal"
     assert meta["labels"] == {
-        names.MACHINE_LABEL: "pool-abc12", names.POOL_LABEL: "pool",
+        machine_names.MACHINE_LABEL: "pool-abc12", machine_names.POOL_LABEL: "pool",
         "kubernetes.io/hostname": "ip-10-0-1-23.ec2.internal", "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m5.large",
         "topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": "us-east-1b",
     }
     assert meta["annotations"] == {ADC_ANNOTATION: "true"}
     assert spec == {"providerID": "aws:///us-east-1b/i-0123456789abcdef0",
-                    "taints": [{"key": names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"}]}
+                    "taints": [{"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"}]}
     resources = {"cpu": "2", "memory": "8388608Ki", "pods": "110", "ephemeral-storage": "20Gi"}
     assert status["capacity"] == resources and status["allocatable"] == resources
     assert "conditions" not in status, "kwok posts the conditions"
@@ -202,8 +201,8 @@ def _launch(ec2, user_data: str | None, *, machine: bool = True, instance_type="
             cluster: str = CLUSTER) -> dict:
     tags = [{"Key": ec2_names.cluster_tag(cluster), "Value": ec2_names.OWNED}]
     if machine:
-        tags += [{"Key": names.TAG_MACHINE, "Value": "pool-abc12"}, {"Key": names.TAG_MACHINE_UID, "Value": "u-1"},
-                 {"Key": names.TAG_POOL, "Value": "pool"}]
+        tags += [{"Key": machine_names.TAG_MACHINE, "Value": "pool-abc12"}, {"Key": machine_names.TAG_MACHINE_UID, "Value": "u-1"},
+                 {"Key": machine_names.TAG_POOL, "Value": "pool"}]
     kwargs = {"UserData": user_data} if user_data is not None else {}
     reservation = ec2.run_instances(ImageId=fleet.IMAGE_ID, MinCount=1, MaxCount=1, InstanceType=instance_type,
                                     Placement={"AvailabilityZone": "us-east-1a"},
@@ -245,9 +244,9 @@ def test_one_pass_registers_a_machines_instance_after_its_boot_delay(aws, standi
 
     node = api.node(name)
     assert node["spec"]["providerID"] == f"aws:///us-east-1a/{launched['InstanceId']}"
-    assert node["spec"]["taints"] == [{"key": names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"}]
+    assert node["spec"]["taints"] == [{"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"}]
     labels = node["metadata"]["labels"]
-    assert labels[names.MACHINE_LABEL] == "pool-abc12" and labels[names.POOL_LABEL] == "pool"
+    assert labels[machine_names.MACHINE_LABEL] == "pool-abc12" and labels[machine_names.POOL_LABEL] == "pool"
     assert labels["node.kubernetes.io/instance-type"] == "m5.large"
     assert labels["topology.kubernetes.io/zone"] == "us-east-1a" and labels["kubernetes.io/arch"] == "amd64"
     assert node["status"]["capacity"]["cpu"] == "2" and node["status"]["capacity"]["memory"] == "8388608Ki"

@@ -19,8 +19,8 @@ from devcluster import failover
 from devcluster.api import wait_for
 from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instances,
                               pool_machines, pool_manifest, pool_subnet)
-from hooks.fencing import names as fencing
-from hooks.machines import names, signals
+from hooks import fencing_names, machine_names
+from hooks.machines import signals
 from tests.e2e.conftest import unique
 from tests.e2e.test_machines import pools  # noqa: F401 - a fixture
 from tests.e2e.test_interruptions import interruption_queue, send_spot_warning  # noqa: F401 - a fixture
@@ -32,7 +32,7 @@ REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/fencingreq
 
 def _reason(obj: dict) -> str | None:
     return next((c.get("reason") for c in (obj.get("status") or {}).get("conditions") or []
-                 if c["type"] == names.DISRUPTED and c["status"] == "True"), None)
+                 if c["type"] == machine_names.DISRUPTED and c["status"] == "True"), None)
 
 
 def _metric(cluster, name: str, **labels) -> float:
@@ -69,9 +69,9 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
             fence = next((r for r in api.get(REQUESTS)["items"] if r["spec"]["nodeRef"]["name"] == node), None)
             if fence is not None:
                 phase = (fence.get("status") or {}).get("phase")
-                if condition_status(fence, fencing.FENCING_SUCCEEDED) == "True":
+                if condition_status(fence, fencing_names.FENCING_SUCCEEDED) == "True":
                     seen.setdefault("fenced", stamp)
-                if condition_status(fence, fencing.RECOVERED) == "True" or phase == "Succeeded":
+                if condition_status(fence, fencing_names.RECOVERED) == "True" or phase == "Succeeded":
                     seen.setdefault("recovered", stamp)
             listed = pool_machines(api, name)
             now_victim = next((m for m in listed if m["metadata"]["name"] == vname), None)
@@ -84,7 +84,7 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
             new = [m for m in live_machines(listed) if m["metadata"]["name"] not in originals]
             if new:
                 seen.setdefault("replacement", stamp)
-                if any(condition_status(m, names.INITIALIZED) == "True" for m in new):
+                if any(condition_status(m, machine_names.INITIALIZED) == "True" for m in new):
                     seen.setdefault("replacement_initialized", stamp)
             time.sleep(0.25)
         assert {"fenced", "recovered", "replacement", "victim_deleting", "victim_gone"} <= set(seen), seen
@@ -92,7 +92,7 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
         assert seen["fenced"] <= seen["replacement"], seen
         assert seen["recovered"] <= seen["victim_deleting"], seen
         assert "Repair" in reasons, reasons
-        wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"])
+        wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, machine_names.INITIALIZED) == "True"])
                  == 2, "two Machines Initialized again", timeout=90)
         instance = victim["status"]["instanceID"]
         assert pool_instances(cloud, name)[instance] == "terminated"
@@ -134,10 +134,10 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
             if original and m["metadata"].get("deletionTimestamp") and mname not in deleting_at:
                 deleting_at[mname] = stamp
                 leaving_for[mname] = replaced_by.get(mname)
-            if not original and condition_status(m, names.INITIALIZED) == "True":
+            if not original and condition_status(m, machine_names.INITIALIZED) == "True":
                 ready_at.setdefault(mname, stamp)
-            if not original and names.REPLACES in (m["metadata"].get("annotations") or {}):
-                made_for[mname] = json.loads(m["metadata"]["annotations"][names.REPLACES])["uid"]
+            if not original and machine_names.REPLACES in (m["metadata"].get("annotations") or {}):
+                made_for[mname] = json.loads(m["metadata"]["annotations"][machine_names.REPLACES])["uid"]
             marked = signals.of(m, signals.DISRUPTION_ANNOTATION) is not None
             if original and (m["metadata"].get("deletionTimestamp") or marked):
                 going += 1
@@ -145,12 +145,12 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
         state = ([(r["machine"], r.get("replacement"), bool(r.get("replacementReadyAt")))
                   for r in (pool.get("status") or {}).get("disruptions") or []],
                  sorted((m["metadata"]["name"], bool(m["metadata"].get("deletionTimestamp")),
-                         condition_status(m, names.INITIALIZED)) for m in listed))
+                         condition_status(m, machine_names.INITIALIZED)) for m in listed))
         if not history or history[-1][1:] != state:
             history.append((round(stamp, 1), *state))
         live = live_machines(listed)
         if len(live) == 3 and not any(m["metadata"]["uid"] in originals for m in listed) \
-                and all(condition_status(m, names.INITIALIZED) == "True" for m in live):
+                and all(condition_status(m, machine_names.INITIALIZED) == "True" for m in live):
             break
         time.sleep(0.25)
     assert set(deleting_at) >= set(originals.values()), f"every drifted Machine replaced: {deleting_at}"
@@ -178,10 +178,10 @@ def test_a_spot_warning_cordons_detaches_and_replaces_within_the_notice(api, clo
              .get("unschedulable"), "the Node cordoned", timeout=60)
     node_now = api.get_or_none(f"/api/v1/nodes/{node}")
     if node_now is not None:
-        assert node_now["metadata"]["annotations"].get(names.DISRUPTION_REASON) == signals.SPOT_INTERRUPTION
+        assert node_now["metadata"]["annotations"].get(machine_names.DISRUPTION_REASON) == signals.SPOT_INTERRUPTION
     replacement = wait_for(lambda: next((m for m in live_machines(pool_machines(api, name))
                                          if m["metadata"]["name"] != machine["metadata"]["name"]
-                                         and condition_status(m, names.INITIALIZED) == "True"), None),
+                                         and condition_status(m, machine_names.INITIALIZED) == "True"), None),
                            "a replacement Initialized", timeout=90)
     assert replacement
     wait_for(lambda: pool_instances(cloud, name).get(instance) == "terminated", "the instance terminated",

@@ -16,7 +16,8 @@ import pytest
 
 from devcluster import fleet, interruptions
 from devcluster.api import ApiError, wait_for
-from hooks.machines import names, signals
+from hooks import machine_names
+from hooks.machines import signals
 from tests.e2e.conftest import unique
 from worlds import ec2_events as ev
 
@@ -58,7 +59,7 @@ def interruption_queue(api, cloud):
     """An SQS queue fed by the EventBridge rules of docs/interruptions.md, and an InterruptionQueue polling it."""
     name = unique("iq")
     url = interruptions.create_queue(cloud.sqs, cloud.events, name)
-    api.create(QUEUES, {"apiVersion": names.API_VERSION, "kind": "InterruptionQueue", "metadata": {"name": name},
+    api.create(QUEUES, {"apiVersion": machine_names.API_VERSION, "kind": "InterruptionQueue", "metadata": {"name": name},
                         "spec": {"queueURL": url, "statusCheckInterval": "5s"}})
     wait_for(lambda: (api.get(f"{QUEUES}/{name}").get("status") or {}).get("lastPoll"), "the queue polled",
              timeout=30)
@@ -74,13 +75,13 @@ def _subnet(cloud: fleet.Aws) -> str:
 def launched_machine(api, cloud):
     """A NodePool of one Machine whose instance is launched: (the Machine as the API server has it)."""
     pool = unique("ipool")
-    api.create(POOLS, {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND, "metadata": {"name": pool},
+    api.create(POOLS, {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND, "metadata": {"name": pool},
                        "spec": {"replicas": 1, "registrationTTL": "5m", "drainTimeout": "30s",
                                 "template": {"spec": {"instanceTypes": ["m5.large"], "subnets": [_subnet(cloud)],
                                                       "imageId": fleet.IMAGE_ID}}}})
 
     def launched():
-        found = api.get(f"{MACHINES}?labelSelector={names.POOL_LABEL}%3D{pool}")["items"]
+        found = api.get(f"{MACHINES}?labelSelector={machine_names.POOL_LABEL}%3D{pool}")["items"]
         return next((m for m in found if (m.get("status") or {}).get("instanceID")), None)
     yield wait_for(launched, "a Machine with its instance", timeout=60)
     api.delete(f"{POOLS}/{pool}")
@@ -129,6 +130,6 @@ def test_a_foreign_message_is_dropped_and_counted(api, cloud, interruption_queue
 ])
 def test_the_api_server_refuses_a_queue_the_hook_could_not_poll(api, spec, field):
     with pytest.raises(ApiError) as refused:
-        api.create(QUEUES, {"apiVersion": names.API_VERSION, "kind": "InterruptionQueue",
+        api.create(QUEUES, {"apiVersion": machine_names.API_VERSION, "kind": "InterruptionQueue",
                             "metadata": {"name": unique("bad-iq")}, "spec": spec})
     assert refused.value.status == 422 and field in str(refused.value), refused.value

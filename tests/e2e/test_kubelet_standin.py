@@ -17,8 +17,7 @@ from devcluster import fleet, kwok
 from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from devcluster.kwok import LEASES
-from hooks import ec2_names
-from hooks.machines import names
+from hooks import ec2_names, machine_names
 from tests.support.user_data import default_user_data
 
 pytestmark = pytest.mark.e2e
@@ -30,8 +29,8 @@ def unique(prefix: str) -> str:
 
 def _launch(cloud: fleet.Aws, machine: str, user_data: str) -> dict:
     tags = [{"Key": ec2_names.cluster_tag(CLUSTER_NAME), "Value": ec2_names.OWNED},
-            {"Key": names.TAG_POOL, "Value": "standin"}, {"Key": names.TAG_MACHINE, "Value": machine},
-            {"Key": names.TAG_MACHINE_UID, "Value": unique("uid")}, {"Key": names.TAG_NAME, "Value": machine}]
+            {"Key": machine_names.TAG_POOL, "Value": "standin"}, {"Key": machine_names.TAG_MACHINE, "Value": machine},
+            {"Key": machine_names.TAG_MACHINE_UID, "Value": unique("uid")}, {"Key": machine_names.TAG_NAME, "Value": machine}]
     reservation = cloud.ec2.run_instances(
         ImageId=fleet.IMAGE_ID, MinCount=1, MaxCount=1, InstanceType="m5.large", UserData=user_data,
         Placement={"AvailabilityZone": fleet.ZONE}, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
@@ -50,11 +49,11 @@ def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cl
         node = kwok.wait_ready(api, name)
         labels = node["metadata"]["labels"]
         assert labels[kwok.LABEL] == kwok.VALUE
-        assert labels[names.MACHINE_LABEL] == machine and labels[names.POOL_LABEL] == "standin"
+        assert labels[machine_names.MACHINE_LABEL] == machine and labels[machine_names.POOL_LABEL] == "standin"
         assert labels["node.kubernetes.io/instance-type"] == "m5.large"
         assert labels["topology.kubernetes.io/zone"] == fleet.ZONE
         assert node["spec"]["providerID"] == f"aws:///{fleet.ZONE}/{instance_id}"
-        assert {"key": names.UNREGISTERED_TAINT, "value": "true", "effect": names.UNREGISTERED_EFFECT} \
+        assert {"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": machine_names.UNREGISTERED_EFFECT} \
             in node["spec"]["taints"]
         # The stand-in's status (the instance's), kwok's conditions.
         assert node["status"]["capacity"]["cpu"] == "2"

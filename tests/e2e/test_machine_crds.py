@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from devcluster.api import ApiError, wait_for
+from hooks import machine_names
 from hooks.controllers import CONTROLLERS
-from hooks.machines import names
 
 pytestmark = pytest.mark.e2e
 
@@ -35,13 +35,13 @@ def unique(prefix: str) -> str:
 
 
 def _pool(name: str, replicas: int = 0, template: dict | None = None, **spec) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND, "metadata": {"name": name},
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND, "metadata": {"name": name},
             "spec": {"replicas": replicas, "template": {"spec": copy.deepcopy(template or TEMPLATE)}, **spec}}
 
 
 def _machine(name: str, pool: str | None = None, **spec) -> dict:
-    labels = {names.POOL_LABEL: pool} if pool else {}
-    return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
+    labels = {machine_names.POOL_LABEL: pool} if pool else {}
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": name, "labels": labels},
             "spec": {**copy.deepcopy(TEMPLATE), **spec}}
 
@@ -74,14 +74,14 @@ def made(api):
     machines: list[str] = []
 
     def create(obj: dict) -> dict:
-        plural = NODEPOOLS if obj["kind"] == names.NODEPOOL_KIND else MACHINES
+        plural = NODEPOOLS if obj["kind"] == machine_names.NODEPOOL_KIND else MACHINES
         created = api.create(plural, obj)
         (pools if plural == NODEPOOLS else machines).append(obj["metadata"]["name"])
         return created
 
     yield create
     for pool in pools:
-        selector = {"labelSelector": f"{names.POOL_LABEL}={pool}"}
+        selector = {"labelSelector": f"{machine_names.POOL_LABEL}={pool}"}
         machines.extend(m["metadata"]["name"] for m in api.get(MACHINES, params=selector)["items"])
         _gone(api, f"{NODEPOOLS}/{pool}", "nodepool")
     for machine in dict.fromkeys(machines):
@@ -181,8 +181,8 @@ def test_a_name_longer_than_a_label_value_is_refused(api, made):
                                    "pool-taint", "machine-startup-taint"])
 def test_keys_in_nodewardens_domain_are_refused(api, where):
     """nodewarden.io/machine on a Node is how its Machine finds it: no spec may set a key of ours."""
-    ours = {names.MACHINE_LABEL: "another"}
-    taint = [{"key": names.UNREGISTERED_TAINT, "effect": "NoExecute"}]
+    ours = {machine_names.MACHINE_LABEL: "another"}
+    taint = [{"key": machine_names.UNREGISTERED_TAINT, "effect": "NoExecute"}]
     if where.startswith("pool"):
         pool = _pool(unique("e2e-np"))
         template = pool["spec"]["template"]

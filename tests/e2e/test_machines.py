@@ -16,7 +16,7 @@ from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from devcluster.pools import (MACHINES, POOLS, condition_status, live_machines, pool_instances, pool_machines,
                               pool_manifest, pool_subnet)
-from hooks.machines import names
+from hooks import machine_names
 from tests.e2e.conftest import unique
 from worlds.envelope import hook_request
 
@@ -48,7 +48,7 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
 
     def initialized():
         machines = live_machines(pool_machines(api, name))
-        return len(machines) == 3 and all(condition_status(m, names.INITIALIZED) == "True" for m in machines) and machines
+        return len(machines) == 3 and all(condition_status(m, machine_names.INITIALIZED) == "True" for m in machines) and machines
     machines = wait_for(initialized, "3 Machines Initialized", timeout=90)
     assert len(_running(cloud, name)) == 3
     for machine in machines:
@@ -57,8 +57,8 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
         node = api.get(f"/api/v1/nodes/{status['nodeName']}")
         assert node["spec"]["providerID"] == status["providerID"]
         assert node["metadata"]["labels"]["e2e-pool"] == name
-        assert node["metadata"]["labels"][names.POOL_LABEL] == name
-        assert names.UNREGISTERED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+        assert node["metadata"]["labels"][machine_names.POOL_LABEL] == name
+        assert machine_names.UNREGISTERED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
     # The pool's status follows its Machines' at its next sync.
     wait_for(lambda: ((api.get(f"{POOLS}/{name}").get("status") or {}).get("machines") or {}).get("Initialized") == 3,
              "the pool counting 3 Initialized", timeout=30)
@@ -79,7 +79,7 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     def cordoned():
         node = api.get_or_none(f"/api/v1/nodes/{node_name}")
         return node is None or (node["spec"].get("unschedulable")
-                                and names.DISRUPTED_TAINT in {t["key"] for t in node["spec"].get("taints") or []})
+                                and machine_names.DISRUPTED_TAINT in {t["key"] for t in node["spec"].get("taints") or []})
     wait_for(cordoned, "Node cordoned and tainted disrupted", timeout=30)
     wait_for(lambda: instance_id not in {i for i, _ in fleet.targets(cloud, group)},
              "instance out of the target group", timeout=60)
@@ -90,19 +90,19 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     assert not pods_left
     # The others stayed in the target group; the pool replaced the one that went.
     assert {i for i, _ in fleet.targets(cloud, group)} == set(instance_ids[1:])
-    wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"]) == 3,
+    wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, machine_names.INITIALIZED) == "True"]) == 3,
              "a replacement Machine Initialized", timeout=90)
 
     # Scale-down takes Machines that never registered first: new ones now never register.
     api.patch(f"{POOLS}/{name}", {"spec": {"replicas": 4, "template": {"spec": {"userData": NEVER_REGISTER}}}})
     wait_for(lambda: len(live_machines(pool_machines(api, name))) == 4, "a fourth Machine", timeout=30)
     unregistered = wait_for(lambda: [m["metadata"]["name"] for m in live_machines(pool_machines(api, name))
-                                     if condition_status(m, names.LAUNCHED) == "True"
-                                     and condition_status(m, names.REGISTERED) != "True"], "a launched, unregistered Machine",
+                                     if condition_status(m, machine_names.LAUNCHED) == "True"
+                                     and condition_status(m, machine_names.REGISTERED) != "True"], "a launched, unregistered Machine",
                             timeout=60)
-    registered = sorted((m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.REGISTERED) == "True"),
+    registered = sorted((m for m in live_machines(pool_machines(api, name)) if condition_status(m, machine_names.REGISTERED) == "True"),
                         key=lambda m: m["metadata"]["creationTimestamp"])
-    drifted = [m for m in registered if condition_status(m, names.DRIFTED) == "True"]
+    drifted = [m for m in registered if condition_status(m, machine_names.DRIFTED) == "True"]
     assert drifted, "the template changed under the registered Machines"
     api.patch(f"{POOLS}/{name}", {"spec": {"replicas": 2}})
     expected = {m["metadata"]["name"] for m in registered[-2:]}
@@ -138,7 +138,7 @@ def _one_initialized(api, cloud, pools, prefix: str, **spec) -> dict:
     name = unique(prefix)
     api.create(POOLS, pool_manifest(name, pool_subnet(cloud), 1, **spec))
     pools.append(name)
-    return wait_for(lambda: next((m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"),
+    return wait_for(lambda: next((m for m in live_machines(pool_machines(api, name)) if condition_status(m, machine_names.INITIALIZED) == "True"),
                                  None), "a Machine Initialized", timeout=90)
 
 
@@ -146,11 +146,11 @@ def _untouched(api, cloud, machine: dict) -> None:
     """The Machine is live and Registered, its Node schedulable and untainted, its instance running."""
     now = api.get(f"{MACHINES}/{machine['metadata']['name']}")
     assert now["metadata"]["uid"] == machine["metadata"]["uid"] and not now["metadata"].get("deletionTimestamp")
-    assert condition_status(now, names.REGISTERED) == "True" and condition_status(now, names.TERMINATING) is None
+    assert condition_status(now, machine_names.REGISTERED) == "True" and condition_status(now, machine_names.TERMINATING) is None
     node = api.get(f"/api/v1/nodes/{machine['status']['nodeName']}")
     assert not node["spec"].get("unschedulable")
-    assert names.DISRUPTED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
-    pool = machine["metadata"]["labels"][names.POOL_LABEL]
+    assert machine_names.DISRUPTED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+    pool = machine["metadata"]["labels"][machine_names.POOL_LABEL]
     assert pool_instances(cloud, pool)[machine["status"]["instanceID"]] == "running"
 
 
@@ -180,7 +180,7 @@ def test_a_node_that_loses_its_machine_label_keeps_its_machine(api, cloud, pools
     registrationTTL has long passed by then; the Machine stays, and so do its Node and instance."""
     machine = _one_initialized(api, cloud, pools, "relabel", registrationTTL="20s")
     launched = time.monotonic()
-    api.patch(f"/api/v1/nodes/{machine['status']['nodeName']}", {"metadata": {"labels": {names.MACHINE_LABEL: None}}})
+    api.patch(f"/api/v1/nodes/{machine['status']['nodeName']}", {"metadata": {"labels": {machine_names.MACHINE_LABEL: None}}})
     # Past the TTL, and past a resync (30 s) of the Machine whatever its watch saw.
     while time.monotonic() < launched + 40:
         _untouched(api, cloud, machine)

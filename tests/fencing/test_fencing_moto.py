@@ -14,8 +14,8 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
+from hooks import fencing_names
 from hooks.dispatch import serve
-from hooks.fencing import names
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.moto
 
 NS = "nodewarden-system"
 T0 = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
-OOS = {"key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}
+OOS = {"key": fencing_names.OUT_OF_SERVICE_TAINT, "value": fencing_names.OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}
 
 
 def _fmt(moment: dt.datetime) -> str:
@@ -77,7 +77,7 @@ class RequestHarness:
         self.kube, self.now = kube, T0
         self.ctx = make_ctx(env or {}, kube=kube)
         self.ctx.clock = lambda: self.now
-        self.fr = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+        self.fr = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                    "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr", "generation": 1},
                    "spec": {"nodeRef": {"name": "node-a"}, **spec}}
         self.responses: list[dict] = []
@@ -131,18 +131,18 @@ def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
     h = RequestHarness(make_ctx, kube, {})
 
     first = h.call()
-    assert h.status["phase"] == names.POWERING_OFF and h.status["providerStatus"]["stopAttempts"] == 1
+    assert h.status["phase"] == fencing_names.POWERING_OFF and h.status["providerStatus"]["stopAttempts"] == 1
     assert first["resyncAfterSeconds"] == 2
-    assert h.condition(names.FENCING_SUCCEEDED) is None, "a stop request is not a confirmed power-off"
+    assert h.condition(fencing_names.FENCING_SUCCEEDED) is None, "a stop request is not a confirmed power-off"
     assert _state(ec2, instance) == "stopped"  # moto stops at once; real EC2 takes seconds
 
     h.call(after=2)  # DescribeInstances confirms
-    assert h.condition(names.FENCING_SUCCEEDED)["status"] == "True"
-    assert h.status["phase"] == names.RECOVERING
+    assert h.condition(fencing_names.FENCING_SUCCEEDED)["status"] == "True"
+    assert h.status["phase"] == fencing_names.RECOVERING
     assert OOS in kube.taints("node-a")
 
     h.call(after=5)  # the pod goes at once (no waiting for pod GC); the volume is kube-controller-manager's
-    assert h.status["phase"] == names.RECOVERING
+    assert h.status["phase"] == fencing_names.RECOVERING
     assert h.status["recovery"]["remainingPods"] == 1 and h.status["recovery"]["remainingVolumeAttachments"] == 1
     assert "default/db-0" not in kube.pods and h.status["recovery"]["podsDeleted"] == 1
     delete = next(c for c in kube.calls if c[0] == "delete_with_options")
@@ -150,13 +150,13 @@ def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
 
     kube.volume_attachments.clear()  # the attach/detach controller did its part
     h.call(after=5)
-    assert h.status["phase"] == names.SUCCEEDED and h.condition(names.COMPLETE_CONDITION)["status"] == "True"
+    assert h.status["phase"] == fencing_names.SUCCEEDED and h.condition(fencing_names.COMPLETE_CONDITION)["status"] == "True"
     assert OOS in kube.taints("node-a"), "the node is still down: the taint stays"
 
     _set_ready(kube, "node-a", "True", h.now)  # an admin started it again
     h.call(after=30)
     assert OOS not in kube.taints("node-a")
-    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED
+    assert h.status["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_REMOVED
     assert {"FencingStarted", "StopRequested", "PoweredOff", "OutOfServiceTaintApplied", "FencingComplete",
             "OutOfServiceTaintRemoved"} <= set(kube.reasons())
     # Nothing left to do: no resync, and the same status again (no hot loop).
@@ -175,7 +175,7 @@ def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, 
     kube.volume_attachments["csi-1"] = {"metadata": {"name": "csi-1"}, "spec": {"nodeName": "node-a"}}
     h = RequestHarness(make_ctx, kube, {"action": "Reboot", "recoveryStrategy": "ResourceDeletion"})
 
-    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     assert _state(ec2, instance) == "running"
     assert list(kube.pods) == ["default/other"], "only the fenced node's pods were force-deleted"
     assert kube.volume_attachments == {}
@@ -183,8 +183,8 @@ def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, 
     assert deletes[0][4] == {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-web"}}
     ps = h.status["providerStatus"]
     assert ps["stopAttempts"] == 1 and ps["startAttempts"] == 1 and ps["poweredOnTime"] >= ps["poweredOffTime"]
-    assert h.condition(names.RECOVERED)["status"] == "True"
-    assert not any(t["key"] == names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
+    assert h.condition(fencing_names.RECOVERED)["status"] == "True"
+    assert not any(t["key"] == fencing_names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
 
 
 def test_a_stop_that_never_completes_fails_after_the_last_retry(aws, make_ctx, kube):
@@ -202,14 +202,14 @@ def test_a_stop_that_never_completes_fails_after_the_last_retry(aws, make_ctx, k
 
     client.meta.events.register("after-call.ec2.DescribeInstances", stuck)
     try:
-        h.run_until(lambda: h.status.get("phase") == names.FAILED, limit=60)
+        h.run_until(lambda: h.status.get("phase") == fencing_names.FAILED, limit=60)
     finally:
         client.meta.events.unregister("after-call.ec2.DescribeInstances", stuck)
     assert h.status["errorReason"] == "PowerOffTimeout"
     assert "still stopping 20s after attempt 3 of 3" in h.status["errorMessage"]
     assert h.status["providerStatus"]["stopAttempts"] == 3
-    assert h.condition(names.FAILED_CONDITION)["status"] == "True"
-    assert h.condition(names.FENCING_SUCCEEDED) is None
+    assert h.condition(fencing_names.FAILED_CONDITION)["status"] == "True"
+    assert h.condition(fencing_names.FENCING_SUCCEEDED) is None
     assert kube.taints("node-a") == [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}], \
         "nothing is recovered when fencing failed"
     assert (T0 + dt.timedelta(seconds=60)) <= h.now < (T0 + dt.timedelta(seconds=70))
@@ -229,15 +229,15 @@ def test_an_aws_error_ends_in_error_reason(aws, make_ctx, kube):
 
     client.meta.events.register("before-call.ec2.StopInstances", refuse)
     try:
-        h.run_until(lambda: h.status.get("phase") == names.FAILED)
+        h.run_until(lambda: h.status.get("phase") == fencing_names.FAILED)
     finally:
         client.meta.events.unregister("before-call.ec2.StopInstances", refuse)
     assert h.status["errorReason"] == "PowerOffFailed"
     assert "UnauthorizedOperation" in h.status["errorMessage"]
     assert h.status["providerStatus"]["stopAttempts"] == 2
-    assert h.condition(names.FENCING_SUCCEEDED) is None
+    assert h.condition(fencing_names.FENCING_SUCCEEDED) is None
     assert kube.reasons().count("FencingActionFailed") == 2
-    assert not any(t["key"] == names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
+    assert not any(t["key"] == fencing_names.OUT_OF_SERVICE_TAINT for t in kube.taints("node-a"))
 
 
 def test_an_instance_aws_does_not_know_is_never_stopped(aws, make_ctx, kube):
@@ -248,7 +248,7 @@ def test_an_instance_aws_does_not_know_is_never_stopped(aws, make_ctx, kube):
     stops = []
     client.meta.events.register("before-call.ec2.StopInstances", lambda **_: stops.append(1))
     h.call()
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "InstanceNotFound"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "InstanceNotFound"
     assert stops == [] and "stopAttempts" not in h.status["providerStatus"]
 
 
@@ -273,7 +273,7 @@ def test_a_throttled_stop_is_retried_after_the_interval(aws, make_ctx, kube):
         assert first["resyncAfterSeconds"] == 4
         h.call(after=1)  # inside the interval: no new attempt
         assert len(calls) == 1
-        h.run_until(lambda: h.status.get("phase") == names.RECOVERING)
+        h.run_until(lambda: h.status.get("phase") == fencing_names.RECOVERING)
     finally:
         client.meta.events.unregister("before-call.ec2.StopInstances", throttle_once)
     assert h.status["providerStatus"]["stopAttempts"] == 2
@@ -289,7 +289,7 @@ def test_deleting_a_request_half_way_leaves_no_taint(aws, make_ctx, kube):
     h = RequestHarness(make_ctx, kube, {})
     h.call()
     h.call(after=2)
-    assert OOS in kube.taints("node-a") and h.status["phase"] == names.RECOVERING
+    assert OOS in kube.taints("node-a") and h.status["phase"] == fencing_names.RECOVERING
 
     h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
     done = h.call("finalize", after=1)
@@ -306,7 +306,7 @@ def test_finalize_keeps_trying_while_the_api_is_down(aws, make_ctx, kube):
     kube.unavailable = True
     held = h.call("finalize", after=1)
     assert held["finalized"] is False and held["resyncAfterSeconds"] >= 1
-    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    assert h.status["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_APPLIED
     kube.unavailable = False
     assert h.call("finalize", after=5)["finalized"] is True
     assert OOS not in kube.taints("node-a")
@@ -327,13 +327,13 @@ def test_a_forged_request_stops_nothing(aws, make_ctx, kube):
     ctx = make_ctx({}, kube=kube)  # the API server has neither the request nor the node
     hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
     body = {"controller": {"spec": {"hooks": hooks}}, "children": {}, "finalizing": False,
-            "parent": {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+            "parent": {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                        "metadata": {"name": "made-up", "namespace": NS, "uid": "uid-made-up", "generation": 1},
                        "spec": {"nodeRef": {"name": "victim"}}},
             "related": {"Node.v1": {"victim": _node(instance, name="victim")}}}
     for _ in range(3):
         response = serve("fencing-request", "sync", json.loads(json.dumps(body)), ctx)
-        assert response["status"].get("phase") in (None, names.PENDING)
+        assert response["status"].get("phase") in (None, fencing_names.PENDING)
     assert _state(ec2, instance) == "running"
     # Even with the node real and NotReady, a request the API server lacks does nothing.
     kube.add_node(_node(instance, name="victim"))
@@ -348,7 +348,7 @@ def test_a_ready_node_is_never_powered_off(aws, make_ctx, kube):
     kube.add_node(_node(instance, ready="True"))
     h = RequestHarness(make_ctx, kube, {})
     h.call()
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NodeReady"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NodeReady"
     assert _state(ec2, instance) == "running"
 
 
@@ -394,27 +394,27 @@ def test_two_requests_for_one_node_fence_one_at_a_time_and_never_split_brain(aws
     kube.put_fencing_request(reboot.fr)
 
     off.call()
-    assert off.status["phase"] == names.PENDING and off.condition(names.QUEUED_CONDITION)["status"] == "True"
-    assert "fence-node-a" in off.condition(names.QUEUED_CONDITION)["message"]
+    assert off.status["phase"] == fencing_names.PENDING and off.condition(fencing_names.QUEUED_CONDITION)["status"] == "True"
+    assert "fence-node-a" in off.condition(fencing_names.QUEUED_CONDITION)["message"]
 
     reboot.call()  # stops the instance
     reboot.call(after=2)  # confirmed; out-of-service taint
-    assert reboot.status["phase"] == names.RECOVERING
+    assert reboot.status["phase"] == fencing_names.RECOVERING
     kube.pods.clear()  # kube-controller-manager recovered the node's pods and volumes
     kube.volume_attachments.clear()
     kube.add_pod(_pod("db-0", "uid-db-0-new"))  # ... and the StatefulSet's new db-0 is on this node again
     kube.pods["default/db-0"]["spec"]["nodeName"] = "node-b"
     off.now = reboot.now
     off.call(after=1)
-    assert off.status["phase"] == names.PENDING, "still queued behind the reboot"
-    reboot.run_until(lambda: reboot.status.get("phase") == names.SUCCEEDED)
+    assert off.status["phase"] == fencing_names.PENDING, "still queued behind the reboot"
+    reboot.run_until(lambda: reboot.status.get("phase") == fencing_names.SUCCEEDED)
     assert _state(ec2, instance) == "running"
     _set_ready(kube, "node-a", "True", reboot.now)
     kube.add_pod(_pod("db-1", "uid-db-1"))  # a pod that runs on the rebooted node now
 
     off.now = reboot.now
     off.call(after=1)
-    assert off.status["phase"] == names.FAILED and off.status["errorReason"] == "NodeReady"
+    assert off.status["phase"] == fencing_names.FAILED and off.status["errorReason"] == "NodeReady"
     assert _state(ec2, instance) == "running"
     assert "default/db-1" in kube.pods, "nothing is force-deleted on a node that is back"
     assert not any(c[0] == "delete_with_options" for c in kube.calls)
@@ -432,22 +432,22 @@ def test_resource_deletion_stops_when_the_instance_runs_again(aws, make_ctx, kub
                                          "status": {"attached": True}}
     ec2.stop_instances(InstanceIds=[instance])
     h.call(after=2)  # power-off confirmed: the first deletes happen
-    assert h.status["phase"] == names.RECOVERING
+    assert h.status["phase"] == fencing_names.RECOVERING
     kube.add_pod(_pod("db-0", "uid-db-0b"))  # something puts a pod back
     ec2.start_instances(InstanceIds=[instance])  # and the instance runs again
     h.call(after=5)
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "PowerRestored"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "PowerRestored"
     assert "default/db-0" in kube.pods, "the pod of a running node is never force-deleted"
 
 
 def test_out_of_service_recovery_deletes_no_pod_of_an_instance_running_again(aws, make_ctx, kube):
     """The taint is on; before the pods are force-deleted the instance runs again: they stay."""
     ec2, instance, h = _one_request(aws, make_ctx, kube)
-    h.run_until(lambda: h.status.get("recovery", {}).get("outOfServiceTaint") == names.TAINT_APPLIED)
+    h.run_until(lambda: h.status.get("recovery", {}).get("outOfServiceTaint") == fencing_names.TAINT_APPLIED)
     kube.add_pod(_pod("db-0", "uid-db-0"))
     ec2.start_instances(InstanceIds=[instance])
     h.call(after=5)
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "PowerRestored"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "PowerRestored"
     assert "default/db-0" in kube.pods, "the pod of a running node is never force-deleted"
     assert not any(c[0] == "delete_with_options" for c in kube.calls)
 
@@ -462,21 +462,21 @@ def test_resource_deletion_times_out_when_pods_keep_coming_back(aws, make_ctx, k
     for i in range(40):
         kube.add_pod(_pod("kube-proxy-x", f"uid-proxy-{i}"))
         h.call(after=h.responses[-1].get("resyncAfterSeconds", 5))
-        if h.status.get("phase") == names.SUCCEEDED:
+        if h.status.get("phase") == fencing_names.SUCCEEDED:
             break
-    assert h.status["phase"] == names.SUCCEEDED and h.status["recovery"]["timedOut"] is True
+    assert h.status["phase"] == fencing_names.SUCCEEDED and h.status["recovery"]["timedOut"] is True
     assert "RecoveryTimedOut" in kube.reasons()
 
 
 def test_a_node_missing_from_one_request_is_not_taken_for_gone(aws, make_ctx, kube):
     ec2, instance, h = _one_request(aws, make_ctx, kube)
-    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     assert OOS in kube.taints("node-a")
     node = kube.nodes["node-a"]
     kube.unavailable = True  # Metacontroller's request lacks the node and the API server cannot be asked
     body = {"controller": {}, "parent": h.fr, "children": {}, "related": {}, "finalizing": False}
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
-    assert response["status"]["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    assert response["status"]["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_APPLIED
     kube.unavailable = False
     h.fr["status"] = response["status"]
     assert node is kube.nodes["node-a"]
@@ -511,13 +511,13 @@ _OTHER_REQUESTS = {
     # Recorded as holding the taint, in another namespace: finalize looks in every namespace.
     "holder-in-another-namespace": ({"metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
                                      "spec": {"nodeRef": {"name": "node-a"}},
-                                     "status": {"phase": names.RECOVERING,
-                                                "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}}, True),
+                                     "status": {"phase": fencing_names.RECOVERING,
+                                                "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED}}}, True),
     # Fenced with the taint strategy, its status saying so never written: it still holds.
     "fenced-holder-not-recorded-yet": ({"metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
                                         "spec": {"nodeRef": {"name": "node-a"}},
-                                        "status": {"phase": names.RECOVERING, "conditions": [
-                                            {"type": names.FENCING_SUCCEEDED, "status": "True"}]}}, True),
+                                        "status": {"phase": fencing_names.RECOVERING, "conditions": [
+                                            {"type": fencing_names.FENCING_SUCCEEDED, "status": "True"}]}}, True),
     # One odd request in the listing is skipped, not taken for a failed listing (which would hold forever).
     "malformed-elsewhere": ({"metadata": {"name": "odd", "namespace": "team-b", "uid": "uid-odd"},
                              "spec": ["not", "an", "object"], "status": "nor this"}, False),
@@ -531,7 +531,7 @@ def test_finalize_keeps_the_taint_exactly_while_another_request_holds_it(aws, ma
     h.call()
     h.call(after=2)  # powered off, tainted out of service
     assert OOS in kube.taints("node-a")
-    kube.fencing_requests.append({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND, **copy.deepcopy(other)})
+    kube.fencing_requests.append({"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND, **copy.deepcopy(other)})
     assert h.call("finalize", after=1)["finalized"] is True
     assert (OOS in kube.taints("node-a")) is kept
 
@@ -540,19 +540,19 @@ def test_aftercare_leaves_the_taint_to_another_unfinished_holder(aws, make_ctx, 
     ec2 = aws("ec2")
     kube.add_node(_node(_launch(ec2)))
     h = RequestHarness(make_ctx, kube, {})
-    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
-    holder = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
+    holder = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
               "metadata": {"name": "fence-by-hand", "namespace": NS, "uid": "uid-team"},
               "spec": {"nodeRef": {"name": "node-a"}},
-              "status": {"phase": names.RECOVERING, "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}}
+              "status": {"phase": fencing_names.RECOVERING, "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED}}}
     kube.put_fencing_request(holder)
     _set_ready(kube, "node-a", "True", h.now)
     h.call(after=30)
     assert OOS in kube.taints("node-a"), f"{NS}/fence-by-hand still counts on it"
-    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED, "this request has let go"
+    assert h.status["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_REMOVED, "this request has let go"
     assert "OutOfServiceTaintKept" in kube.reasons()
     # Both finished: neither waits for the other, the taint comes off.
-    holder["status"] = {"phase": names.SUCCEEDED, "recovery": {"outOfServiceTaint": names.TAINT_APPLIED,
+    holder["status"] = {"phase": fencing_names.SUCCEEDED, "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED,
                                                                "completionTime": _fmt(h.now)}}
     other = RequestHarness(make_ctx, kube, {})
     other.fr = holder
@@ -563,19 +563,19 @@ def test_aftercare_leaves_the_taint_to_another_unfinished_holder(aws, make_ctx, 
 
 def test_letting_go_of_the_taint_rests_on_the_fresh_node_not_a_stale_body(aws, make_ctx, kube):
     ec2, instance, h = _one_request(aws, make_ctx, kube)
-    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
-    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
+    kube.put_fencing_request({"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                               "metadata": {"name": "team-fence", "namespace": "team-a", "uid": "uid-team"},
                               "spec": {"nodeRef": {"name": "node-a"}},
-                              "status": {"phase": names.RECOVERING,
-                                         "recovery": {"outOfServiceTaint": names.TAINT_APPLIED}}})
+                              "status": {"phase": fencing_names.RECOVERING,
+                                         "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED}}})
     stale = copy.deepcopy(kube.nodes["node-a"])  # Ready in the body only; the API server has it down
     stale["status"]["conditions"][0].update(status="True", lastTransitionTime=_fmt(h.now))
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
             "related": {"Node.v1": {"node-a": stale}}}
     h.now += dt.timedelta(seconds=30)
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
-    assert response["status"]["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED
+    assert response["status"]["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_APPLIED
     assert OOS in kube.taints("node-a")
 
 
@@ -594,10 +594,10 @@ def test_a_node_replaced_after_the_checks_is_not_tainted(aws, make_ctx, kube):
     kube.get = replace_after_the_check
     h.call(after=2)
     assert OOS not in kube.taints("node-a"), "the newcomer is not the node that was fenced"
-    assert h.status["recovery"].get("outOfServiceTaint") != names.TAINT_APPLIED
+    assert h.status["recovery"].get("outOfServiceTaint") != fencing_names.TAINT_APPLIED
     kube.get = original_get
     h.call(after=5)
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NodeReplaced"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NodeReplaced"
     assert OOS not in kube.taints("node-a")
 
 
@@ -607,14 +607,14 @@ def test_an_unverified_call_says_why_and_backs_off(aws, make_ctx, kube):
     kube.unavailable = True  # the power-off is confirmed next, but the taint waits for the API server's word
     waits = [h.call(after=2)["resyncAfterSeconds"] for _ in range(3)]
     assert waits[0] < waits[1] < waits[2], "backoff grows while the API server cannot be asked"
-    verified = h.condition(names.VERIFIED_CONDITION)
+    verified = h.condition(fencing_names.VERIFIED_CONDITION)
     assert verified["status"] == "False" and "unreachable" in verified["message"]
-    assert h.status["unverifiedCalls"] == 3 and h.status["phase"] == names.POWERING_OFF
+    assert h.status["unverifiedCalls"] == 3 and h.status["phase"] == fencing_names.POWERING_OFF
     assert OOS not in kube.taints("node-a")
     kube.unavailable = False
     h.call(after=waits[-1])
-    assert OOS in kube.taints("node-a") and h.status["phase"] == names.RECOVERING
-    assert h.condition(names.VERIFIED_CONDITION) is None and "unverifiedCalls" not in h.status
+    assert OOS in kube.taints("node-a") and h.status["phase"] == fencing_names.RECOVERING
+    assert h.condition(fencing_names.VERIFIED_CONDITION) is None and "unverifiedCalls" not in h.status
 
 
 def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
@@ -628,7 +628,7 @@ def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
     assert _state(ec2, instance) == "running"
     assert "being deleted" in next(c for c in response["status"]["conditions"]
-                                   if c["type"] == names.VERIFIED_CONDITION)["message"]
+                                   if c["type"] == fencing_names.VERIFIED_CONDITION)["message"]
 
 
 def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx, kube):
@@ -638,20 +638,20 @@ def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx,
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
             "related": {"Node.v1": {"node-a": _node(instance, ready="True")}}}
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
-    assert response["status"]["phase"] == names.POWERING_OFF and _state(ec2, instance) == "stopped"
+    assert response["status"]["phase"] == fencing_names.POWERING_OFF and _state(ec2, instance) == "stopped"
 
 
 def test_a_queued_request_with_an_unreadable_start_time_still_times_out(aws, make_ctx, kube):
     ec2 = aws("ec2")
     kube.add_node(_node(_launch(ec2)))
-    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+    kube.put_fencing_request({"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                               "metadata": {"name": "older", "namespace": "team-a", "uid": "uid-older",
                                            "creationTimestamp": "2026-01-01T00:00:00Z"},
-                              "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": names.RECOVERING}})
+                              "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": fencing_names.RECOVERING}})
     h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS": "60"})
     h.fr["metadata"]["creationTimestamp"] = _fmt(T0)
     h.fr["status"] = {"startTime": "not-a-time"}
-    h.run_until(lambda: h.status.get("phase") == names.FAILED, step=30, limit=5)
+    h.run_until(lambda: h.status.get("phase") == fencing_names.FAILED, step=30, limit=5)
     assert h.status["errorReason"] == "AnotherFenceActive" and "team-a/older" in h.status["errorMessage"]
 
 
@@ -660,7 +660,7 @@ def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, ma
     ec2 = aws("ec2")
     kube.add_node(_node(_launch(ec2)))
     h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_RELEASE_TIMEOUT_SECONDS": "60"})
-    h.run_until(lambda: h.status.get("phase") == names.SUCCEEDED)
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     original_list = kube.list
 
     def pods_fail(res, *args, **kw):
@@ -673,7 +673,7 @@ def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, ma
     h.call(after=1)
     assert OOS in kube.taints("node-a"), "not knowing what is left is not 'nothing left'"
     h.run_until(lambda: OOS not in kube.taints("node-a"), step=20, limit=6)
-    assert h.status["recovery"]["outOfServiceTaint"] == names.TAINT_REMOVED
+    assert h.status["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_REMOVED
 
 
 # --------------------------------------------------------------------------- node-fencing
@@ -711,13 +711,13 @@ class NodeHarness:
         # omitted; a FencingRequest is left as it is (OnDelete), status included,
         # an UnhealthyNode record is updated in place.
         existing = {(a["kind"], a["metadata"]["name"]): a for a in self.attachments}
-        self.attachments = [copy.deepcopy(a) if a["kind"] != names.REQUEST_KIND else
+        self.attachments = [copy.deepcopy(a) if a["kind"] != fencing_names.REQUEST_KIND else
                             existing.get((a["kind"], a["metadata"]["name"]), copy.deepcopy(a))
                             for a in response["attachments"]]
         return response
 
     def fencing_request(self) -> dict | None:
-        return next((a for a in self.attachments if a["kind"] == names.REQUEST_KIND), None)
+        return next((a for a in self.attachments if a["kind"] == fencing_names.REQUEST_KIND), None)
 
     def set_request_status(self, status: dict) -> None:
         self.fencing_request()["status"] = status
@@ -727,7 +727,7 @@ class NodeHarness:
 
 
 def _policy(node_names=("node-a",), holds=False) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+    return {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
             "metadata": {"name": "workers", "generation": 1},
             "spec": {"nodeSelector": {"matchLabels": {"pool": "workers"}},
                      "unhealthyConditions": [{"type": "Ready", "status": "Unknown", "duration": "30s"}]},
@@ -738,37 +738,37 @@ def _policy(node_names=("node-a",), holds=False) -> dict:
 def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ctx, kube):
     h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0), _policy())
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
-                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                               "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
     kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db",
-                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                               "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": [{"name": "d", "persistentVolumeClaim": {
                       "claimName": "data-db-0"}}]}, "status": {"phase": "Running"}})
     kube.claims["default/data-db-0"] = {"spec": {"accessModes": ["ReadWriteOnce"]}}
 
     h.call(after=5)
-    assert h.condition(names.TRIAGED)["status"] == "True"
-    assert not any(t["key"] == names.TRIAGED_TAINT for t in kube.taints("node-a")), "conditions first"
+    assert h.condition(fencing_names.TRIAGED)["status"] == "True"
+    assert not any(t["key"] == fencing_names.TRIAGED_TAINT for t in kube.taints("node-a")), "conditions first"
     r = h.call(after=1)
-    assert {"key": names.TRIAGED_TAINT, "effect": "PreferNoSchedule"} in kube.taints("node-a")
+    assert {"key": fencing_names.TRIAGED_TAINT, "effect": "PreferNoSchedule"} in kube.taints("node-a")
     assert r["resyncAfterSeconds"] == pytest.approx(24, abs=1)
     assert not any(c[0] == "list" and c[1] == "Pod" for c in kube.calls), "no pod listing before the duration"
 
     h.call(after=r["resyncAfterSeconds"])
-    assert h.condition(names.REQUIRED)["status"] == "True"
+    assert h.condition(fencing_names.REQUIRED)["status"] == "True"
     assert h.fencing_request()["metadata"]["name"] == "fence-node-a"
     record = next(a for a in h.attachments if a["kind"] == "UnhealthyNode")
-    assert {c["type"]: c["status"] for c in record["spec"]["conditions"]}[names.REQUIRED] == "True", \
+    assert {c["type"]: c["status"] for c in record["spec"]["conditions"]}[fencing_names.REQUIRED] == "True", \
         "the record carries the conditions this very call wrote"
     assert list(kube.pods) == ["default/db-0"], "the labelled pod without a single-writer volume failed over"
     h.call(after=1)
-    assert {"key": names.REQUIRED_TAINT, "effect": "NoSchedule"} in kube.taints("node-a")
+    assert {"key": fencing_names.REQUIRED_TAINT, "effect": "NoSchedule"} in kube.taints("node-a")
     assert list(kube.pods) == ["default/db-0"], "the RWO pod waits for FencingComplete"
 
-    h.set_request_status({"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True",
+    h.set_request_status({"phase": "Recovering", "conditions": [{"type": fencing_names.FENCING_SUCCEEDED, "status": "True",
                                                                  "lastTransitionTime": _fmt(h.now)}]})
     h.call(after=5)
-    assert h.condition(names.COMPLETE)["status"] == "True"
+    assert h.condition(fencing_names.COMPLETE)["status"] == "True"
     assert kube.pods == {}, "fenced: now the RWO pod may go"
     assert kube.reasons().count("FailedOver") == 2
 
@@ -778,7 +778,7 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
     assert {c["type"] for c in h.node["status"]["conditions"]} == {"Ready"}
     assert h.attachments == []
     h.call(after=1)
-    assert not any(t["key"] in names.OUR_TAINTS for t in kube.taints("node-a"))
+    assert not any(t["key"] in fencing_names.OUR_TAINTS for t in kube.taints("node-a"))
     # Healthy and clean: the next call writes nothing at all.
     quiet = h.call(after=300)
     assert quiet["status"] is None and quiet["annotations"] == {} and quiet["labels"] == {}
@@ -821,8 +821,8 @@ def test_an_admitted_node_gets_its_fencing_request_without_waiting_for_its_own_s
     h.now = T0
     h.attachments = [copy.deepcopy(fr)]
     response = h.call()
-    assert h.condition(names.REQUIRED)["status"] == "True"
-    assert [a["metadata"]["name"] for a in response["attachments"] if a["kind"] == names.REQUEST_KIND] == \
+    assert h.condition(fencing_names.REQUIRED)["status"] == "True"
+    assert [a["metadata"]["name"] for a in response["attachments"] if a["kind"] == fencing_names.REQUEST_KIND] == \
         ["fence-node-a"]
     assert h.fencing_request()["spec"] == fr["spec"]
 
@@ -847,7 +847,7 @@ def test_a_node_its_own_sync_would_not_fence_gets_no_early_request(make_ctx, kub
 def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
     h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=60)), _policy())
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
-                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                               "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
     original = kube.delete_with_options
 
@@ -856,12 +856,12 @@ def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
 
     kube.delete_with_options = refuse
     response = h.call()
-    assert "403" in response["annotations"][names.ERROR_ANNOTATION]
+    assert "403" in response["annotations"][fencing_names.ERROR_ANNOTATION]
     assert response["resyncAfterSeconds"] >= 5
     assert "FencingActionFailed" in kube.reasons() and "FailedOver" not in kube.reasons()
     kube.delete_with_options = original
     h.call(after=5)
-    assert kube.pods == {} and names.ERROR_ANNOTATION not in h.node["metadata"]["annotations"]
+    assert kube.pods == {} and fencing_names.ERROR_ANNOTATION not in h.node["metadata"]["annotations"]
 
 
 # ------------------------------------------------- node-fencing: failover only on fresh proof
@@ -870,7 +870,7 @@ def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
 def _failover_pod(kube, name="web-1", uid="u-web", claim=None):
     volumes = [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}] if claim else []
     kube.add_pod({"metadata": {"name": name, "namespace": "default", "uid": uid,
-                               "labels": {names.FAILOVER_LABEL: names.FAILOVER_IMMEDIATE}},
+                               "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": volumes}, "status": {"phase": "Running"}})
 
 
@@ -912,7 +912,7 @@ def test_failover_waits_for_a_fresh_count_on_the_api_server(make_ctx, kube):
     response = _forged_call(h, h.node, _fresh_policy(h.now))
     assert "default/web-1" in kube.pods
     assert response["status"] is None or all(
-        c.get("status") != "True" for c in response["status"]["conditions"] if c["type"] == names.REQUIRED)
+        c.get("status") != "True" for c in response["status"]["conditions"] if c["type"] == fencing_names.REQUIRED)
 
 
 def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(make_ctx, kube):
@@ -921,12 +921,12 @@ def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(mak
     _failover_pod(kube, "db-0", "u-db", claim="data-db-0")
     kube.claims["default/data-db-0"] = {"spec": {"accessModes": ["ReadWriteOnce"]}}
     kube.add_object(_fresh_policy(h.now))
-    request = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+    request = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr"},
                "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": "PoweringOff"}}
     kube.put_fencing_request(request)
     claimed = json.loads(json.dumps(request))
-    claimed["status"] = {"phase": "Recovering", "conditions": [{"type": names.FENCING_SUCCEEDED, "status": "True"}]}
+    claimed["status"] = {"phase": "Recovering", "conditions": [{"type": fencing_names.FENCING_SUCCEEDED, "status": "True"}]}
     _forged_call(h, h.node, _fresh_policy(h.now), [claimed])
     assert "default/db-0" in kube.pods
 
@@ -934,7 +934,7 @@ def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(mak
 def _in_flight(node: dict, required_since: dt.datetime) -> dict:
     """The node with FencingRequired=True: fencing is in flight."""
     node = copy.deepcopy(node)
-    node["status"]["conditions"].append({"type": names.REQUIRED, "status": "True", "reason": "FencingRequested",
+    node["status"]["conditions"].append({"type": fencing_names.REQUIRED, "status": "True", "reason": "FencingRequested",
                                          "message": "x", "lastTransitionTime": _fmt(required_since)})
     return node
 
@@ -949,7 +949,7 @@ def test_fencing_in_flight_fails_no_pod_over_on_a_fresh_blip(make_ctx, kube):
     h = NodeHarness(make_ctx, kube, blip, _policy())
     _failover_pod(kube)
     kube.add_object(_fresh_policy(h.now))
-    kube.put_fencing_request({"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+    kube.put_fencing_request({"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                               "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr"},
                               "spec": {"nodeRef": {"name": "node-a", "uid": "uid-node-a"}},
                               "status": {"phase": "PoweringOff"}})
@@ -970,18 +970,18 @@ def test_an_unverified_failover_is_reported_once_and_retried(make_ctx, kube):
     original_get = kube.get
     kube.get = _unreachable  # reads fail; the force delete itself would still go through
     first = _forged_call(h, h.node, _fresh_policy(h.now))
-    assert "not verified" in first["annotations"][names.ERROR_ANNOTATION]
+    assert "not verified" in first["annotations"][fencing_names.ERROR_ANNOTATION]
     assert first["resyncAfterSeconds"] >= 1
     assert kube.reasons() == []
-    h.node["metadata"]["annotations"] = {names.ERROR_ANNOTATION: first["annotations"][names.ERROR_ANNOTATION]}
+    h.node["metadata"]["annotations"] = {fencing_names.ERROR_ANNOTATION: first["annotations"][fencing_names.ERROR_ANNOTATION]}
     again = _forged_call(h, h.node, _fresh_policy(h.now))
-    assert names.ERROR_ANNOTATION not in again["annotations"], "the same error is not written again"
+    assert fencing_names.ERROR_ANNOTATION not in again["annotations"], "the same error is not written again"
     assert kube.reasons() == []
     assert "default/web-1" in kube.pods
     kube.get = original_get
     done = _forged_call(h, h.node, _fresh_policy(h.now))
     assert "default/web-1" not in kube.pods
-    assert done["annotations"] == {names.ERROR_ANNOTATION: None}, "a verified call clears the error"
+    assert done["annotations"] == {fencing_names.ERROR_ANNOTATION: None}, "a verified call clears the error"
 
 
 def test_failover_needs_the_governing_policy_the_request_was_decided_on(make_ctx, kube):
@@ -995,7 +995,7 @@ def test_failover_needs_the_governing_policy_the_request_was_decided_on(make_ctx
     seen["metadata"]["uid"] = "uid-policy-old"
     response = _forged_call(h, h.node, seen)
     assert "default/web-1" in kube.pods
-    assert "uid-policy-new" in response["annotations"][names.ERROR_ANNOTATION]
+    assert "uid-policy-new" in response["annotations"][fencing_names.ERROR_ANNOTATION]
     _forged_call(h, h.node, recreated)
     assert "default/web-1" not in kube.pods, "decided on the policy the API server has: the pod fails over"
 
@@ -1009,7 +1009,7 @@ def test_a_request_outside_the_controllers_namespace_powers_nothing_off(aws, mak
     h.fr["metadata"]["namespace"] = "team-a"
     kube.add_pod(_pod("db-0", "uid-db-0"))
     h.call()
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NotHonouredHere"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NotHonouredHere"
     assert NS in h.status["errorMessage"]
     h.call(after=30)
     assert _state(ec2, instance) == "running" and "default/db-0" in kube.pods
@@ -1024,7 +1024,7 @@ def test_a_providerid_naming_another_clusters_instance_stops_nothing(aws, make_c
     kube.add_node(_node(theirs))
     h = RequestHarness(make_ctx, kube, {})
     h.call()
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "NotClusterInstance"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NotClusterInstance"
     assert _state(ec2, theirs) == "running"
     untagged = _launch(ec2, tags=())
     kube.add_node(_node(untagged, name="node-b"))
@@ -1073,12 +1073,12 @@ def test_a_worker_claiming_a_control_plane_instance_is_not_powered_off(aws, make
                      "metadata": {"name": "kubernetes", "namespace": "default"},
                      "addressType": "IPv4", "endpoints": [{"addresses": [address]}]})
     h.call()
-    assert h.status["phase"] == names.FAILED and h.status["errorReason"] == "ControlPlaneNode"
+    assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "ControlPlaneNode"
     assert address in h.status["errorMessage"] and _state(ec2, instance) == "running"
     allowed = RequestHarness(make_ctx, kube, {"allowControlPlane": True})
     allowed.fr["metadata"].update(name="fence-node-a-allowed", uid="uid-fr-allowed")
     allowed.call()
-    assert allowed.status["phase"] == names.POWERING_OFF and _state(ec2, instance) == "stopped"
+    assert allowed.status["phase"] == fencing_names.POWERING_OFF and _state(ec2, instance) == "stopped"
 
 
 # ------------------------------------------- node-fencing: a node that dies again is fenced again
@@ -1100,10 +1100,10 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
         made = h.fencing_request()
         made["metadata"]["uid"] = uid
         r = RequestHarness(make_ctx, kube, {}, env=env)
-        r.fr = {"apiVersion": names.API_VERSION, "kind": names.REQUEST_KIND,
+        r.fr = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                 "metadata": {**made["metadata"], "generation": 1}, "spec": copy.deepcopy(made["spec"])}
         r.now = h.now
-        r.run_until(lambda: r.status.get("phase") == names.SUCCEEDED, step=5)
+        r.run_until(lambda: r.status.get("phase") == fencing_names.SUCCEEDED, step=5)
         h.now = r.now
         h.set_request_status(copy.deepcopy(r.status))
         return r
@@ -1111,20 +1111,20 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
     h.call()
     first = drive("uid-fr-1")
     h.call(after=1)
-    assert _state(ec2, instance) == "stopped" and h.condition(names.COMPLETE)["status"] == "True"
+    assert _state(ec2, instance) == "stopped" and h.condition(fencing_names.COMPLETE)["status"] == "True"
 
     ec2.start_instances(InstanceIds=[instance])  # an admin starts it; the kubelet is back
     _set_ready(kube, "node-a", "True", h.now)
     first.now = h.now
     first.call(after=10)
-    assert first.status["recovery"]["outOfServiceTaint"] == names.TAINT_APPLIED, "aftercare waits for the VA"
+    assert first.status["recovery"]["outOfServiceTaint"] == fencing_names.TAINT_APPLIED, "aftercare waits for the VA"
     h.set_request_status(copy.deepcopy(first.status))
     h.call(after=1)
     assert h.fencing_request() is not None, "kept while its aftercare is not done"
 
     _set_ready(kube, "node-a", "Unknown", h.now)  # dies again
     h.call(after=1)
-    complete = h.condition(names.COMPLETE)
+    complete = h.condition(fencing_names.COMPLETE)
     assert complete is None or complete["status"] != "True", "the earlier power-off proves nothing now"
     assert h.fencing_request() is None, "the earlier request goes"
     first.now = h.now
@@ -1133,11 +1133,11 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
     kube.fencing_requests.clear()
 
     h.call(after=31)  # this spell's duration: a new request
-    assert h.condition(names.REQUIRED)["status"] == "True" and h.fencing_request() is not None
+    assert h.condition(fencing_names.REQUIRED)["status"] == "True" and h.fencing_request() is not None
     drive("uid-fr-2")
     assert _state(ec2, instance) == "stopped", "powered off again"
     h.call(after=1)
-    assert h.condition(names.COMPLETE)["status"] == "True"
+    assert h.condition(fencing_names.COMPLETE)["status"] == "True"
 
 
 def test_a_forged_node_body_taints_nothing_and_orders_nothing(make_ctx, kube):
@@ -1149,15 +1149,15 @@ def test_a_forged_node_body_taints_nothing_and_orders_nothing(make_ctx, kube):
                        T0 - dt.timedelta(seconds=590))
     lying["status"]["conditions"][-1]["message"] = f"FencingRequest {NS}/fence-node-a powers the node off"
     lying["status"]["conditions"] += [
-        {"type": names.TRIAGED, "status": "True", "reason": "UnhealthyCondition",
+        {"type": fencing_names.TRIAGED, "status": "True", "reason": "UnhealthyCondition",
          "message": f"Ready=Unknown since {_fmt(T0 - dt.timedelta(seconds=600))}", "lastTransitionTime": _fmt(T0)},
-        {"type": names.COMPLETE, "status": "False", "reason": "FencingInProgress",
+        {"type": fencing_names.COMPLETE, "status": "False", "reason": "FencingInProgress",
          "message": "waiting for the power-off to be confirmed", "lastTransitionTime": _fmt(T0)}]
     for uid in ("uid-node-a", "uid-made-up"):  # the real uid (verified: the Ready node decides), or not (unverified)
         lying["metadata"]["uid"] = uid
         response = _forged_call(h, lying, _fresh_policy(h.now))
         assert response["status"] is None, uid
-        assert not any(a["kind"] == names.REQUEST_KIND for a in response["attachments"]), uid
+        assert not any(a["kind"] == fencing_names.REQUEST_KIND for a in response["attachments"]), uid
     assert not any(c[0] in ("json_patch", "merge_patch") and c[1] == "Node" for c in kube.calls)
     assert kube.taints("node-a") == [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
     assert not any(c[0] == "list" and c[1] == "Pod" for c in kube.calls), "no pods listed for a body alone"

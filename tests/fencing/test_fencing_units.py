@@ -7,13 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hooks import durations, runtime
+from hooks import durations, fencing_names, runtime
 from hooks.app import create_app
 from hooks.config import load_settings
 from hooks.contract import RequestError
-from hooks.fencing import failover, health, names, records, selectors, storm
-from hooks.fencing import policy as policies
-from hooks.fencing import request_rules as fr
+from hooks.fencing import failover, health, policy as policies, records, request_rules as fr, selectors, storm
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
 
@@ -49,7 +47,7 @@ def test_label_selector_semantics():
 
 
 def _policy(**spec):
-    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+    return {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
             "metadata": {"name": "p", "generation": 3}, "spec": spec}
 
 
@@ -350,7 +348,7 @@ def test_absurd_rule_durations_are_an_invalid_spec(duration):
 
 
 def test_tolerations_of_the_out_of_service_taint():
-    key, value, effect = names.OUT_OF_SERVICE_TAINT, names.OUT_OF_SERVICE_VALUE, "NoExecute"
+    key, value, effect = fencing_names.OUT_OF_SERVICE_TAINT, fencing_names.OUT_OF_SERVICE_VALUE, "NoExecute"
     assert fr.tolerates([{"operator": "Exists"}], key, value, effect)
     assert fr.tolerates([{"key": key, "operator": "Exists", "effect": "NoExecute"}], key, value, effect)
     assert fr.tolerates([{"key": key, "value": value}], key, value, effect)
@@ -380,7 +378,7 @@ def _other_request(name, ns, node="n1", **status):
 
 def test_taint_holders_look_at_every_namespace_and_skip_malformed_requests():
     me = {"metadata": {"uid": "uid-me"}}
-    fenced = [{"type": names.FENCING_SUCCEEDED, "status": "True"}]
+    fenced = [{"type": fencing_names.FENCING_SUCCEEDED, "status": "True"}]
     others = [
         _other_request("applied", "team-a", recovery={"outOfServiceTaint": "Applied"}),
         _other_request("fenced-unrecorded", "team-b", conditions=fenced),
@@ -405,16 +403,16 @@ def test_the_out_of_service_taint_goes_only_on_the_node_of_the_verified_uid():
     kube = FakeKube()
     kube.add_node({"metadata": {"name": "n1", "uid": "uid-new"}, "spec": {}})
     with pytest.raises(taints.NodeReplaced):
-        taints.add(kube, "n1", names.OUT_OF_SERVICE_TAINT, "NoExecute", names.OUT_OF_SERVICE_VALUE, uid="uid-old")
+        taints.add(kube, "n1", fencing_names.OUT_OF_SERVICE_TAINT, "NoExecute", fencing_names.OUT_OF_SERVICE_VALUE, uid="uid-old")
     assert kube.taints("n1") == []
-    assert taints.add(kube, "n1", names.OUT_OF_SERVICE_TAINT, "NoExecute", names.OUT_OF_SERVICE_VALUE, uid="uid-new")
+    assert taints.add(kube, "n1", fencing_names.OUT_OF_SERVICE_TAINT, "NoExecute", fencing_names.OUT_OF_SERVICE_VALUE, uid="uid-new")
 
 
 @given(st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", fullmatch=True))
 def test_request_names_are_valid_object_names(node_name):
-    name = names.request_name(node_name)
+    name = fencing_names.request_name(node_name)
     assert len(name) <= 253 and name.startswith("fence-")
-    assert names.request_name(node_name) == name
+    assert fencing_names.request_name(node_name) == name
 
 
 def test_single_writer_detection():
@@ -444,10 +442,10 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
     assert fence == {"relatedResources": [{"apiVersion": "nodewarden.io/v1alpha1", "resource": "nodefencingpolicies"}]}
     pol = client.post("/node-fencing-policy/customize", json={"controller": {}, "parent": _policy(
         nodeSelector={"matchLabels": {"pool": "db"}})}).get_json()
-    assert pol == {"relatedResources": [{"apiVersion": names.API_VERSION, "resource": "unhealthynodes",
+    assert pol == {"relatedResources": [{"apiVersion": fencing_names.API_VERSION, "resource": "unhealthynodes",
                                          "labelSelector": {"matchLabels": {"pool": "db"}}}]}
     req = client.post("/fencing-request/customize", json={"controller": {}, "parent": {
-        "apiVersion": names.API_VERSION, "kind": "FencingRequest",
+        "apiVersion": fencing_names.API_VERSION, "kind": "FencingRequest",
         "metadata": {"name": "f", "namespace": "nodewarden-system"}, "spec": {"nodeRef": {"name": "n1"}}}}).get_json()
     assert req == {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "names": ["n1"]}]}
 
@@ -457,7 +455,7 @@ def test_customize_hooks_relate_what_each_controller_reads(client):
 def test_an_unreadable_fencing_request_spec_is_reported_in_its_status(spec, field):
     """Not a 400 on every sync: the request says why it will not run (an Event too, for one the API server
     has), and nothing is done."""
-    request = {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
+    request = {"apiVersion": fencing_names.API_VERSION, "kind": "FencingRequest",
                "metadata": {"name": "f", "namespace": "nodewarden-system", "uid": "fr-uid"},
                "spec": {"nodeRef": {"name": "n1"}, **spec}}
     env = {"NODEWARDEN_CLUSTER_NAME": "c", "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
@@ -579,7 +577,7 @@ def test_a_policy_the_crd_might_accept_never_fails_every_node_sync(client, spec)
     r = client.post("/node-fencing-policy/sync", json={"controller": {}, "parent": policy, "children": {},
                                                         "related": {}})
     assert r.status_code == 200
-    valid = next(c for c in r.get_json()["status"]["conditions"] if c["type"] == names.POLICY_VALID)
+    valid = next(c for c in r.get_json()["status"]["conditions"] if c["type"] == fencing_names.POLICY_VALID)
     assert valid["status"] == "False" and "parent.spec" in valid["message"]
 
 

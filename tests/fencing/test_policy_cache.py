@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from hooks.contract import ObjectGroups
+from hooks.contract import ObjectGroups, parse_request
 import datetime as dt
 import json
 import pathlib
 
-from hooks.contract import parse_request
+from hooks import fencing_names
 from hooks.controllers import node, node_fencing_policy
-from hooks.fencing import names
 from hooks.kube import policy_cache
 from hooks.plan import DEFERRED, Outcome, TimeAllowance
 from tests.controllers.test_node_controller import _api, _case, _request
@@ -23,7 +22,7 @@ NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 
 
 def _policy(name: str, counted: str | None = None) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+    return {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
             "metadata": {"name": name, "uid": f"uid-{name}", "generation": 1},
             "spec": {"maxUnhealthy": 1}, "status": {"countedAt": counted} if counted else {}}
 
@@ -51,7 +50,7 @@ def test_a_count_announced_on_the_node_and_missing_from_the_copy_is_listed_for(m
     kube = _Counting([_policy("a", "2026-11-21T11:59:00Z")])
     cache = policy_cache.PolicyCache()
     cache.policies(kube, 60)
-    kube.objects[(names.POLICY_KIND, "", "a")]["status"]["countedAt"] = "2026-11-21T11:59:40Z"
+    kube.objects[(fencing_names.POLICY_KIND, "", "a")]["status"]["countedAt"] = "2026-11-21T11:59:40Z"
     clock = [1000.0]
     monkeypatch.setattr(policy_cache.time, "monotonic", lambda: clock[0])
     cache._read_at = clock[0]
@@ -69,7 +68,7 @@ def test_a_count_announced_on_the_node_and_missing_from_the_copy_is_listed_for(m
 
 def test_a_failed_list_raises_and_keeps_node_fencing_as_it_is_while_node_detacher_goes_on(make_ctx):
     case = _case("cordoned-and-unhealthy-excluded")
-    kube = FakeKube([_api(case["request"]["object"])], without_crds=(names.POLICY_KIND,))
+    kube = FakeKube([_api(case["request"]["object"])], without_crds=(fencing_names.POLICY_KIND,))
     request = _request(case)
     response = node.sync(request, make_ctx(now=NOW, kube=kube))
     types = [c["type"] for c in (response.get("status") or {}).get("conditions", [])]
@@ -85,9 +84,9 @@ def test_the_policies_a_request_carries_are_not_what_node_fencing_judges(make_ct
     case = _case("cordoned-and-unhealthy-excluded")
     kube = FakeKube([_api(case["request"]["object"])])
     request = _request(case)
-    assert request.related.of_kind(names.POLICY_KIND, names.API_GROUP)
+    assert request.related.of_kind(fencing_names.POLICY_KIND, fencing_names.API_GROUP)
     seen = node.with_policies(request, make_ctx(now=NOW, kube=kube))
-    assert seen.related.of_kind(names.POLICY_KIND, names.API_GROUP) == []
+    assert seen.related.of_kind(fencing_names.POLICY_KIND, fencing_names.API_GROUP) == []
 
 
 def _policy_request(case: str):
@@ -104,7 +103,7 @@ def test_the_written_count_tells_each_admitted_node_once():
     plan = node_fencing_policy.decide(request, _settings(), NOW, {})
     told = [a for a in plan.actions if a.kind == "kube.annotate-node"]
     assert [a.target for a in told] == status["unhealthyNodeNames"]
-    assert told[0].params["annotations"] == {names.COUNT_ANNOTATION: status["countedAt"]}
+    assert told[0].params["annotations"] == {fencing_names.COUNT_ANNOTATION: status["countedAt"]}
     assert plan.response["status"]["announcedNodeNames"] == status["unhealthyNodeNames"]
     again = dataclasses.replace(request, parent={**request.parent, "status": {
         **status, "announcedNodeNames": status["unhealthyNodeNames"]}})
@@ -115,7 +114,7 @@ def test_the_written_count_tells_each_admitted_node_once():
 def test_no_node_is_told_while_the_guard_holds():
     request, _ = _policy_request("count-failed-keeps-the-last-count")
     status = dict(request.parent["status"])
-    status["conditions"] = [dict(c, status="True") if c["type"] == names.STORM_GUARD else c
+    status["conditions"] = [dict(c, status="True") if c["type"] == fencing_names.STORM_GUARD else c
                             for c in status["conditions"]]
     held = dataclasses.replace(request, parent={**request.parent, "status": status})
     assert [a for a in node_fencing_policy.decide(held, _settings(), NOW, {}).actions

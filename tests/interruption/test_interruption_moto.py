@@ -22,11 +22,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from devcluster import interruptions
-from hooks import ec2_names, metrics, timefmt
-from hooks.aws import sqs as sqs_calls
+from hooks import ec2_names, machine_names, metrics, timefmt
+from hooks.aws import sqs_messages
 from hooks.dispatch import serve
 from hooks.interruption import judge
-from hooks.machines import names, signals
+from hooks.machines import signals
 from worlds import ec2_events as ev
 from worlds.cluster_gc import Calls
 from worlds.envelope import hook_request
@@ -38,19 +38,19 @@ QUEUE_UID = "uid-queue-1"
 
 
 def _queue(url: str, **spec) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": "InterruptionQueue",
+    return {"apiVersion": machine_names.API_VERSION, "kind": "InterruptionQueue",
             "metadata": {"name": "default", "uid": QUEUE_UID, "generation": 1},
             "spec": {"queueURL": url, "waitSeconds": 0, **spec}}
 
 
 def _machine(name: str, uid: str, instance_id: str, annotations: dict | None = None) -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND,
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": name, "uid": uid, "resourceVersion": "7", "annotations": dict(annotations or {})},
             "spec": {}, "status": {"instanceID": instance_id}}
 
 
 def _launch(ec2, *, uid: str | None, cluster: bool = True, spot: bool = True) -> str:
-    tags = [{"Key": names.TAG_MACHINE_UID, "Value": uid}] if uid else []
+    tags = [{"Key": machine_names.TAG_MACHINE_UID, "Value": uid}] if uid else []
     if cluster:
         tags.append({"Key": ec2_names.cluster_tag(CLUSTER), "Value": ec2_names.OWNED})
     kwargs = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
@@ -79,7 +79,7 @@ class World:
         self.sqs.send_message(QueueUrl=self.url, MessageBody=ev.body(event))
 
     def annotation(self, name: str) -> signals.Signal | None:
-        obj = self.kube.objects[(names.MACHINE_KIND, "", name)]
+        obj = self.kube.objects[(machine_names.MACHINE_KIND, "", name)]
         return signals.of(obj, signals.INTERRUPTION_ANNOTATION)
 
     def sync(self, parent: dict | None = None) -> dict:
@@ -96,7 +96,7 @@ class World:
         return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
     def machine_patches(self) -> list:
-        return [c for c in self.kube.calls if c[0] == "json_patch" and c[1] == names.MACHINE_KIND]
+        return [c for c in self.kube.calls if c[0] == "json_patch" and c[1] == machine_names.MACHINE_KIND]
 
 
 def _count(kind: str, outcome: str) -> float:
@@ -220,7 +220,7 @@ def _fail_deletes(world: World, times: int) -> list:
 
 def test_a_redelivered_message_writes_nothing_twice(aws, make_ctx, monkeypatch):
     # Visible again at once, so the redelivery SQS makes after the timeout happens on the next call.
-    monkeypatch.setattr(sqs_calls, "VISIBILITY_TIMEOUT", 0)
+    monkeypatch.setattr(sqs_messages, "VISIBILITY_TIMEOUT", 0)
     world = World(aws, make_ctx)
     iid = _launch(world.ec2, uid="uid-m1")
     world.machine("web-m1", "uid-m1", iid)
@@ -247,15 +247,15 @@ class _RefusingMachinePatches(FakeKube):
 
     def json_patch(self, res, name, ops, namespace=None):
         if self.refusals and getattr(getattr(res, "_api_info", None), "resource", None) is not None \
-                and res._api_info.resource.kind == names.MACHINE_KIND:
+                and res._api_info.resource.kind == machine_names.MACHINE_KIND:
             self.refusals -= 1
-            self.calls.append(("json_patch", names.MACHINE_KIND, name, list(ops)))
+            self.calls.append(("json_patch", machine_names.MACHINE_KIND, name, list(ops)))
             raise api_error(500, "etcdserver: request timed out")
         return super().json_patch(res, name, ops, namespace)
 
 
 def test_a_message_whose_recording_failed_stays_on_the_queue(aws, make_ctx, monkeypatch):
-    monkeypatch.setattr(sqs_calls, "VISIBILITY_TIMEOUT", 0)
+    monkeypatch.setattr(sqs_messages, "VISIBILITY_TIMEOUT", 0)
     world = World(aws, make_ctx, kube=_RefusingMachinePatches(1))
     iid = _launch(world.ec2, uid="uid-m1")
     world.machine("web-m1", "uid-m1", iid)
@@ -353,7 +353,7 @@ def _spot_request(ec2, uid: str) -> str:
     request_id = made["SpotInstanceRequests"][0]["SpotInstanceRequestId"]
     [request] = ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[request_id])["SpotInstanceRequests"]
     ec2.create_tags(Resources=[request["InstanceId"]],
-                    Tags=[{"Key": names.TAG_MACHINE_UID, "Value": uid},
+                    Tags=[{"Key": machine_names.TAG_MACHINE_UID, "Value": uid},
                           {"Key": ec2_names.cluster_tag(CLUSTER), "Value": ec2_names.OWNED}])
     return request["InstanceId"]
 
@@ -438,7 +438,7 @@ def test_a_spot_warning_past_its_deadline_is_recorded_only_when_ec2_says_the_ins
 def test_a_notice_for_our_instance_waits_for_its_machine_to_record_it(aws, make_ctx, monkeypatch):
     """Right after RunInstances (or a crash before the status write) the instance carries the Machine's uid
     tag, and the Machine records no instance yet: the message stays on the queue until it does."""
-    monkeypatch.setattr(sqs_calls, "VISIBILITY_TIMEOUT", 0)
+    monkeypatch.setattr(sqs_messages, "VISIBILITY_TIMEOUT", 0)
     world = World(aws, make_ctx)
     iid = _launch(world.ec2, uid="uid-m1")
     world.machine("web-m1", "uid-m1", "")
@@ -452,7 +452,7 @@ def test_a_notice_for_our_instance_waits_for_its_machine_to_record_it(aws, make_
     assert (first["status"]["messages"]["waiting"], first["status"]["messages"]["foreign"]) == (1, 0)
     assert _count(signals.SPOT_INTERRUPTION, "waiting") == before + 1
     assert "lastError" not in first["status"]
-    world.kube.objects[(names.MACHINE_KIND, "", "web-m1")]["status"]["instanceID"] = iid  # the Machine records it
+    world.kube.objects[(machine_names.MACHINE_KIND, "", "web-m1")]["status"]["instanceID"] = iid  # the Machine records it
 
     second = world.sync()
 
@@ -497,7 +497,7 @@ def test_our_own_termination_is_not_an_ec2_disruption(aws, make_ctx):
 
     machines = MachineWorld(make_ctx, aws)
     world = World(aws, make_ctx, kube=machines.kube)
-    machines.until(lambda: machines.condition(names.LAUNCHED) == "True")
+    machines.until(lambda: machines.condition(machine_names.LAUNCHED) == "True")
     iid = machines.status["instanceID"]
     machines.delete()  # what Metacontroller does with a Machine its pool left out
     machines.until(lambda: _state(world.ec2, iid) == "terminated")
@@ -509,11 +509,11 @@ def test_our_own_termination_is_not_an_ec2_disruption(aws, make_ctx):
 
     assert world.annotation(machines.name) is None and world.machine_patches() == []
     assert response["status"]["messages"]["ignored"] == 2 and world.on_queue() == 0
-    pool = {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+    pool = {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
             "metadata": {"name": "web", "uid": "uid-pool", "generation": 1, "creationTimestamp": "2026-11-23T10:00:00Z"},
             "spec": {"replicas": 1, "template": {"spec": {"instanceTypes": ["m5.large"], "subnets": ["subnet-1"],
                                                           "imageId": "ami-1"}}}}
-    machines.machine["metadata"]["ownerReferences"] = [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+    machines.machine["metadata"]["ownerReferences"] = [{"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
                                                          "name": "web", "uid": "uid-pool", "controller": True}]
     machines.kube.add_object(pool)
     counted = metrics.MACHINES_DISRUPTED.labels("web", signals.INSTANCE_STOPPING)._value.get()

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
-from hooks import ec2_names, timefmt
+from hooks import ec2_names, machine_names, timefmt
 from hooks.contract import RequestError
 from hooks.interruption import judge, messages, queue
 from hooks.kube import interruptions
-from hooks.machines import names, signals
+from hooks.machines import signals
 from worlds import ec2_events as ev
 from worlds.fake_kube import FakeKube
 
@@ -192,7 +192,7 @@ def test_the_controller_polls_by_resync_with_no_children_and_only_a_sync_hook():
 
 
 def _instance(iid=IID, *, uid="uid-1", cluster=True, lifecycle="spot", state="running") -> dict:
-    tags = {names.TAG_MACHINE_UID: uid}
+    tags = {machine_names.TAG_MACHINE_UID: uid}
     if cluster:
         tags[ec2_names.cluster_tag("c")] = "owned"
     return {"instanceID": iid, "tags": tags, "lifecycle": lifecycle, "state": state}
@@ -357,11 +357,11 @@ def _kube_with(annotations: dict | None) -> FakeKube:
     meta = {"name": "m1", "uid": "uid-1", "resourceVersion": "5"}
     if annotations is not None:
         meta["annotations"] = annotations
-    return FakeKube([{"apiVersion": names.API_VERSION, "kind": names.MACHINE_KIND, "metadata": meta}])
+    return FakeKube([{"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND, "metadata": meta}])
 
 
 def _stored(kube: FakeKube) -> dict:
-    return kube.objects[(names.MACHINE_KIND, "", "m1")]["metadata"]
+    return kube.objects[(machine_names.MACHINE_KIND, "", "m1")]["metadata"]
 
 
 SPOT = signals.Signal(signals.SPOT_INTERRUPTION, AT, AT + dt.timedelta(seconds=120), "a").encode()
@@ -396,7 +396,7 @@ def test_the_write_reads_again_when_another_writer_came_first():
     def racing(res, name, ops, namespace=None):
         if not racing.done:  # someone records a spot warning between our read and our patch
             racing.done = True
-            kube.objects[(names.MACHINE_KIND, "", "m1")]["metadata"].update(
+            kube.objects[(machine_names.MACHINE_KIND, "", "m1")]["metadata"].update(
                 resourceVersion="6", annotations={signals.INTERRUPTION_ANNOTATION: SPOT})
         return original(res, name, ops, namespace)
 

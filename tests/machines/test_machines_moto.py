@@ -14,8 +14,9 @@ import datetime as dt
 
 import pytest
 
+from hooks import machine_names
 from hooks.dispatch import serve
-from hooks.machines import names, signals
+from hooks.machines import signals
 from worlds.cluster_gc import Calls, Faults
 from worlds.envelope import hook_request
 from worlds.machines import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.moto
 
 
 def _launched(world: MachineWorld) -> str:
-    world.until(lambda: world.condition(names.LAUNCHED) == "True")
+    world.until(lambda: world.condition(machine_names.LAUNCHED) == "True")
     return world.status["instanceID"]
 
 
@@ -36,39 +37,39 @@ def test_launch_register_initialize(aws, make_ctx):
     instance_id = _launched(world)
     (instance,) = machine_instances(world.ec2, world.uid)
     tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
-    assert tags == {"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
-                    names.TAG_MACHINE: world.name, names.TAG_MACHINE_UID: world.uid, "Name": world.name}
-    volumes = world.ec2.describe_volumes(Filters=[{"Name": f"tag:{names.TAG_MACHINE_UID}", "Values": [world.uid]}])
+    assert tags == {"kubernetes.io/cluster/test-cluster": "owned", machine_names.TAG_POOL: "web",
+                    machine_names.TAG_MACHINE: world.name, machine_names.TAG_MACHINE_UID: world.uid, "Name": world.name}
+    volumes = world.ec2.describe_volumes(Filters=[{"Name": f"tag:{machine_names.TAG_MACHINE_UID}", "Values": [world.uid]}])
     assert volumes["Volumes"], "volumes are tagged at creation too"
     world.call()
     status = world.status
     assert status["instanceType"] == "m5.large" and status["providerID"].endswith(instance_id)
     # In-flight capacity, before any Node exists.
     assert status["capacity"]["cpu"] == "2" and status["allocatable"]["pods"] == "29"
-    assert world.condition(names.REGISTERED) == "False"
+    assert world.condition(machine_names.REGISTERED) == "False"
 
     node = boot(world.ec2, instance_id, world.kube)
-    assert {"key": names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"} in node["spec"]["taints"]
-    world.until(lambda: world.condition(names.REGISTERED) == "True", calls=5)
+    assert {"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"} in node["spec"]["taints"]
+    world.until(lambda: world.condition(machine_names.REGISTERED) == "True", calls=5)
     node = world.kube.nodes[node["metadata"]["name"]]
-    assert node["metadata"]["labels"]["team"] == "web" and node["metadata"]["labels"][names.POOL_LABEL] == "web"
+    assert node["metadata"]["labels"]["team"] == "web" and node["metadata"]["labels"][machine_names.POOL_LABEL] == "web"
     assert node["metadata"]["annotations"]["example.com/owner"] == "web"
     keys = {t["key"] for t in node["spec"]["taints"]}
-    assert names.UNREGISTERED_TAINT not in keys and {"dedicated", "example.com/agent-not-ready"} <= keys
+    assert machine_names.UNREGISTERED_TAINT not in keys and {"dedicated", "example.com/agent-not-ready"} <= keys
     assert world.status["nodeName"] == node["metadata"]["name"]
     world.call()
-    assert world.condition(names.INITIALIZED) == "False", "the startup taint is still there"
+    assert world.condition(machine_names.INITIALIZED) == "False", "the startup taint is still there"
 
     # Whoever owns the startup taint removes it; only then is the Machine initialized.
     node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t["key"] != "example.com/agent-not-ready"]
     world.call()
-    assert world.condition(names.INITIALIZED) == "True"
+    assert world.condition(machine_names.INITIALIZED) == "True"
 
 
 def test_mirroring_happens_once(aws, make_ctx):
     world = MachineWorld(make_ctx, aws)
     node = boot(world.ec2, _launched(world), world.kube)
-    world.until(lambda: world.condition(names.REGISTERED) == "True", calls=5)
+    world.until(lambda: world.condition(machine_names.REGISTERED) == "True", calls=5)
     node = world.kube.nodes[node["metadata"]["name"]]
     del node["metadata"]["labels"]["team"]  # a user removes a mirrored label
     for _ in range(3):
@@ -77,7 +78,7 @@ def test_mirroring_happens_once(aws, make_ctx):
 
 
 def _launch_to_capacity(world: MachineWorld) -> None:
-    world.until(lambda: world.condition(names.LAUNCHED) == "True" and "capacity" in world.status, calls=20)
+    world.until(lambda: world.condition(machine_names.LAUNCHED) == "True" and "capacity" in world.status, calls=20)
 
 
 def test_a_crash_after_any_aws_call_leaves_exactly_one_instance(aws, make_ctx):
@@ -115,7 +116,7 @@ def test_a_crash_right_after_run_instances_is_found_by_tag(aws, make_ctx):
     assert "instanceID" not in world.status, "the crash lost the record"
     world.call(after=1)
     assert len(machine_instances(world.ec2, world.uid)) == 1
-    assert world.condition(names.LAUNCHED) == "True"
+    assert world.condition(machine_names.LAUNCHED) == "True"
     assert calls.by_operation["RunInstances"] == 1
 
 
@@ -164,12 +165,12 @@ def test_a_node_with_our_label_but_another_instance_is_never_joined(aws, make_ct
     other = world.ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
     world.kube.add_node({"apiVersion": "v1", "kind": "Node",
                          "metadata": {"name": "impostor", "uid": "uid-impostor",
-                                      "labels": {names.MACHINE_LABEL: world.name}},
+                                      "labels": {machine_names.MACHINE_LABEL: world.name}},
                          "spec": {"providerID": f"aws:///us-east-1a/{other}"}})
     world.call()
-    assert world.condition(names.REGISTERED) == "False"
+    assert world.condition(machine_names.REGISTERED) == "False"
     assert "impostor" in world.status["lastError"]
-    assert names.MANAGED_KEYS not in (world.kube.nodes["impostor"]["metadata"].get("annotations") or {})
+    assert machine_names.MANAGED_KEYS not in (world.kube.nodes["impostor"]["metadata"].get("annotations") or {})
     assert "NodeProviderIDMismatch" in world.kube.reasons()
 
 
@@ -193,16 +194,16 @@ def test_a_stop_notice_outlived_by_a_start_is_retired(aws, make_ctx):
     stop = signals.Signal(signals.INSTANCE_STOPPING, world.now, None, "the-stop").encode()
     world.machine["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION] = stop
     world.call(after=1)
-    assert world.condition(names.DISRUPTED) == "True", "shown while EC2's answer may predate the stop"
+    assert world.condition(machine_names.DISRUPTED) == "True", "shown while EC2's answer may predate the stop"
     assert world.machine["metadata"]["annotations"][signals.INTERRUPTION_ANNOTATION] == stop
 
     world.call(after=120)  # well past signals.STOP_SETTLE_SECONDS: a read that cannot predate the stop
 
     assert not world.gone
     assert signals.INTERRUPTION_ANNOTATION not in world.machine["metadata"]["annotations"]
-    assert world.machine["metadata"]["annotations"][names.TEMPLATE_HASH] == "h0", "only the notice is removed"
+    assert world.machine["metadata"]["annotations"][machine_names.TEMPLATE_HASH] == "h0", "only the notice is removed"
     assert "InterruptionRetired" in world.kube.reasons()
-    assert world.condition(names.DISRUPTED) is None
+    assert world.condition(machine_names.DISRUPTED) is None
 
 
 def test_termination_cordons_drains_terminates_and_deletes_the_node(aws, make_ctx):
@@ -210,7 +211,7 @@ def test_termination_cordons_drains_terminates_and_deletes_the_node(aws, make_ct
     instance_id = _launched(world)
     node = boot(world.ec2, instance_id, world.kube)
     node_name = node["metadata"]["name"]
-    world.until(lambda: world.condition(names.REGISTERED) == "True", calls=5)
+    world.until(lambda: world.condition(machine_names.REGISTERED) == "True", calls=5)
     world.kube.add_pod({"apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": "web-1", "namespace": "default", "uid": "uid-web-1"},
                         "spec": {"nodeName": node_name}, "status": {"phase": "Running"}})
@@ -220,7 +221,7 @@ def test_termination_cordons_drains_terminates_and_deletes_the_node(aws, make_ct
     world.call()
     node = world.kube.nodes[node_name]
     assert node["spec"]["unschedulable"] is True
-    assert {"key": names.DISRUPTED_TAINT, "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert {"key": machine_names.DISRUPTED_TAINT, "effect": "NoSchedule"} in node["spec"]["taints"]
     world.call(after=1)
     evictions = [c for c in world.kube.calls if c[0] == "create" and c[1] == "Eviction"]
     assert evictions, "the pod is evicted through the Eviction API"
@@ -336,7 +337,7 @@ def test_a_client_token_is_never_sent_for_another_launch(aws, make_ctx):
     assert "no capacity" in world.status["lastError"]
     world.call(after=31)  # the request is stale: stamped again
     world.call(after=1)
-    assert world.condition(names.LAUNCHED) == "True" or world.call(after=1)
+    assert world.condition(machine_names.LAUNCHED) == "True" or world.call(after=1)
     assert len(sent) == 3 and all(len(launches) == 1 for launches in sent.values()), sent
     assert all(len(token) <= 64 for token in sent)
 
@@ -344,7 +345,7 @@ def test_a_client_token_is_never_sent_for_another_launch(aws, make_ctx):
 def test_an_instance_whose_uid_tag_was_removed_is_still_terminated_with_its_machine(aws, make_ctx):
     world = MachineWorld(make_ctx, aws)
     instance_id = _launched(world)
-    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": names.TAG_MACHINE_UID}])
+    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": machine_names.TAG_MACHINE_UID}])
     world.delete()
     world.until(lambda: world.gone, calls=12, step=10)
     assert _state(world.ec2, instance_id) in ("shutting-down", "terminated")
@@ -355,7 +356,7 @@ def test_an_instance_with_no_tag_of_ours_holds_a_deletion_only_so_long(aws, make
     deletion waits the leak grace for the tags to come back, then lets the Machine go with a Warning."""
     world = MachineWorld(make_ctx, aws, env={"NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS": "120"})
     instance_id = _launched(world)
-    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": names.TAG_MACHINE_UID},
+    world.ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": machine_names.TAG_MACHINE_UID},
                                                          {"Key": "kubernetes.io/cluster/test-cluster"}])
     world.delete()
     world.call(after=60)
@@ -375,12 +376,12 @@ def test_two_nodes_naming_one_instance_are_neither_joined(aws, make_ctx):
     world.kube.add_node(twin)
     for _ in range(3):
         world.call(after=1)
-    assert world.condition(names.REGISTERED) == "False"
+    assert world.condition(machine_names.REGISTERED) == "False"
     for node in world.kube.nodes.values():
-        assert names.MANAGED_KEYS not in (node["metadata"].get("annotations") or {}), node["metadata"]["name"]
+        assert machine_names.MANAGED_KEYS not in (node["metadata"].get("annotations") or {}), node["metadata"]["name"]
     assert "nodeName" not in world.status
     assert "NodeProviderIDConflict" in world.kube.reasons()
-    assert [c for c in world.status["conditions"] if c["type"] == names.REGISTERED][0]["reason"] == \
+    assert [c for c in world.status["conditions"] if c["type"] == machine_names.REGISTERED][0]["reason"] == \
         "NodeProviderIDConflict"
 
 
@@ -389,12 +390,12 @@ def test_a_node_that_lost_its_machine_label_stays_the_machines_node(aws, make_ct
     world = MachineWorld(make_ctx, aws, spec=machine_spec(default_subnet(aws("ec2")), registrationTTL="1m"))
     instance_id = _launched(world)
     node = boot(world.ec2, instance_id, world.kube)
-    world.until(lambda: world.condition(names.REGISTERED) == "True", calls=5)
-    del world.kube.nodes[node["metadata"]["name"]]["metadata"]["labels"][names.MACHINE_LABEL]
+    world.until(lambda: world.condition(machine_names.REGISTERED) == "True", calls=5)
+    del world.kube.nodes[node["metadata"]["name"]]["metadata"]["labels"][machine_names.MACHINE_LABEL]
     for _ in range(4):
         world.call(after=60)
         assert not world.gone, "deleted: its Node was taken for gone"
-    assert world.condition(names.REGISTERED) == "True"
+    assert world.condition(machine_names.REGISTERED) == "True"
     assert _state(world.ec2, instance_id) == "running"
     # Deleting it now drains that Node, found by its name.
     world.delete()
@@ -442,7 +443,7 @@ def test_hostile_user_data_is_cut_off_and_refused(aws, make_ctx):
         world.call(after=1)
         assert time.monotonic() - started < 5
         assert "userData" in world.status["lastError"] and not machine_instances(world.ec2, world.uid)
-        assert world.condition(names.LAUNCHED) == "False"
+        assert world.condition(machine_names.LAUNCHED) == "False"
 
 
 def test_hostile_bodies_never_hold_the_hook_server(aws, moto_endpoint, tmp_path):
@@ -494,7 +495,7 @@ def _tagged(ec2, **tags) -> str:
 
 
 def _pool(name: str = "web", replicas: int = 0, uid: str = "uid-pool") -> dict:
-    return {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+    return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
             "metadata": {"name": name, "uid": uid, "generation": 1, "creationTimestamp": fmt(T0)},
             "spec": {"replicas": replicas, "template": {"spec": {"instanceTypes": ["m5.large"],
                                                                  "subnets": ["subnet-1"], "imageId": "ami-1"}}}}
@@ -505,13 +506,13 @@ def test_leaked_instances_are_terminated_and_nothing_else(aws, make_ctx):
 
     ec2 = aws("ec2")
     cluster = {"kubernetes.io/cluster/test-cluster": "owned"}
-    leaked = _tagged(ec2, **cluster, **{names.TAG_POOL: "web", names.TAG_MACHINE_UID: "uid-gone"})
-    owned = _tagged(ec2, **cluster, **{names.TAG_POOL: "web", names.TAG_MACHINE_UID: "uid-live"})
+    leaked = _tagged(ec2, **cluster, **{machine_names.TAG_POOL: "web", machine_names.TAG_MACHINE_UID: "uid-gone"})
+    owned = _tagged(ec2, **cluster, **{machine_names.TAG_POOL: "web", machine_names.TAG_MACHINE_UID: "uid-live"})
     untagged = _tagged(ec2)
-    no_uid = _tagged(ec2, **cluster, **{names.TAG_POOL: "web"})
-    other_pool = _tagged(ec2, **cluster, **{names.TAG_POOL: "db", names.TAG_MACHINE_UID: "uid-gone-2"})
-    other_cluster = _tagged(ec2, **{"kubernetes.io/cluster/other": "owned", names.TAG_POOL: "web",
-                                    names.TAG_MACHINE_UID: "uid-gone-3"})
+    no_uid = _tagged(ec2, **cluster, **{machine_names.TAG_POOL: "web"})
+    other_pool = _tagged(ec2, **cluster, **{machine_names.TAG_POOL: "db", machine_names.TAG_MACHINE_UID: "uid-gone-2"})
+    other_cluster = _tagged(ec2, **{"kubernetes.io/cluster/other": "owned", machine_names.TAG_POOL: "web",
+                                    machine_names.TAG_MACHINE_UID: "uid-gone-3"})
     live = machine_object("web-live", "uid-live", machine_spec("subnet-1"))
     pool = _pool(replicas=1)
     kube = FakeKube([pool, live])
@@ -533,8 +534,8 @@ def test_a_young_leak_is_left_alone(aws, make_ctx):
     from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
-    young = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
-                            names.TAG_MACHINE_UID: "uid-gone"})
+    young = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", machine_names.TAG_POOL: "web",
+                            machine_names.TAG_MACHINE_UID: "uid-gone"})
     pool = _pool()
     ctx = make_ctx({}, now=dt.datetime.now(dt.timezone.utc), kube=FakeKube([pool]))
     serve("nodepool", "sync", hook_request("nodepool", pool), ctx)
@@ -546,8 +547,8 @@ def test_a_leak_whose_machine_appears_on_the_api_server_is_kept(aws, make_ctx):
     from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
-    instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
-                               names.TAG_MACHINE_UID: "uid-new"})
+    instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", machine_names.TAG_POOL: "web",
+                               machine_names.TAG_MACHINE_UID: "uid-new"})
     pool = _pool()
     machine = machine_object("web-new", "uid-new", machine_spec("subnet-1"))
     ctx = make_ctx({}, now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1), kube=FakeKube([pool, machine]))
@@ -559,8 +560,8 @@ def _owned(obj: dict, pool: dict) -> dict:
     """A Machine as Metacontroller creates it for the pool: with the pool as its controller, made from the
     pool's template as it is (not drifted)."""
     from hooks.machines import spec
-    obj["metadata"]["annotations"][names.TEMPLATE_HASH] = spec.pool(pool).template_hash
-    obj["metadata"]["ownerReferences"] = [{"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND,
+    obj["metadata"]["annotations"][machine_names.TEMPLATE_HASH] = spec.pool(pool).template_hash
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": machine_names.API_VERSION, "kind": machine_names.NODEPOOL_KIND,
                                            "name": pool["metadata"]["name"], "uid": pool["metadata"]["uid"],
                                            "controller": True}]
     return obj
@@ -573,19 +574,19 @@ def test_scale_down_removes_unregistered_machines_first(make_ctx):
     pool["spec"]["disruption"] = {"budgets": [{"nodes": "100%"}]}  # the order, not the budget, is under test
     def m(name, created, registered):
         obj = machine_object(name, f"uid-{name}", {}, created=T0 + dt.timedelta(minutes=created))
-        obj["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True" if registered else "False"}]}
+        obj["status"] = {"conditions": [{"type": machine_names.REGISTERED, "status": "True" if registered else "False"}]}
         return _owned(obj, pool)
     old, newer, launching = m("web-old", 0, True), m("web-newer", 5, True), m("web-launching", 1, False)
     ctx = make_ctx({"NODEWARDEN_CLUSTER_NAME": ""}, kube=FakeKube([pool, old, newer, launching]))
     response = serve("nodepool", "sync", hook_request("nodepool", pool, children=[old, newer, launching]), ctx)
     assert [c["metadata"]["name"] for c in response["children"]] == ["web-newer"]
     for gone in ("web-old", "web-launching"):  # Metacontroller deletes what was left out
-        del ctx.kube.objects[(names.MACHINE_KIND, "", gone)]
+        del ctx.kube.objects[(machine_names.MACHINE_KIND, "", gone)]
     pool["spec"]["replicas"] = 3
     ctx.kube.add_object(pool)  # the API server's pool decides, not the body's
     response = serve("nodepool", "sync", hook_request("nodepool", pool, children=[copy.deepcopy(newer)]), ctx)
     created = [c for c in response["children"] if c["metadata"]["name"] != "web-newer"]
-    assert len(created) == 2 and all(c["metadata"]["labels"][names.POOL_LABEL] == "web" for c in created)
+    assert len(created) == 2 and all(c["metadata"]["labels"][machine_names.POOL_LABEL] == "web" for c in created)
     again = serve("nodepool", "sync", hook_request("nodepool", pool, children=[copy.deepcopy(newer)]), ctx)
     assert again["children"] == response["children"], "a repeated call asks for the same Machines"
 
@@ -594,8 +595,8 @@ def test_the_leak_collector_keeps_an_instance_a_machine_records_whose_uid_tag_wa
     from worlds.fake_kube import FakeKube
 
     ec2 = aws("ec2")
-    instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", names.TAG_POOL: "web",
-                               names.TAG_MACHINE_UID: "edited-by-a-user"})
+    instance = _tagged(ec2, **{"kubernetes.io/cluster/test-cluster": "owned", machine_names.TAG_POOL: "web",
+                               machine_names.TAG_MACHINE_UID: "edited-by-a-user"})
     pool = _pool(replicas=1)
     live = _owned(machine_object("web-live", "uid-live", machine_spec("subnet-1")), pool)
     live["status"] = {"instanceID": instance}
@@ -618,7 +619,7 @@ def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_be
     pool = _pool(replicas=2)
     def m(name, created, registered):
         obj = machine_object(name, f"uid-{name}", {}, created=T0 + dt.timedelta(minutes=created))
-        obj["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True" if registered else "False"}]}
+        obj["status"] = {"conditions": [{"type": machine_names.REGISTERED, "status": "True" if registered else "False"}]}
         return _owned(obj, pool)
     machines = [m("web-old", 0, True), m("web-newer", 5, True), m("web-launching", 10, False)]
     kube = FakeKube([pool, *machines])
@@ -626,9 +627,9 @@ def test_a_scale_down_removes_exactly_the_difference_when_the_cache_is_a_step_be
     first = serve("nodepool", "sync", hook_request("nodepool", pool, children=copy.deepcopy(machines)), ctx)
     removed = {m["metadata"]["name"] for m in machines} - {c["metadata"]["name"] for c in first["children"]}
     assert removed == {"web-launching"}
-    kube.objects[(names.MACHINE_KIND, "", "web-launching")]["metadata"]["deletionTimestamp"] = fmt(T0)
+    kube.objects[(machine_names.MACHINE_KIND, "", "web-launching")]["metadata"]["deletionTimestamp"] = fmt(T0)
     stale = copy.deepcopy(machines)
-    stale[2]["status"] = {"conditions": [{"type": names.REGISTERED, "status": "True"}]}  # its phase moved on
+    stale[2]["status"] = {"conditions": [{"type": machine_names.REGISTERED, "status": "True"}]}  # its phase moved on
     second = serve("nodepool", "sync", hook_request("nodepool", pool, children=stale), ctx)
     assert {c["metadata"]["name"] for c in second["children"]} == {"web-old", "web-newer", "web-launching"}
     assert kube.reasons().count("MachineRemoved") == 1
@@ -643,9 +644,9 @@ def _fenced_pool_world(make_ctx, request_namespace: str):
     for name in ("web-a", "web-b"):
         obj = _owned(machine_object(name, f"uid-{name}", machine_spec("subnet-1")), pool)
         obj["status"] = {"nodeName": f"node-{name}", "nodeUID": f"nuid-{name}", "instanceID": f"i-{name}",
-                         "conditions": [{"type": names.INITIALIZED, "status": "True"}]}
+                         "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}
         machines.append(obj)
-    fence = {"apiVersion": names.API_VERSION, "kind": "FencingRequest",
+    fence = {"apiVersion": machine_names.API_VERSION, "kind": "FencingRequest",
              "metadata": {"name": "node-web-b", "namespace": request_namespace, "uid": "fr-1"},
              "spec": {"nodeRef": {"name": "node-web-b"}, "action": "Off"},
              "status": {"phase": "Recovering", "providerStatus": {"instanceID": "i-web-b", "nodeUID": "nuid-web-b"},
@@ -664,9 +665,9 @@ def test_a_machine_fenced_by_our_request_gets_its_replacement_at_once_and_is_mar
     assert "web-b" in children and len(children) == 3, children  # the replacement, and web-b until recovered
     [record] = response["status"]["disruptions"]
     assert (record["machine"], record["reason"]) == ("web-b", "Repair") and record["replacement"] in children
-    marked = ctx.kube.objects[(names.MACHINE_KIND, "", "web-b")]["metadata"]["annotations"]
+    marked = ctx.kube.objects[(machine_names.MACHINE_KIND, "", "web-b")]["metadata"]["annotations"]
     assert '"reason":"Repair"' in marked["nodewarden.io/disruption"]
-    untouched = ctx.kube.objects[(names.MACHINE_KIND, "", "web-a")]["metadata"]["annotations"]
+    untouched = ctx.kube.objects[(machine_names.MACHINE_KIND, "", "web-a")]["metadata"]["annotations"]
     assert "nodewarden.io/disruption" not in untouched
 
 

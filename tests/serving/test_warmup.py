@@ -12,8 +12,7 @@ import threading
 import requests
 
 from devcluster.waits import http_ok, wait_until
-from hooks import warmup
-from hooks.fencing import names
+from hooks import fencing_names, warmup
 from hooks.kube import policy_cache
 from tests.support.hook_server import QUIET_WORLD, REPO, HookServer
 from worlds.fake_kube import FakeKube
@@ -21,7 +20,7 @@ from worlds.fake_kube import FakeKube
 
 def test_warm_up_makes_the_clients_and_lists_the_policies(make_ctx, monkeypatch):
     made = []
-    kube = FakeKube([{"apiVersion": names.API_VERSION, "kind": names.POLICY_KIND,
+    kube = FakeKube([{"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
                       "metadata": {"name": "p", "uid": "u"}, "spec": {}}])
     ctx = make_ctx(kube=kube)
     monkeypatch.setattr(ctx.aws, "client", lambda service, region=None: made.append(service))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from hooks import fields
+from hooks import fencing_names, fields
 from hooks.config import Settings
 from hooks.contract import HookRequest
-from hooks.fencing import names, records
+from hooks.fencing import records
 from hooks.fencing.node_phases.situation import Situation
 from hooks.plan import Plan
 
@@ -23,19 +23,19 @@ def desired_request(request: HookRequest, sit: Situation, settings: Settings) ->
     if existing is not None:
         meta = existing["metadata"]
         return {
-            "apiVersion": names.API_VERSION,
-            "kind": names.REQUEST_KIND,
+            "apiVersion": fencing_names.API_VERSION,
+            "kind": fencing_names.REQUEST_KIND,
             "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
             "spec": dict(existing.get("spec") or {}),
         }
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.REQUEST_KIND,
+        "apiVersion": fencing_names.API_VERSION,
+        "kind": fencing_names.REQUEST_KIND,
         "metadata": {
-            "name": names.request_name(request.name),
+            "name": fencing_names.request_name(request.name),
             "namespace": settings.namespace,
-            "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY},
-            "annotations": {names.POLICY_ANNOTATION: sit.policy.name},
+            "labels": {fencing_names.MANAGED_BY_LABEL: fencing_names.MANAGED_BY},
+            "annotations": {fencing_names.POLICY_ANNOTATION: sit.policy.name},
         },
         "spec": {
             "nodeRef": {"name": request.name, **({"uid": request.meta["uid"]} if request.meta.get("uid") else {})},
@@ -52,7 +52,7 @@ def request_done(fr: dict) -> bool:
     """Finished, and no out-of-service taint of its own left to take off."""
     st = fr.get("status") or {}
     recovery = st.get("recovery") if isinstance(st.get("recovery"), dict) else {}
-    return st.get("phase") in names.FINISHED_PHASES and recovery.get("outOfServiceTaint") != names.TAINT_APPLIED
+    return st.get("phase") in fencing_names.FINISHED_PHASES and recovery.get("outOfServiceTaint") != fencing_names.TAINT_APPLIED
 
 
 def with_record(request: HookRequest, sit: Situation, plan: Plan) -> Plan:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from hooks import conditions, events, fields, timefmt
+from hooks import conditions, events, fencing_names, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.fencing import failover, names
+from hooks.fencing import failover
 from hooks.fencing.node_phases.attachments import desired_request
 from hooks.fencing.node_phases.marks import TAINT_SETTLE_SECONDS, clear_error, taint_actions
 from hooks.fencing.node_phases.situation import Situation, needs_pods
@@ -29,20 +29,20 @@ def fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.date
     """The conditions of where the node stands, then their taints; the FencingRequest once required; the
     pods that may fail over now (``observed``: the node's pods and their claims, listed when needs_pods)."""
     node_status = fields.mapping(request.parent, "status")
-    fr_name = names.request_name(request.name) if sit.fencing_request is None else sit.fencing_request["metadata"]["name"]
-    desired = {names.TRIAGED: ("True", "UnhealthyCondition", sit.health.describe())}
+    fr_name = fencing_names.request_name(request.name) if sit.fencing_request is None else sit.fencing_request["metadata"]["name"]
+    desired = {fencing_names.TRIAGED: ("True", "UnhealthyCondition", sit.health.describe())}
     if sit.required:
-        desired[names.REQUIRED] = ("True", "FencingRequested",
+        desired[fencing_names.REQUIRED] = ("True", "FencingRequested",
                                    f"FencingRequest {settings.namespace}/{fr_name} powers the node off")
         if sit.complete:
-            desired[names.COMPLETE] = ("True", "PoweredOff", "the FencingRequest confirmed the power-off")
+            desired[fencing_names.COMPLETE] = ("True", "PoweredOff", "the FencingRequest confirmed the power-off")
         elif sit.failed_message:
-            desired[names.COMPLETE] = ("False", "FencingFailed", sit.failed_message)
+            desired[fencing_names.COMPLETE] = ("False", "FencingFailed", sit.failed_message)
         else:
-            desired[names.COMPLETE] = ("False", "FencingInProgress", "waiting for the power-off to be confirmed")
+            desired[fencing_names.COMPLETE] = ("False", "FencingInProgress", "waiting for the power-off to be confirmed")
     else:
-        desired[names.REQUIRED] = ("False", sit.hold_reason, sit.hold_message)
-        desired[names.COMPLETE] = ("False", "NotRequired", "fencing has not been required")
+        desired[fencing_names.REQUIRED] = ("False", sit.hold_reason, sit.hold_message)
+        desired[fencing_names.COMPLETE] = ("False", "NotRequired", "fencing has not been required")
     status = status_changes(node_status, desired, now)
 
     actions: list[Action] = []
@@ -51,9 +51,9 @@ def fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.date
         said.extend(transition_events(node_status, desired))
     else:
         # Conditions are settled: lay the taints that go with them.
-        want = {names.TRIAGED_TAINT: "PreferNoSchedule"}
+        want = {fencing_names.TRIAGED_TAINT: "PreferNoSchedule"}
         if sit.required:
-            want[names.REQUIRED_TAINT] = "NoSchedule"
+            want[fencing_names.REQUIRED_TAINT] = "NoSchedule"
         actions.extend(taint_actions(request, want))
 
     annotations = clear_error(request)
@@ -66,8 +66,8 @@ def fence(request: HookRequest, sit: Situation, settings: Settings, now: dt.date
         failover_actions, failover_error = failover_deletes(request, sit, observed)
         actions.extend(failover_actions)
         if failover_error:
-            if request.annotations.get(names.ERROR_ANNOTATION) != failover_error:
-                annotations = {names.ERROR_ANNOTATION: failover_error}
+            if request.annotations.get(fencing_names.ERROR_ANNOTATION) != failover_error:
+                annotations = {fencing_names.ERROR_ANNOTATION: failover_error}
                 said.append(events.warning(events.FAILOVER_FAILED, failover_error))
             else:
                 annotations = {}  # the same error again: no write, no new Event
@@ -97,17 +97,17 @@ def transition_events(before: dict, desired: dict) -> list[events.Event]:
         previous = conditions.find(before, ctype) or {}
         if previous.get("status") == status and previous.get("reason") == reason:
             continue
-        if ctype == names.TRIAGED and status == "True":
+        if ctype == fencing_names.TRIAGED and status == "True":
             events_out.append(events.normal(events.FENCING_TRIAGED, f"Node is unhealthy: {message}"))
-        elif ctype == names.REQUIRED and status == "True":
+        elif ctype == fencing_names.REQUIRED and status == "True":
             events_out.append(events.normal(events.FENCING_REQUIRED, message))
-        elif ctype == names.REQUIRED and reason == "StormGuard":
+        elif ctype == fencing_names.REQUIRED and reason == "StormGuard":
             events_out.append(events.warning(events.FENCING_HELD_BACK, message))
-        elif ctype == names.REQUIRED and reason == "ControlPlaneExcluded":
+        elif ctype == fencing_names.REQUIRED and reason == "ControlPlaneExcluded":
             events_out.append(events.normal(events.FENCING_SKIPPED, message))
-        elif ctype == names.COMPLETE and status == "True":
+        elif ctype == fencing_names.COMPLETE and status == "True":
             events_out.append(events.normal(events.NODE_FENCED, "Power-off confirmed; the node's workloads may recover"))
-        elif ctype == names.COMPLETE and reason == "FencingFailed":
+        elif ctype == fencing_names.COMPLETE and reason == "FencingFailed":
             events_out.append(events.warning(events.FENCING_FAILED, message))
     return events_out
 

@@ -5,9 +5,8 @@ races Metacontroller's own status write on the same Node.
 """
 from __future__ import annotations
 
-from hooks import fields
+from hooks import fencing_names, fields
 from hooks.contract import HookRequest
-from hooks.fencing import names
 from hooks.plan import Action
 
 # After writing conditions, look again soon to lay the matching taints.
@@ -19,7 +18,7 @@ def taint_actions(request: HookRequest, want: dict[str, str]) -> list[Action]:
     present = {t.get("key"): t.get("effect") for t in fields.objects(request.parent, "spec", "taints")
                if isinstance(t.get("key"), str)}
     actions = []
-    for key, effect in names.OUR_TAINTS.items():
+    for key, effect in fencing_names.OUR_TAINTS.items():
         if key in want and present.get(key) != effect:
             actions.append(Action("kube.taint", request.name, {"key": key, "effect": effect}))
         elif key not in want and key in present:
@@ -29,4 +28,4 @@ def taint_actions(request: HookRequest, want: dict[str, str]) -> list[Action]:
 
 def clear_error(request: HookRequest) -> dict:
     """The annotations that take a reported error off the node (none when it carries none)."""
-    return {names.ERROR_ANNOTATION: None} if names.ERROR_ANNOTATION in request.annotations else {}
+    return {fencing_names.ERROR_ANNOTATION: None} if fencing_names.ERROR_ANNOTATION in request.annotations else {}

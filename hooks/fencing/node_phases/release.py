@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import conditions, events, fields, timefmt
+from hooks import conditions, events, fencing_names, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.fencing import names
 from hooks.fencing.node_phases.attachments import desired_request, request_done
 from hooks.fencing.node_phases.marks import TAINT_SETTLE_SECONDS, clear_error, taint_actions
 from hooks.fencing.node_phases.situation import Situation
@@ -17,7 +16,7 @@ from hooks.plan import Action, Plan
 def release(request: HookRequest, sit: Situation, settings: Settings, now: dt.datetime) -> Plan:
     """Healthy (or no policy): take our conditions and taints away; the FencingRequest goes when done."""
     node_status = fields.mapping(request.parent, "status")
-    ours = [c for c in names.OUR_CONDITIONS if conditions.find(node_status, c)]
+    ours = [c for c in fencing_names.OUR_CONDITIONS if conditions.find(node_status, c)]
     status = None
     if ours:
         status = node_status
@@ -45,7 +44,7 @@ def release(request: HookRequest, sit: Situation, settings: Settings, now: dt.da
     if sit.policy is None and not sit.health.ready:
         # Policies are not related objects (no event when one is made): a node not Ready looks again for one.
         resync = min(resync or settings.fencing_resync_seconds, settings.fencing_resync_seconds)
-    if status is not None and any(t.get("key") in names.OUR_TAINTS for t in fields.objects(request.parent, "spec", "taints")):
+    if status is not None and any(t.get("key") in fencing_names.OUR_TAINTS for t in fields.objects(request.parent, "spec", "taints")):
         resync = min(resync or TAINT_SETTLE_SECONDS, TAINT_SETTLE_SECONDS)
     return Plan(decorator_response(annotations=clear_error(request), status=status, attachments=attachments,
                                    resync_after=resync), actions, said)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import conditions, fields, timefmt
+from hooks import conditions, fencing_names, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest
-from hooks.fencing import control_plane, health, names, storm
+from hooks.fencing import control_plane, health, storm
 from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy, governing, parse_all
 
@@ -52,13 +52,13 @@ class Situation:
 
 def governing_policy(request: HookRequest) -> Policy | None:
     """The valid NodeFencingPolicy among the request's related objects that governs the node."""
-    valid, _invalid = parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
+    valid, _invalid = parse_all(request.related.of_kind(fencing_names.POLICY_KIND, fencing_names.API_GROUP))
     return governing(valid, request.labels)
 
 
 def our_request(request: HookRequest) -> dict | None:
     """The node's FencingRequest among the request's attachments."""
-    found = request.children.of_kind(names.REQUEST_KIND, names.API_GROUP)
+    found = request.children.of_kind(fencing_names.REQUEST_KIND, fencing_names.API_GROUP)
     return found[0] if found else None
 
 
@@ -78,9 +78,9 @@ def _of_an_earlier_spell(fr: dict, state: Health) -> bool:
     """Finished, with its power-off confirmed before this unhealthy spell began: the node came back since,
     and that request neither powers it off again nor proves it off."""
     st = fr.get("status") if isinstance(fr.get("status"), dict) else {}
-    cond = conditions.find(st, names.FENCING_SUCCEEDED) or {}
+    cond = conditions.find(st, fencing_names.FENCING_SUCCEEDED) or {}
     confirmed_at = timefmt.parse(cond.get("lastTransitionTime"))
-    return st.get("phase") in names.FINISHED_PHASES and cond.get("status") == "True" and \
+    return st.get("phase") in fencing_names.FINISHED_PHASES and cond.get("status") == "True" and \
         confirmed_at is not None and state.since is not None and confirmed_at < state.since
 
 
@@ -107,13 +107,13 @@ def fenced(fr: dict | None, request: HookRequest, state: Health) -> bool:
     for recorded in (ref.get("uid"), provider.get("nodeUID")):
         if recorded is not None and recorded != uid:
             return False
-    cond = conditions.find(st, names.FENCING_SUCCEEDED) or {}
+    cond = conditions.find(st, fencing_names.FENCING_SUCCEEDED) or {}
     confirmed_at = timefmt.parse(cond.get("lastTransitionTime"))
     if cond.get("status") != "True" or confirmed_at is None or confirmed_at < state.since:
         return False
     phase = st.get("phase")
-    return phase == names.RECOVERING or (phase == names.SUCCEEDED and spec.get("action", names.ACTION_OFF) ==
-                                         names.ACTION_OFF)
+    return phase == fencing_names.RECOVERING or (phase == fencing_names.SUCCEEDED and spec.get("action", fencing_names.ACTION_OFF) ==
+                                         fencing_names.ACTION_OFF)
 
 
 def gate(request: HookRequest, policy: Policy, state: Health, now: dt.datetime,
@@ -138,7 +138,7 @@ def assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situat
 
 def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situation:
     node_status = fields.mapping(request.parent, "status")
-    valid, _invalid = parse_all(request.related.of_kind(names.POLICY_KIND, names.API_GROUP))
+    valid, _invalid = parse_all(request.related.of_kind(fencing_names.POLICY_KIND, fencing_names.API_GROUP))
     policy = governing(valid, request.labels)
     fencing_request = our_request(request)
     counting = tuple(p for p in valid if not p.deleting)
@@ -161,8 +161,8 @@ def _assess(request: HookRequest, now: dt.datetime, settings: Settings) -> Situa
     # failover still waits for the gate.
     if in_flight is not None:
         fr_status = in_flight.get("status") if isinstance(in_flight.get("status"), dict) else {}
-        complete = conditions.is_true(fr_status, names.FENCING_SUCCEEDED)
-        failed = "" if complete or fr_status.get("phase") != names.FAILED else (
+        complete = conditions.is_true(fr_status, fencing_names.FENCING_SUCCEEDED)
+        failed = "" if complete or fr_status.get("phase") != fencing_names.FAILED else (
             f"{fr_status.get('errorReason', 'Failed')}: {fr_status.get('errorMessage', '')}".strip(": "))
         return Situation(policy, state, in_flight, required=True, complete=complete,
                          failed_message=failed, failover_hold=hold_reason,

@@ -13,7 +13,7 @@
   recovery    the out-of-service taint and the force deletes it stands for,
               or ResourceDeletion's; every destructive step re-confirmed
   aftercare   the out-of-service taint comes off once the node is back
-  finalize    a request deleted half-way takes its taint off
+  deletion    a request deleted half-way takes its taint off (the finalize hook)
   invalid     an unreadable spec is reported once, nothing done
 
 hooks/controllers/fencing_request.py runs them (decide) and holds the

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import conditions, events, fields, timefmt
-from hooks.fencing import health, names, request_rules
+from hooks import conditions, events, fencing_names, fields, timefmt
+from hooks.fencing import health, request_rules
 from hooks.fencing.request_phases.state import Step, node_gone, recorded
 from hooks.plan import Action, Change, backoff
 
 
 def has_out_of_service_taint(node: dict | None) -> bool:
-    return any(t.get("key") == names.OUT_OF_SERVICE_TAINT
+    return any(t.get("key") == fencing_names.OUT_OF_SERVICE_TAINT
                for t in fields.objects(node or {}, "spec", "taints", where="related.Node"))
 
 
@@ -34,17 +34,17 @@ def ours_to_remove(status: dict, spec: request_rules.Spec, node: dict | None) ->
 def may_hold(status: dict, spec: request_rules.Spec) -> bool:
     """Whether this request may have put the out-of-service taint on its node (see ours_to_remove)."""
     taint = recorded(status, "recovery").get("outOfServiceTaint")
-    if taint == names.TAINT_APPLIED:
+    if taint == fencing_names.TAINT_APPLIED:
         return True
-    fenced = (conditions.find(status, names.FENCING_SUCCEEDED) or {}).get("status") == "True"
-    return fenced and spec.strategy == names.OUT_OF_SERVICE and taint != names.TAINT_REMOVED
+    fenced = (conditions.find(status, fencing_names.FENCING_SUCCEEDED) or {}).get("status") == "True"
+    return fenced and spec.strategy == fencing_names.OUT_OF_SERVICE and taint != fencing_names.TAINT_REMOVED
 
 
 def in_aftercare(status: dict, node: dict | None) -> bool:
     """Recovered, our taint on, and the node Ready *again*: it turned Ready after the power-off
     (a Ready=True from before the node was fenced is stale, not a return)."""
     rec = recorded(status, "recovery")
-    if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime") or node is None:
+    if rec.get("outOfServiceTaint") != fencing_names.TAINT_APPLIED or not rec.get("completionTime") or node is None:
         return False
     node_status = fields.mapping(node, "status", where="related.Node")
     if not health.is_ready(node_status):
@@ -62,11 +62,11 @@ def _ready_for(node: dict, now: dt.datetime) -> float:
 def aftercare(step: Step) -> None:
     """Take the out-of-service taint off once the node is back and nothing is left to recover."""
     rec = recorded(step.status, "recovery")
-    if rec.get("outOfServiceTaint") != names.TAINT_APPLIED or not rec.get("completionTime"):
+    if rec.get("outOfServiceTaint") != fencing_names.TAINT_APPLIED or not rec.get("completionTime"):
         return
     if step.node is None:
         if node_gone(step.observed):
-            rec["outOfServiceTaint"] = names.TAINT_REMOVED  # the API server has no such node: no taint
+            rec["outOfServiceTaint"] = fencing_names.TAINT_REMOVED  # the API server has no such node: no taint
         else:
             step.resync(backoff(step.settings, 1))  # missing from this request only: look again
         return
@@ -88,7 +88,7 @@ def aftercare(step: Step) -> None:
     holders = step.observed.get("otherHolders")
     if holders:
         # An unfinished request for the node still counts on the taint: ours lets go, it takes it off.
-        rec["outOfServiceTaint"] = names.TAINT_REMOVED
+        rec["outOfServiceTaint"] = fencing_names.TAINT_REMOVED
         step.event("OutOfServiceTaintKept", f"Node {step.spec.node_name} is Ready again; the out-of-service "
                                             f"taint stays for {', '.join(holders)}")
         return
@@ -117,6 +117,6 @@ def aftercare(step: Step) -> None:
 def untaint(step: Step, said: events.Event, *extra: Change) -> None:
     """Take the out-of-service taint off; recorded (and said) only once it is off."""
     step.actions.append(Action(
-        "kube.untaint", step.spec.node_name, {"key": names.OUT_OF_SERVICE_TAINT},
-        record=(Change(("status", "recovery", "outOfServiceTaint"), names.TAINT_REMOVED), *extra),
+        "kube.untaint", step.spec.node_name, {"key": fencing_names.OUT_OF_SERVICE_TAINT},
+        record=(Change(("status", "recovery", "outOfServiceTaint"), fencing_names.TAINT_REMOVED), *extra),
         reports=said))

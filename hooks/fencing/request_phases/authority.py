@@ -9,7 +9,8 @@ fenced only when the request opts in with ``spec.allowControlPlane: true``.
 """
 from __future__ import annotations
 
-from hooks.fencing import control_plane, names
+from hooks import fencing_names
+from hooks.fencing import control_plane
 from hooks.fencing.request_phases.state import Step
 
 NOT_HONOURED = "NotHonouredHere"
@@ -21,7 +22,7 @@ def honoured_here(request_namespace: str | None, settings) -> bool:
 
 def refuse_elsewhere(step: Step) -> None:
     """Failed once with the reason; a finished request is left as it is."""
-    if step.status.get("phase") in names.FINISHED_PHASES:
+    if step.status.get("phase") in fencing_names.FINISHED_PHASES:
         return
     step.fail(NOT_HONOURED, f"FencingRequests are honoured only in namespace {step.settings.namespace}, where only "
                             f"cluster operators create them; this one in {step.request.meta.get('namespace')} was "

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hooks import conditions, events, timefmt
+from hooks import conditions, events, fencing_names, timefmt
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.fencing import names
 from hooks.fencing.request_phases.state import observed_generation, own_status
 from hooks.plan import Plan
 
@@ -16,9 +15,9 @@ def invalid_spec(request: HookRequest, now: dt.datetime, problem: RequestError) 
     if request.finalizing:
         return Plan(composite_response(status=status, finalized=True))
     said = []
-    if status.get("phase") not in names.FINISHED_PHASES:
+    if status.get("phase") not in fencing_names.FINISHED_PHASES:
         stamp = timefmt.fmt(now)
-        status.update(phase=names.FAILED, errorReason="InvalidSpec", errorMessage=str(problem), completionTime=stamp)
-        status, _ = conditions.set(status, names.FAILED_CONDITION, "True", "InvalidSpec", str(problem), stamp)
+        status.update(phase=fencing_names.FAILED, errorReason="InvalidSpec", errorMessage=str(problem), completionTime=stamp)
+        status, _ = conditions.set(status, fencing_names.FAILED_CONDITION, "True", "InvalidSpec", str(problem), stamp)
         said.append(events.warning(events.FENCING_FAILED, f"InvalidSpec: {problem}"))
     return Plan(composite_response(status=status), events=said)

@@ -10,16 +10,16 @@ request fails with nothing recovered.
 """
 from __future__ import annotations
 
-from hooks import bounds, events, fields, timefmt
+from hooks import bounds, events, fencing_names, fields, timefmt
 from hooks.ec2_names import OFF_STATES, RUNNING
-from hooks.fencing import health, names, request_rules
+from hooks.fencing import health, request_rules
 from hooks.fencing.request_phases import authority, ownership, queue
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.state import Step
 from hooks.plan import Action
 
 # op -> (the title of its status fields and Events, the errorReason prefix, the phase it runs in)
-OPERATIONS = {"stop": ("Stop", "PowerOff", names.POWERING_OFF), "start": ("Start", "PowerOn", names.POWERING_ON)}
+OPERATIONS = {"stop": ("Stop", "PowerOff", fencing_names.POWERING_OFF), "start": ("Start", "PowerOn", fencing_names.POWERING_ON)}
 
 
 def start(step: Step) -> None:
@@ -27,7 +27,7 @@ def start(step: Step) -> None:
     if not step.status.get("startTime"):
         step.status["startTime"] = step.stamp()
     if not step.status.get("phase"):
-        step.phase = names.PENDING
+        step.phase = fencing_names.PENDING
         step.event("FencingStarted", f"Fencing node {step.spec.node_name}: action {step.spec.action}, "
                                      f"recovery {step.spec.strategy}")
 
@@ -54,9 +54,9 @@ def power_off(step: Step) -> None:
         if not cleared_to_power_off(step):
             return
         step.provider["poweredOffTime"] = step.stamp()
-        step.condition(names.FENCING_SUCCEEDED, "True", "PoweredOff",
+        step.condition(fencing_names.FENCING_SUCCEEDED, "True", "PoweredOff",
                        f"instance {step.provider['instanceID']} is {state}")
-        step.phase = names.RECOVERING
+        step.phase = fencing_names.RECOVERING
         step.event("PoweredOff", f"Instance {step.provider['instanceID']} is {state}: node "
                                  f"{step.spec.node_name} can no longer write")
         return

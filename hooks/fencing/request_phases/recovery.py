@@ -10,9 +10,9 @@ the fenced one, read again right before it runs.
 """
 from __future__ import annotations
 
-from hooks import bounds, events, timefmt
+from hooks import bounds, events, fencing_names, timefmt
 from hooks.ec2_names import OFF_STATES
-from hooks.fencing import names, request_rules
+from hooks.fencing import request_rules
 from hooks.fencing.request_phases import ownership
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.power import observe_instance
@@ -60,7 +60,7 @@ def recover(step: Step) -> None:
                    f"{len(step.observed.get('volumeAttachments') or [])} VolumeAttachment(s) still on the node")
         step.event("RecoveryTimedOut", message, warning=True)
         return recovered(step, "TimedOut", message)
-    if step.spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED:
+    if step.spec.strategy == fencing_names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != fencing_names.TAINT_APPLIED:
         if not still_fenced(step):
             return
         return taint(step)
@@ -70,7 +70,7 @@ def recover(step: Step) -> None:
         return step.resync(backoff(step.settings, 1))
     node_pods = step.observed["nodePods"]
     attachments = step.observed["volumeAttachments"]
-    if step.spec.strategy == names.RESOURCE_DELETION and (node_pods or any(not v["deleting"] for v in attachments)):
+    if step.spec.strategy == fencing_names.RESOURCE_DELETION and (node_pods or any(not v["deleting"] for v in attachments)):
         if not still_fenced(step):
             return
         delete_resources(step, node_pods, attachments)
@@ -80,7 +80,7 @@ def recover(step: Step) -> None:
     rec["remainingVolumeAttachments"] = len(attachments)
     if not waiting and not attachments:
         return recovered(step, "Recovered", "no pod or VolumeAttachment of the node is left")
-    doomed = request_rules.removed_with_the_taint(waiting) if step.spec.strategy == names.OUT_OF_SERVICE else []
+    doomed = request_rules.removed_with_the_taint(waiting) if step.spec.strategy == fencing_names.OUT_OF_SERVICE else []
     if doomed:
         # What kube-controller-manager would do, without waiting up to 20 s for pod GC's
         # next pass: the power-off and the node are confirmed again right before each delete.
@@ -95,14 +95,14 @@ def taint(step: Step) -> None:
     uid = step.provider.get("nodeUID")
     step.actions.append(Action(
         "kube.taint", step.spec.node_name,
-        {"key": names.OUT_OF_SERVICE_TAINT, "value": names.OUT_OF_SERVICE_VALUE,
-         "effect": names.OUT_OF_SERVICE_EFFECT, **({"uid": uid} if uid else {})},
-        record=(Change(("status", "recovery", "outOfServiceTaint"), names.TAINT_APPLIED),),
+        {"key": fencing_names.OUT_OF_SERVICE_TAINT, "value": fencing_names.OUT_OF_SERVICE_VALUE,
+         "effect": fencing_names.OUT_OF_SERVICE_EFFECT, **({"uid": uid} if uid else {})},
+        record=(Change(("status", "recovery", "outOfServiceTaint"), fencing_names.TAINT_APPLIED),),
         requires=fenced_node(step),
         reports=events.normal(
             events.OUT_OF_SERVICE_TAINT_APPLIED,
-            f"Tainted node {step.spec.node_name} {names.OUT_OF_SERVICE_TAINT}={names.OUT_OF_SERVICE_VALUE}:"
-            f"{names.OUT_OF_SERVICE_EFFECT}: kube-controller-manager recovers its pods and volumes")))
+            f"Tainted node {step.spec.node_name} {fencing_names.OUT_OF_SERVICE_TAINT}={fencing_names.OUT_OF_SERVICE_VALUE}:"
+            f"{fencing_names.OUT_OF_SERVICE_EFFECT}: kube-controller-manager recovers its pods and volumes")))
     step.resync(step.settings.fencing_recovery_poll_seconds)
 
 
@@ -139,8 +139,8 @@ def delete_resources(step: Step, node_pods: list[dict], attachments: list[dict])
 
 def recovered(step: Step, reason: str, message: str) -> None:
     step.recovery["completionTime"] = step.stamp()
-    step.condition(names.RECOVERED, "True", reason, message)
-    if step.spec.action == names.ACTION_REBOOT:
-        step.phase = names.POWERING_ON
+    step.condition(fencing_names.RECOVERED, "True", reason, message)
+    if step.spec.action == fencing_names.ACTION_REBOOT:
+        step.phase = fencing_names.POWERING_ON
     else:
         step.succeed()

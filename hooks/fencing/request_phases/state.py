@@ -4,10 +4,10 @@ from __future__ import annotations
 import copy
 import datetime as dt
 
-from hooks import conditions, events, fields, timefmt
+from hooks import conditions, events, fencing_names, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, composite_response
-from hooks.fencing import names, request_rules
+from hooks.fencing import request_rules
 from hooks.plan import Action, Plan, backoff
 
 
@@ -37,7 +37,7 @@ def own_status(parent: dict) -> dict:
     for key in ("phase", "startTime", "completionTime", "errorReason", "errorMessage"):
         if key in status and not isinstance(status[key], str):
             del status[key]
-    if status.get("phase") not in (None, *names.PHASES):
+    if status.get("phase") not in (None, *fencing_names.PHASES):
         del status["phase"]
     return status
 
@@ -64,8 +64,8 @@ def restamp(status: dict, now: dt.datetime) -> None:
 
 def without_unverified(status: dict) -> dict:
     """The status without the record of calls the API server could not confirm."""
-    if conditions.find(status, names.VERIFIED_CONDITION) or "unverifiedCalls" in status:
-        status, _ = conditions.remove(status, names.VERIFIED_CONDITION)
+    if conditions.find(status, fencing_names.VERIFIED_CONDITION) or "unverifiedCalls" in status:
+        status, _ = conditions.remove(status, fencing_names.VERIFIED_CONDITION)
         status.pop("unverifiedCalls", None)
     return status
 
@@ -88,7 +88,7 @@ class Step:
 
     @property
     def phase(self) -> str:
-        return self.status.get("phase") or names.PENDING
+        return self.status.get("phase") or fencing_names.PENDING
 
     @phase.setter
     def phase(self, value: str) -> None:
@@ -115,18 +115,18 @@ class Step:
         self.status, _ = conditions.set(self.status, ctype, status, reason, message, self.stamp())
 
     def fail(self, reason: str, message: str) -> None:
-        self.phase = names.FAILED
+        self.phase = fencing_names.FAILED
         self.status["errorReason"] = reason
         self.status["errorMessage"] = message
         self.status["completionTime"] = self.stamp()
-        self.condition(names.FAILED_CONDITION, "True", reason, message)
+        self.condition(fencing_names.FAILED_CONDITION, "True", reason, message)
         self.event("FencingFailed", f"{reason}: {message}", warning=True)
 
     def cannot_tell(self, reason: str, what: str, detail: str) -> None:
         """Wait for what a step needs to be readable, but not for ever: a power operation that cannot start
         or go on fails NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS after its last step (recovery has its own
         timeout)."""
-        if self.phase == names.RECOVERING:
+        if self.phase == fencing_names.RECOVERING:
             return self.resync(backoff(self.settings, 1))
         provider, rec = recorded(self.status, "providerStatus"), recorded(self.status, "recovery")
         steps = [timefmt.parse(v) for v in (self.status.get("startTime"), provider.get("lastStopTime"),
@@ -138,15 +138,15 @@ class Step:
         self.resync(backoff(self.settings, 1))
 
     def succeed(self) -> None:
-        self.phase = names.SUCCEEDED
+        self.phase = fencing_names.SUCCEEDED
         self.status["completionTime"] = self.stamp()
-        what = "powered off, recovered" + (" and powered on again" if self.spec.action == names.ACTION_REBOOT else "")
-        self.condition(names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
+        what = "powered off, recovered" + (" and powered on again" if self.spec.action == fencing_names.ACTION_REBOOT else "")
+        self.condition(fencing_names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
         self.event("FencingComplete", f"Node {self.spec.node_name} {what}")
 
     def plan(self, finalized: bool | None = None) -> Plan:
         resync = min(self.resyncs) if self.resyncs else None
-        if self.status.get("phase") in names.FINISHED_PHASES:
+        if self.status.get("phase") in fencing_names.FINISHED_PHASES:
             self.status = without_unverified(self.status)
         return Plan(composite_response(status=self.status, resync_after=resync, finalized=finalized),
                     self.actions, self.events, verify=self.verify)

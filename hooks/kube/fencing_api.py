@@ -8,13 +8,13 @@ from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.storage_v1 import VolumeAttachment
 
+from hooks import fencing_names
 from hooks.contract import DECORATOR_CLAIM
-from hooks.fencing import names
 from hooks.kube import fresh
-from hooks.kube.deletes import delete_exact
 from hooks.kube.client import is_not_found
+from hooks.kube.deletes import delete_exact
 
-FencingRequest = fresh.resource(names.REQUEST_KIND)
+FencingRequest = fresh.resource(fencing_names.REQUEST_KIND)
 
 
 def force_delete_pod(kube, namespace: str, name: str, uid: str | None) -> bool:

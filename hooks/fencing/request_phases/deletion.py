@@ -1,6 +1,7 @@
-"""Finalize: a FencingRequest deleted half-way takes the out-of-service taint it put on off its node,
-unless another live request for the node, in any namespace, still counts on it. Not knowing (the Node
-or the other requests unreadable) keeps the request and its finalizer, and finalize retries."""
+"""Deletion (the finalize hook): a FencingRequest deleted half-way takes the out-of-service taint it
+put on off its node, unless another live request for the node, in any namespace, still counts on it.
+Not knowing (the Node or the other requests unreadable) keeps the request and its finalizer, and
+finalize retries."""
 from __future__ import annotations
 
 from hooks import events

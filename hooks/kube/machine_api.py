@@ -9,10 +9,11 @@ import json
 
 from lightkube.resources.core_v1 import Node
 
+from hooks import machine_names
 from hooks.kube import fresh
 from hooks.kube.deletes import delete_exact
 from hooks.kube.taints import edit, pointer
-from hooks.machines import names, signals
+from hooks.machines import signals
 
 
 def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, taints: list[dict]) -> bool:
@@ -28,8 +29,8 @@ def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, ta
         meta = node.metadata
         current_annotations = dict(meta.annotations or {})
         current_taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
-        kept = [t for t in current_taints if t.get("key") != names.UNREGISTERED_TAINT]
-        if names.MANAGED_KEYS not in current_annotations:
+        kept = [t for t in current_taints if t.get("key") != machine_names.UNREGISTERED_TAINT]
+        if machine_names.MANAGED_KEYS not in current_annotations:
             if meta.labels is None:
                 ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
             for key, value in sorted(labels.items()):
@@ -38,7 +39,7 @@ def register_node(kube, name: str, uid: str, labels: dict, annotations: dict, ta
                 ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
             record = {"labels": sorted(labels), "annotations": sorted(annotations),
                       "taints": sorted({t["key"] for t in taints})}
-            for key, value in sorted({**annotations, names.MANAGED_KEYS: json.dumps(record, separators=(",", ":"))}
+            for key, value in sorted({**annotations, machine_names.MANAGED_KEYS: json.dumps(record, separators=(",", ":"))}
                                      .items()):
                 ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(key)}", "value": value})
             present = {(t.get("key"), t.get("effect")) for t in kept}
@@ -55,15 +56,15 @@ def cordon_disrupted(kube, name: str, uid: str, reason: str = "") -> bool:
     def change(node):
         ops = []
         annotations = node.metadata.annotations or {}
-        if reason and annotations.get(names.DISRUPTION_REASON) != reason:
+        if reason and annotations.get(machine_names.DISRUPTION_REASON) != reason:
             if node.metadata.annotations is None:
                 ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-            ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(names.DISRUPTION_REASON)}",
+            ops.append({"op": "add", "path": f"/metadata/annotations/{pointer(machine_names.DISRUPTION_REASON)}",
                         "value": reason})
         taints = [t.to_dict() for t in (node.spec.taints or [])] if node.spec else []
-        if not any(t.get("key") == names.DISRUPTED_TAINT for t in taints):
+        if not any(t.get("key") == machine_names.DISRUPTED_TAINT for t in taints):
             ops.append({"op": "add", "path": "/spec/taints",
-                        "value": taints + [{"key": names.DISRUPTED_TAINT, "effect": names.DISRUPTED_EFFECT}]})
+                        "value": taints + [{"key": machine_names.DISRUPTED_TAINT, "effect": machine_names.DISRUPTED_EFFECT}]})
         if not (node.spec and node.spec.unschedulable):
             ops.append({"op": "add", "path": "/spec/unschedulable", "value": True})
         return ops
@@ -74,7 +75,7 @@ def cordon_disrupted(kube, name: str, uid: str, reason: str = "") -> bool:
 def mark_disrupted(kube, name: str, uid: str, value: str) -> bool:
     """Write the pool's choice (``nodewarden.io/disruption``) on the Machine of ``uid``, in one patch that
     tests the uid: a Machine replaced under the name is never written."""
-    res = fresh.resource(names.MACHINE_KIND)
+    res = fresh.resource(machine_names.MACHINE_KIND)
     ops = [{"op": "test", "path": "/metadata/uid", "value": uid}]
     machine = fresh.as_dict(kube.get(res, name))
     if not isinstance((machine.get("metadata") or {}).get("annotations"), dict):
@@ -90,13 +91,13 @@ def delete_node(kube, name: str, uid: str) -> bool:
 
 
 def delete_machine(kube, name: str, uid: str) -> bool:
-    return delete_exact(kube, fresh.resource(names.MACHINE_KIND), name, uid)
+    return delete_exact(kube, fresh.resource(machine_names.MACHINE_KIND), name, uid)
 
 
 def listed(kube, pool: str | None = None) -> list[dict]:
     """Every Machine the API server has now (of one pool, by its label, or all), as dicts."""
-    labels = {names.POOL_LABEL: pool} if pool else None
-    return [fresh.as_dict(m) for m in kube.list(fresh.resource(names.MACHINE_KIND), labels=labels)]
+    labels = {machine_names.POOL_LABEL: pool} if pool else None
+    return [fresh.as_dict(m) for m in kube.list(fresh.resource(machine_names.MACHINE_KIND), labels=labels)]
 
 
 def claims(kube) -> tuple[set[str], set[str]]:
