@@ -22,7 +22,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("actuators", ("hooks.actuators",)),
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent")),
-    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption")),
+    ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
+                       "hooks.teardown")),
     ("vocabulary", ("hooks",)),
 ]
 
@@ -45,7 +46,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 
 # (importer, imported): why the import waits until a function runs.
 DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.aws.gc.resources", "hooks.aws.clients"): "?",
     ("hooks.cli", "hooks.cli_gc"): "?",
     ("hooks.cli", "hooks.credentials"): "?",
     ("hooks.cli_gc", "hooks.kube.client"): "?",

@@ -13,8 +13,8 @@ from typing import Callable
 
 from hooks import actuators
 from hooks.aws.clients import TRANSPORT
-from hooks.aws.gc.resources import TASK_ORDER
 from hooks.plan import Action, Outcome
+from hooks.teardown.tasks import TASK_ORDER
 
 # What an outcome means (classify); DELETED/GONE when the delete succeeded.
 IN_USE = "in-use"  # still used by something that is going away: retry later
