@@ -16,26 +16,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Mapping
 
 from hooks import runtime, timefmt
 from hooks.aws import elb, gc, instances, power, sqs
-from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.clients import error_code
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, interruptions, nodes, pods, taints
 from hooks.kube import machines as kube_machines
-from hooks.kube.client import describe_error as kube_error
 from hooks.machines import names as machine_names
 from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
-from hooks.plan import Action, ClusterInstance, InstanceOf, Orphaned, Outcome, PoweredOff, SameObject
+from hooks.plan import (PRECONDITION, Action, ClusterInstance, Gate, InstanceOf, Orphaned, Outcome, PoweredOff,
+                        SameObject, error_text)
 from hooks.recent import Recent
 
 log = logging.getLogger(__name__)
-PRECONDITION = "Precondition"  # Outcome.code of an action whose precondition did not hold
-DEFERRED = "Deferred"  # Outcome.code of an action a Gate put off to the next call: not tried, not a failure
 
 
 def _namespaced(target: str) -> tuple[str, str]:
@@ -167,39 +163,13 @@ def _launch(ctx: runtime.Context, a: Action) -> dict:
         user_data=p["userData"], spot=p.get("capacityType") == "spot")
 
 
-class Gate:
-    """Sequencing for a batch of actions: may hold an action back given what happened so far.
-
-    ``hold(action, outcomes, started)`` answers None to run it, or an Outcome
-    that stands for it unrun (deferred, held behind an unfinished step);
-    ``started`` is when the hook call began (time.monotonic()).
-    """
-
-    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
-        return None
-
-
-class Budget(Gate):
-    """Puts every action off to the next call once this one has run ``seconds``; the first always runs, so
-    however many actions a call plans, it answers within its budget and each call makes progress."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
-        self.seconds, self.clock = seconds, clock
-
-    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
-        if outcomes and self.clock() >= started + self.seconds:
-            return Outcome(action, False, "put off to the next call: this call's time budget is used up",
-                           code=DEFERRED)
-        return None
-
-
 def _precondition_failure(ctx: runtime.Context, requirement) -> str:
     """Why a precondition does not hold right now ("" when it does), read fresh from AWS or the API server."""
     if isinstance(requirement, PoweredOff):
         try:
             state = power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
         except Exception as exc:  # noqa: BLE001 - unreadable is not powered off
-            return f"power state of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+            return f"power state of {requirement.instance_id} not confirmed: {error_text(exc)}"
         if state not in power.OFF_STATES:
             return f"instance {requirement.instance_id} is {state}, not powered off"
         return ""
@@ -223,7 +193,7 @@ def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str
     try:
         found = power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable is not ours
-        return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+        return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
     if not power.cluster_tagged(found["tags"], requirement.cluster_name):
         return f"instance {requirement.instance_id} is not tagged for cluster {requirement.cluster_name!r}"
     return ""
@@ -233,7 +203,7 @@ def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
     try:
         found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
-        return f"tags of {requirement.instance_id} not confirmed: {aws_error(exc)}"
+        return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
     if found is None:
         return ""  # EC2 no longer knows it: acting on it cannot harm anything
     if machine_names.machines_instance(found["tags"], requirement.machine_uid, requirement.cluster_name):
@@ -246,7 +216,7 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     try:
         found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001
-        return f"instance {requirement.instance_id} not confirmed: {aws_error(exc)}"
+        return f"instance {requirement.instance_id} not confirmed: {error_text(exc)}"
     if found is None or found["state"] in instances.GONE_STATES:
         return f"instance {requirement.instance_id} is already gone"
     tags = found["tags"]
@@ -259,7 +229,7 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     try:
         uids, recorded = kube_machines.claims(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no list, no proof
-        return f"Machines not listed: {kube_error(exc)}"
+        return f"Machines not listed: {error_text(exc)}"
     if tags[machine_names.TAG_MACHINE_UID] in uids:
         return f"Machine uid {tags[machine_names.TAG_MACHINE_UID]} exists"
     if requirement.instance_id in recorded:
@@ -276,8 +246,7 @@ def _unmet(ctx: runtime.Context, action: Action) -> Outcome | None:
 
 
 def _failed(action: Action, exc: Exception) -> Outcome:
-    message = kube_error(exc) if action.kind.startswith("kube.") else aws_error(exc)
-    return Outcome(action, False, error=message, code=error_code(exc))
+    return Outcome(action, False, error=error_text(exc), code=error_code(exc))
 
 
 def _run_one(ctx: runtime.Context, action: Action, own: Actuators) -> Outcome:
@@ -393,7 +362,3 @@ def drain_background(timeout: float) -> bool:
         running = list(_RUNNING)
     return not wait(running, timeout=timeout).not_done if running else True
 
-
-def failure_text(outcomes: list[Outcome]) -> str:
-    """The failed actions, for an annotation or status field."""
-    return "; ".join(f"{o.action.kind} {o.action.target}: {o.error}" for o in outcomes if not o.ok)[:2000]

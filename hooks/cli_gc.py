@@ -21,7 +21,8 @@ import sys
 import httpx2 as httpx
 from lightkube.generic_resource import create_namespaced_resource
 
-from hooks.kube.client import KubeUnavailable, describe_error, is_not_found
+from hooks.kube.client import KubeUnavailable, is_not_found
+from hooks.plan import error_text
 from hooks.teardown.names import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
 from hooks.teardown.tasks import TASK_ORDER
 
@@ -148,7 +149,7 @@ def run(args, kube=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - lightkube ApiError and transport errors, said plainly
-        print(f"error: {describe_error(exc)}", file=sys.stderr)
+        print(f"error: {error_text(exc)}", file=sys.stderr)
         return 1
 
 

@@ -25,12 +25,10 @@ def _walk(obj: Mapping, path: tuple[str, ...], where: str) -> Any:
     return current
 
 
-def _typed(obj: Mapping, path: tuple[str, ...], where: str, kind: type | tuple, label: str, default: Any) -> Any:
+def _typed(obj: Mapping, path: tuple[str, ...], where: str, kind: type, label: str, default: Any) -> Any:
     value = _walk(obj, path, where)
     if value is None:
         return default
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise RequestError(".".join((where,) + path), f"must be {label}, got bool")
     if not isinstance(value, kind):
         raise RequestError(".".join((where,) + path), f"must be {label}, got {type(value).__name__}")
     return value
@@ -42,10 +40,6 @@ def string(obj: Mapping, *path: str, where: str = "parent", default: str | None 
 
 def boolean(obj: Mapping, *path: str, where: str = "parent", default: bool = False) -> bool:
     return _typed(obj, path, where, bool, "a boolean", default)
-
-
-def number(obj: Mapping, *path: str, where: str = "parent", default: float | None = None) -> float | None:
-    return _typed(obj, path, where, (int, float), "a number", default)
 
 
 def mapping(obj: Mapping, *path: str, where: str = "parent") -> dict:

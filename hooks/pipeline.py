@@ -42,7 +42,7 @@ from hooks import actuators, events, runtime
 from hooks.config import Settings
 from hooks.contract import COMPOSITE, HookRequest
 from hooks.kube import fresh
-from hooks.plan import Action, Outcome, Plan
+from hooks.plan import DEFERRED, GATED, Action, Outcome, Plan, failure_text, unverified_text
 
 
 @runtime_checkable
@@ -192,21 +192,11 @@ def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: l
     parent = events.ref(request.parent)
     sent = list(plan.events)
     sent += [o.action.reports for o in outcomes if o.ok and o.action.reports is not None]
-    failed = [o for o in outcomes if not o.ok and o.code != actuators.DEFERRED]  # put off is not failed
+    failed = [o for o in outcomes if not o.ok and o.code != DEFERRED]  # put off is not failed
     if controller.FAILURE_REASON and failed:
-        sent.append(events.warning(controller.FAILURE_REASON, actuators.failure_text(failed)))
+        sent.append(events.warning(controller.FAILURE_REASON, failure_text(failed)))
     for event in sent:
         ctx.events.record(controller.NAME, event.about or parent, event)
-
-
-def never(request: HookRequest, plan: Plan) -> bool:
-    """``needs_verification`` of a controller whose actions are all reversible."""
-    return False
-
-
-def as_is(request: HookRequest, ctx: runtime.Context) -> HookRequest:
-    """``verify`` of a controller that never needs it."""
-    return request
 
 
 def refuse(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
@@ -219,17 +209,23 @@ def in_status(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: st
     retry after the error backoff, and nothing finalized."""
     response = dict(plan.response)
     response["status"] = {**(response.get("status") or {}),
-                          "lastError": f"not verified with the API server: {reason}"[:2000]}
+                          "lastError": unverified_text(reason)[:2000]}
     response["resyncAfterSeconds"] = float(ctx.settings.error_backoff_seconds)
     if request.finalizing:
         response["finalized"] = False
     return Plan(response)
 
 
-def failures_only(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
-                  now: dt.datetime) -> Plan:
-    """``settle`` of a controller whose response does not depend on what failed."""
-    return plan
+def failed_in_status(plan: Plan, outcomes: list[Outcome], retry: float) -> Plan:
+    """``settle`` of a controller that owns its parent's status: what failed (not what a Gate held back) added
+    to ``status.lastError``, and the next call within ``retry`` seconds."""
+    response = dict(plan.response)
+    status = dict(response["status"])
+    failed = failure_text([o for o in outcomes if o.code not in GATED])
+    status["lastError"] = "; ".join(x for x in (status.get("lastError"), failed) if x)[:2000]
+    response["status"] = status
+    response["resyncAfterSeconds"] = min(float(response.get("resyncAfterSeconds") or retry), retry)
+    return Plan(response, plan.actions, plan.events, basis=plan.basis)
 
 
 def by_plan(request: HookRequest, plan: Plan) -> bool:

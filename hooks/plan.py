@@ -23,14 +23,31 @@ handed over once every other action of the call has succeeded, and its
 (``hooks.pipeline.run``). Only an idempotent step whose record the next call
 would otherwise redo may be one: a background action lost with its process
 is simply done again.
+
+A ``Gate`` sequences a plan's actions: it may answer for one, unrun, with an
+Outcome whose ``code`` says why (DEFERRED, HELD); an action whose
+precondition does not hold answers PRECONDITION. ``failure_text`` and
+``error_text`` are how a failure reads in a status, an annotation or an Event,
+and ``unverified_text`` how a call the API server did not confirm does.
 """
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from botocore.exceptions import ClientError
+from lightkube.core.exceptions import ApiError
 
 from hooks.events import Event
+
+# Outcome.code of an action that did not run. An action a Gate answers for was not tried: DEFERRED is no
+# failure at all, HELD follows from a failure of its own call.
+PRECONDITION = "Precondition"  # a precondition did not hold, read right before it would have run
+DEFERRED = "Deferred"  # put off to the next call (this call's time is up, or AWS cannot take more now)
+HELD = "Held"  # held behind an earlier step of this call that did not succeed
+GATED = (DEFERRED, HELD)  # the codes a Gate answers with
 
 
 @dataclass(frozen=True)
@@ -176,7 +193,33 @@ class Outcome:
     ok: bool
     error: str = ""
     result: Any = None
-    code: str = ""  # the AWS error code or exception class of a failure; "Precondition" when one did not hold
+    code: str = ""  # the AWS error code or exception class of a failure, or why it did not run (PRECONDITION, GATED)
+
+
+class Gate:
+    """Sequencing for a batch of actions: may hold an action back given what happened so far.
+
+    ``hold(action, outcomes, started)`` answers None to run it, or an Outcome
+    that stands for it unrun (code DEFERRED or HELD); ``started`` is when the
+    hook call began (time.monotonic()).
+    """
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        return None
+
+
+class TimeAllowance(Gate):
+    """Puts every action off to the next call once this one has run ``seconds``; the first always runs, so
+    however many actions a call plans, it answers within its allowance and each call makes progress."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock = seconds, clock
+
+    def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
+        if outcomes and self.clock() >= started + self.seconds:
+            return Outcome(action, False, "put off to the next call: this call's time budget is used up",
+                           code=DEFERRED)
+        return None
 
 
 @dataclass
@@ -189,8 +232,8 @@ class Plan:
     verify: bool = False
     # What the decision was made from, for the controller's settle step (not sent anywhere).
     basis: Any = None
-    # Sequencing for the actions (see hooks.actuators.Gate); None runs them all in order.
-    gate: Any = None
+    # Sequencing for the actions; None runs them all in order.
+    gate: Gate | None = None
     # Annotations of the response that the hook writes to the parent Node itself once the
     # actions ran, rather than leaving them to Metacontroller (hooks.pipeline.persisted).
     persist: tuple[str, ...] = ()
@@ -213,3 +256,24 @@ def backoff(settings, attempt: int) -> float:
     # every realistic cap has long been reached.
     exponent = min(max(1, int(attempt)), 31) - 1
     return min(settings.error_backoff_max_seconds, settings.error_backoff_seconds * 2 ** exponent)
+
+
+def failure_text(outcomes: list[Outcome]) -> str:
+    """The failed actions, for an annotation or status field."""
+    return "; ".join(f"{o.action.kind} {o.action.target}: {o.error}" for o in outcomes if not o.ok)[:2000]
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as text: AWS's error code and message, or the API server's status, when either answered."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        return f"{err.get('Code', 'ClientError')}: {err.get('Message', '')}".strip()
+    if isinstance(exc, ApiError):
+        status = exc.status
+        return f"{status.code} {status.reason}: {status.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def unverified_text(reason: str) -> str:
+    """Why a call did nothing: the API server did not confirm what its body says."""
+    return f"not verified with the API server: {reason}"

@@ -13,7 +13,7 @@ from hooks.aws.gc import runner
 from hooks.cli import build_parser
 from hooks import cli_gc
 from hooks.config import load_settings
-from hooks.plan import Action
+from hooks.plan import DEFERRED, HELD, Action
 from hooks.teardown import names, ownership, scope
 from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, ELBV2_LB, SG, TASK_ORDER, TG, VOL
 from tests.fake_kube import FakeKube
@@ -139,7 +139,7 @@ def _run(monkeypatch, delete, actions, budget=float("inf"), clock=None, started=
 
     monkeypatch.setattr(gc_module, "delete", delete)
     ctx = runtime.Context(load_settings({"AWS_REGION": "us-east-1"}), events_inline=True)
-    gate = runner.Gate(budget, clock or FakeClock())
+    gate = runner.StageGate(budget, clock or FakeClock())
     return [runner.classify(o) for o in actuators.act("cluster-gc", actions, ctx, gate, started)]
 
 
@@ -148,13 +148,13 @@ def test_a_later_task_waits_for_every_earlier_one_of_the_call(monkeypatch):
     actions = [_action("lb1", 0), _action("lb2", 0), _action("lb3", 0), _action("tg1", 1), _action("sg1", 2)]
     results = _run(monkeypatch, delete, actions)
     assert delete.calls == ["lb1", "lb2", "lb3"]  # the whole stage is tried, the next ones are held
-    assert results == [r.DELETED, runner.FAILED, r.DELETED, runner.HELD, runner.HELD]
+    assert results == [r.DELETED, runner.FAILED, r.DELETED, HELD, HELD]
 
 
 def test_in_use_and_throttling_are_classified_and_throttling_stops_the_call(monkeypatch):
     delete = FakeDelete({"tg1": _error("ResourceInUse"), "tg2": _error("Throttling")})
     actions = [_action("tg1", 1), _action("tg2", 1), _action("tg3", 1)]
-    assert _run(monkeypatch, delete, actions) == [runner.IN_USE, runner.THROTTLED, runner.DEFERRED]
+    assert _run(monkeypatch, delete, actions) == [runner.IN_USE, runner.THROTTLED, DEFERRED]
     assert delete.calls == ["tg1", "tg2"]
 
 
@@ -163,7 +163,7 @@ def test_the_time_budget_defers_the_rest_but_the_first_action_always_runs(monkey
     clock.t = 10.0  # discovery already used the whole budget
     delete = FakeDelete(clock=clock, step=0.1)
     assert _run(monkeypatch, delete, [_action("a", 0), _action("b", 0)], budget=5.0, clock=clock) == \
-        [r.DELETED, runner.DEFERRED]
+        [r.DELETED, DEFERRED]
 
     clock.t = 0.0
     delete = FakeDelete(clock=clock, step=0.4)
@@ -173,7 +173,7 @@ def test_the_time_budget_defers_the_rest_but_the_first_action_always_runs(monkey
 
 def test_an_unreachable_endpoint_stops_the_call(monkeypatch):
     delete = FakeDelete({"a": EndpointConnectionError(endpoint_url="http://127.0.0.1:9")})
-    assert _run(monkeypatch, delete, [_action("a", 0), _action("b", 0)]) == [runner.FAILED, runner.DEFERRED]
+    assert _run(monkeypatch, delete, [_action("a", 0), _action("b", 0)]) == [runner.FAILED, DEFERRED]
     assert delete.calls == ["a"]
 
 

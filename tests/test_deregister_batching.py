@@ -152,7 +152,7 @@ def test_a_call_that_never_answers_fails_its_ticket_at_the_deadline(monkeypatch)
 
 def test_a_precondition_that_fails_keeps_only_its_own_deregistration_back(make_ctx, monkeypatch):
     from hooks import actuators
-    from hooks.plan import Action, SameObject
+    from hooks.plan import PRECONDITION, Action, SameObject
 
     calls = []
     monkeypatch.setattr(elb.DEREGISTRATIONS, "submit", lambda *a, **k: calls.append(a[2]) or (lambda: None))
@@ -162,7 +162,7 @@ def test_a_precondition_that_fails_keeps_only_its_own_deregistration_back(make_c
     guarded = Action("elbv2.deregister", "arn:b", {"instance": "i-1", "region": "us-east-1", "ports": [80]},
                      requires=(SameObject("Node", "n1", "u1"),))
     outcomes = actuators.act("node-detacher", [guarded, plain], ctx)
-    assert [o.ok for o in outcomes] == [False, True] and outcomes[0].code == actuators.PRECONDITION
+    assert [o.ok for o in outcomes] == [False, True] and outcomes[0].code == PRECONDITION
     assert calls == ["arn:a"]
 
 

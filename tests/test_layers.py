@@ -29,7 +29,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 
 # (importer, imported): why it may look up.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.aws.gc.runner", "hooks.actuators"): "Gate",
     ("hooks.bounds", "hooks.fencing.durations"): "duration parser",
     ("hooks.detacher.assess", "hooks.aws.providerid"): "providerID parser",
     ("hooks.fencing.policy_cache", "hooks.kube.fresh"): "reads the API",

@@ -14,7 +14,7 @@ from hooks import actuators, controllers, events, pipeline, runtime
 from hooks.config import load_settings
 from hooks.contract import DECORATOR, parse_request
 from hooks.kube import event_recorder
-from hooks.plan import Action, Change, Plan, PoweredOff, SameObject
+from hooks.plan import Action, Change, Plan, PoweredOff, SameObject, TimeAllowance
 from tests.fake_kube import FakeKube
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -51,8 +51,8 @@ def _fake_controller(plan: Plan, **overrides):
 
     module = types.SimpleNamespace(
         NAME="fake", FAILURE_REASON="FakeFailed", gather=lambda request, ctx, now: {},
-        decide=lambda request, settings, now, observed: plan, needs_verification=pipeline.never,
-        verify=pipeline.as_is, unverified=pipeline.refuse, settle=settle)
+        decide=lambda request, settings, now, observed: plan, needs_verification=lambda request, plan: False,
+        verify=lambda request, ctx: request, unverified=pipeline.refuse, settle=settle)
     for key, value in overrides.items():
         setattr(module, key, value)
     return module
@@ -137,7 +137,7 @@ def test_reports_go_out_only_for_actions_that_succeeded_and_a_failure_is_said_on
 
 
 def test_an_action_put_off_by_the_calls_budget_is_not_run_and_not_a_failure(ctx, test_actuators):
-    plan = Plan({}, [Action("test.ok", "a"), Action("test.ok", "b")], gate=actuators.Budget(0))
+    plan = Plan({}, [Action("test.ok", "a"), Action("test.ok", "b")], gate=TimeAllowance(0))
     response = pipeline.run(_fake_controller(plan), _node_request(), ctx)
     assert test_actuators == ["a"], "the first always runs; the budget was used up by then"
     assert response["settled"] == ["b"] and "FakeFailed" not in ctx.kube.reasons()

@@ -13,7 +13,7 @@ import pathlib
 from hooks.contract import parse_request
 from hooks.controllers import node, node_fencing_policy
 from hooks.fencing import names, policy_cache
-from hooks.plan import Outcome
+from hooks.plan import DEFERRED, Outcome, TimeAllowance
 from tests.fake_kube import FakeKube
 from tests.test_node_controller import _api, _case, _request
 
@@ -166,8 +166,8 @@ def test_announcements_put_off_by_the_calls_budget_are_made_on_the_next_call(mak
     monkeypatch.setitem(actuators.ACTUATORS, "kube.annotate-node", slow)
     ctx = make_ctx(now=NOW, kube=FakeKube())
     plan = node_fencing_policy.decide(crowded, ctx.settings, NOW, {})
-    assert isinstance(plan.gate, actuators.Budget) and plan.gate.seconds == node_fencing_policy.ANNOUNCE_BUDGET_SECONDS
-    gate = actuators.Budget(plan.gate.seconds, clock=lambda: clock[0])  # the test's clock: 0.3 s an action
+    assert isinstance(plan.gate, TimeAllowance) and plan.gate.seconds == node_fencing_policy.ANNOUNCE_BUDGET_SECONDS
+    gate = TimeAllowance(plan.gate.seconds, clock=lambda: clock[0])  # the test's clock: 0.3 s an action
     outcomes = actuators.act(node_fencing_policy.NAME, plan.actions, ctx, gate, 0.0,
                              own=node_fencing_policy.ACTUATORS)
     told_now = {t for k, t in ran if k == "kube.annotate-node"}
@@ -175,7 +175,7 @@ def test_announcements_put_off_by_the_calls_budget_are_made_on_the_next_call(mak
     settled = node_fencing_policy.settle(crowded, plan, outcomes, ctx.settings, NOW)
     assert set(settled.response["status"]["announcedNodeNames"]) == told_now
     assert settled.response["resyncAfterSeconds"] <= 1.0
-    deferred = [o for o in outcomes if o.code == actuators.DEFERRED]
+    deferred = [o for o in outcomes if o.code == DEFERRED]
     assert deferred and all(not o.ok for o in deferred)
 
 

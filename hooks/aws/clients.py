@@ -39,15 +39,6 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def describe_error(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        return f"{err.get('Code', 'ClientError')}: {err.get('Message', '')}".strip()
-    if isinstance(exc, BotoCoreError):
-        return f"{type(exc).__name__}: {exc}"
-    return f"{type(exc).__name__}: {exc}"
-
-
 def _count_call(service: str):
     def after_call(http_response=None, parsed=None, model=None, **_):
         code = "ok"

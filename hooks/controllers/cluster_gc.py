@@ -40,12 +40,11 @@ import sys
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hooks import pipeline
-from hooks.aws.clients import describe_error
 from hooks.aws.gc import discovery, runner
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.kube import fresh
-from hooks.plan import Outcome, Plan
+from hooks.plan import Outcome, Plan, error_text, unverified_text
 from hooks.teardown import decision
 from hooks.teardown.names import PARENT_KINDS, finalizer
 from hooks.teardown.progress import progress_response, stall
@@ -64,7 +63,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     plan = decision.decide(request, settings, now, observed)
     if plan.basis is None:
         return plan
-    return dataclasses.replace(plan, gate=runner.Gate(settings.gc_call_budget_seconds))
+    return dataclasses.replace(plan, gate=runner.StageGate(settings.gc_call_budget_seconds))
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
@@ -102,7 +101,7 @@ def gather(request: HookRequest, ctx, now: dt.datetime) -> dict:
     try:
         found = discovery.discover(ctx.aws, query)
     except (ClientError, BotoCoreError) as exc:
-        return {"discovery": {"error": describe_error(exc)}}
+        return {"discovery": {"error": error_text(exc)}}
     if found.get("fallback") and ctx.settings.gc_use_tagging_api:
         log.info("tagging API unavailable; listed instead", extra={"reason": found["fallback"]})
     return {"discovery": found}
@@ -138,7 +137,7 @@ def unverified(request: HookRequest, plan: Plan, ctx, reason: str) -> Plan:
     """Hold the finalizer and look again later; no Event, since the object may not exist at all."""
     log.warning("cluster-gc refused to delete", extra={"parent": f"{request.meta.get('namespace')}/{request.name}",
                                                        "reason": reason})
-    annotations, resync = stall(request, ctx.settings, ctx.now(), f"not verified with the API server: {reason}")
+    annotations, resync = stall(request, ctx.settings, ctx.now(), unverified_text(reason))
     return Plan(decorator_response(annotations=annotations, resync_after=resync, finalized=False))
 
 

@@ -38,7 +38,6 @@ import sys
 from hooks import bounds, conditions, events, fields, pipeline, runtime, timefmt
 from hooks.aws import power
 from hooks.aws import providerid
-from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
 from hooks.fencing import names
@@ -49,8 +48,7 @@ from hooks.fencing.request_phases.invalid import invalid_spec
 from hooks.fencing.request_phases.state import Step, node_of, own_status, recorded, without_unverified
 from hooks.kube import fresh, pods
 from hooks.kube import fencing as kube_fencing
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Outcome, Plan, backoff
+from hooks.plan import Outcome, Plan, backoff, error_text
 
 NAME = "fencing-request"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -114,7 +112,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             try:
                 observed["otherHolders"] = _other_holders(request, spec, ctx)
             except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
-                observed["holdersError"] = kube_error(exc)
+                observed["holdersError"] = error_text(exc)
         return observed
     phase = status.get("phase") or names.PENDING
     provider, rec = recorded(status, "providerStatus"), recorded(status, "recovery")
@@ -123,7 +121,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["olderRequests"] = fr.older_active(request.parent, kube_fencing.fencing_requests(ctx.kube),
                                                         spec.node_name)
         except Exception as exc:  # noqa: BLE001 - unknown: the request waits, bounded by the queue timeout
-            observed["requestsError"] = kube_error(exc)
+            observed["requestsError"] = error_text(exc)
     if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
         _observe_instance(ctx, node, provider, observed)
     if phase in (names.PENDING, names.POWERING_OFF) and node is not None and request.verified and \
@@ -131,7 +129,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         try:  # whether the instance serves the API server: read only for a request the API server confirmed
             observed["apiServers"] = kube_fencing.api_server_addresses(ctx.kube)
         except Exception as exc:  # noqa: BLE001 - unknown: no power-off until it is known
-            observed["apiServersError"] = kube_error(exc)
+            observed["apiServersError"] = error_text(exc)
     powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
         (observed.get("instance") or {}).get("state") in power.OFF_STATES
     recovering = phase == names.RECOVERING or powered_off_now
@@ -142,7 +140,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         try:
             observed["otherHolders"] = _other_holders(request, spec, ctx, unfinished_only=True)
         except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
-            observed["holdersError"] = kube_error(exc)
+            observed["holdersError"] = error_text(exc)
     return observed
 
 
@@ -174,7 +172,7 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
     except power.InstanceNotFound as exc:  # not this cluster's to act on, wherever it is
         observed["instance"] = {"notFound": True, "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - an unreadable state is no confirmation; keep polling
-        observed["instance"] = {"error": aws_error(exc)}
+        observed["instance"] = {"error": error_text(exc)}
 
 
 def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context,

@@ -39,24 +39,21 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from hooks import actuators, bounds, conditions, events, pipeline, runtime, timefmt
+from hooks import bounds, conditions, events, pipeline, runtime, timefmt
 from hooks.aws import instance_health
 from hooks.aws import sqs as sqs_calls
-from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.interruption import judge, messages, queue
 from hooks.kube import fresh
 from hooks.kube import machines as kube_machines
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Change, Outcome, Plan
+from hooks.plan import HELD, Action, Change, Gate, Outcome, Plan, error_text
 
 NAME = "interruption"
 FAILURE_REASON = events.INTERRUPTION_ACTION_FAILED
 # status.lastPoll is refreshed at most this often: a write of the status every second would be an
 # API server write, and a watch event, per poll.
 LAST_POLL_EVERY_SECONDS = 60.0
-HELD = "Held"  # Outcome.code of an action not run because an earlier step of its message failed
 
 
 # --------------------------------------------------------------------------- gather
@@ -95,7 +92,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         client = ctx.aws.client("sqs", spec.region or None)
         observed["messages"] = sqs_calls.receive(client, spec.queue_url, spec.max_messages, spec.wait_seconds)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing received is nothing decided
-        observed["receiveError"] = aws_error(exc)
+        observed["receiveError"] = error_text(exc)
         observed["messages"] = []
     claims = [c for c in (messages.parse(messages.message_id(m.get("id")), m.get("body"), observed["region"], now)
                           for m in observed["messages"]) if isinstance(c, messages.Claim)]
@@ -105,7 +102,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     try:
         observed["machines"] = [judge.machine_summary(m) for m in kube_machines.listed(ctx.kube)]
     except Exception as exc:  # noqa: BLE001 - not listed is not proof of anything
-        observed["machinesError"] = kube_error(exc)
+        observed["machinesError"] = error_text(exc)
         return observed
     wanted = {iid for c in claims for iid in c.instances}
     if checks_due:
@@ -114,12 +111,12 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["impaired"] = instance_health.impaired(_ec2(ctx), recorded)
             wanted |= set(observed["impaired"])
         except Exception as exc:  # noqa: BLE001
-            observed["statusError"] = aws_error(exc)
+            observed["statusError"] = error_text(exc)
     if wanted:
         try:
             observed["instances"] = instance_health.describe(_ec2(ctx), sorted(wanted))
         except Exception as exc:  # noqa: BLE001 - not described is not proof of anything
-            observed["instancesError"] = aws_error(exc)
+            observed["instancesError"] = error_text(exc)
             return observed
     _spot_requests(ctx, claims, now, observed)
     return observed
@@ -135,7 +132,7 @@ def _spot_requests(ctx: runtime.Context, claims: list, now: dt.datetime, observe
     try:
         codes = instance_health.spot_requests(_ec2(ctx), stale)
     except Exception as exc:  # noqa: BLE001 - not asked is not reclaimed, nor proof it is not
-        observed["spotRequestsError"] = aws_error(exc)
+        observed["spotRequestsError"] = error_text(exc)
         return
     for iid, code in codes.items():
         described[iid]["spotRequest"] = code
@@ -269,7 +266,7 @@ def _record(chain: str, verdict: judge.Verdict, extra: tuple) -> list[Action]:
     ]
 
 
-class ChainGate(actuators.Gate):
+class ChainGate(Gate):
     """An action runs only if every earlier action of its message (its ``chain``) succeeded.
 
     So a message is deleted only once what it caused is on its Machines, and a
@@ -302,14 +299,7 @@ unverified = pipeline.in_status
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
            now: dt.datetime) -> Plan:
     """A failed write or delete: the message comes back after its visibility timeout; the error is lastError."""
-    response = dict(plan.response)
-    status = dict(response["status"])
-    failed = actuators.failure_text([o for o in outcomes if o.code != HELD])
-    status["lastError"] = "; ".join(x for x in (status.get("lastError"), failed) if x)[:2000]
-    response["status"] = status
-    response["resyncAfterSeconds"] = min(float(response.get("resyncAfterSeconds") or settings.error_backoff_seconds),
-                                         float(settings.error_backoff_seconds))
-    return Plan(response, plan.actions, plan.events, basis=plan.basis)
+    return pipeline.failed_in_status(plan, outcomes, float(settings.error_backoff_seconds))
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:

@@ -31,19 +31,17 @@ import sys
 
 from lightkube.resources.core_v1 import Node
 
-from hooks import actuators, conditions, events, pipeline, runtime, timefmt
+from hooks import conditions, events, pipeline, runtime, timefmt
 from hooks.aws import instances
-from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods
-from hooks.kube.client import describe_error as kube_error
 from hooks.machines import (disrupted, drift, initialization, launch, liveness, names, registration, repair, signals,
                             spec, termination, userdata)
 from hooks.machines import pool as pool_rules
 from hooks.machines.view import MachineView, Progress, own_status
-from hooks.plan import Outcome, Plan
+from hooks.plan import Outcome, Plan, error_text
 
 NAME = "machine"
 FAILURE_REASON = events.MACHINE_ACTION_FAILED
@@ -110,7 +108,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
         _instances(request, ec2, observed)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing is decided on a failed look-up
-        observed["instanceError"] = aws_error(exc)
+        observed["instanceError"] = error_text(exc)
         return
     try:
         machine_spec = spec.machine(request.parent)
@@ -123,7 +121,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         try:
             observed["subnets"] = instances.subnets(ec2, list(machine_spec.subnets), machine_spec.subnet_selector)
         except Exception as exc:  # noqa: BLE001
-            observed["subnetsError"] = aws_error(exc)
+            observed["subnetsError"] = error_text(exc)
         try:
             observed["userData"] = userdata.render(machine_spec.user_data, ctx.settings.cluster_name, request.name,
                                                    spec.pool_of(request.parent))
@@ -134,7 +132,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         try:
             observed["types"] = instances.TYPES.get(ec2, [instance_type])
         except Exception as exc:  # noqa: BLE001
-            observed["typesError"] = aws_error(exc)
+            observed["typesError"] = error_text(exc)
 
 
 def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
@@ -151,7 +149,7 @@ def _fresh_nodes(request: HookRequest, ctx: runtime.Context, observed: dict) -> 
                 observed["recordedNodeGone"] = True
         observed["nodes"] = found
     except Exception as exc:  # noqa: BLE001 - fresh.Unverified included: not read is not gone
-        observed["nodeError"] = kube_error(exc) if not isinstance(exc, fresh.Unverified) else str(exc)
+        observed["nodeError"] = error_text(exc) if not isinstance(exc, fresh.Unverified) else str(exc)
 
 
 def _fencing(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
@@ -162,7 +160,7 @@ def _fencing(request: HookRequest, ctx: runtime.Context, observed: dict) -> None
     try:
         requests = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
     except Exception as exc:  # noqa: BLE001 - not known: the notice waits
-        observed["fencingError"] = kube_error(exc)
+        observed["fencingError"] = error_text(exc)
         return
     machine = pool_rules.machines_of([request.parent])[0]
     observed["fencingInFlight"] = repair.in_flight(machine, requests, ctx.settings.namespace)
@@ -265,18 +263,13 @@ unverified = pipeline.in_status
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
            now: dt.datetime) -> Plan:
-    """A failed step is retried after a backoff; its error is the Machine's lastError."""
-    response = dict(plan.response)
-    failed = actuators.failure_text(outcomes)
-    status = dict(response["status"])
-    status["lastError"] = "; ".join(x for x in (status.get("lastError"), failed) if x)[:2000]
-    response["status"] = status
+    """A failed step is retried after a backoff; its error is the Machine's lastError, and nothing is finalized."""
     blocked_by_budget = all(o.ok or (o.action.kind == "kube.evict" and "429" in o.error) for o in outcomes)
     retry = settings.machine_poll_seconds if blocked_by_budget else settings.error_backoff_seconds
-    response["resyncAfterSeconds"] = min(float(response.get("resyncAfterSeconds") or retry), retry)
-    if response.get("finalized"):
-        response["finalized"] = False
-    return Plan(response, plan.actions, plan.events, basis=plan.basis)
+    settled = pipeline.failed_in_status(plan, outcomes, retry)
+    if settled.response.get("finalized"):
+        settled.response["finalized"] = False
+    return settled
 
 
 def sync(request: HookRequest, ctx: runtime.Context | None = None) -> dict:

@@ -46,8 +46,7 @@ from hooks.detacher import names as detacher_names
 from hooks.fencing import names as fencing_names
 from hooks.fencing import policy_cache, records, storm
 from hooks.kube import decorator_migration
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Plan, backoff
+from hooks.plan import Plan, backoff, error_text
 
 NAME = "node"
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
         view = _view(request, module, kinds)
         if module is node_fencing and unread is not None:
             log.warning("the NodeFencingPolicies could not be listed",
-                        extra={"node": request.name, "error": kube_error(unread)})
+                        extra={"node": request.name, "error": error_text(unread)})
             answers.append((module, kinds, _as_it_is(view, ctx)))
             continue
         try:

@@ -34,9 +34,8 @@ import sys
 import threading
 import time
 
-from hooks import actuators, bounds, conditions, events, fields, objects, pipeline, runtime, templates, timefmt
+from hooks import bounds, conditions, events, fields, objects, pipeline, runtime, templates, timefmt
 from hooks.aws import elb as elb_api
-from hooks.aws.clients import describe_error as aws_error
 from hooks.aws.lb_discovery import CACHE as LB_INDEX
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
@@ -44,8 +43,7 @@ from hooks.detacher import assess as phases
 from hooks.detacher import names, shutdown, targets
 from hooks.detacher import pod_trigger
 from hooks.kube import daemonsets, fresh, pods
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Change, Outcome, Plan, backoff
+from hooks.plan import Action, Change, Outcome, Plan, backoff, error_text, failure_text, unverified_text
 
 NAME = "node-detacher"
 FAILURE_REASON = events.DETACH_FAILED
@@ -623,7 +621,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
                 "discoveredAt": timefmt.fmt(index.listed_at),
             }
         except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
-            observed["discoveryError"] = aws_error(exc)
+            observed["discoveryError"] = error_text(exc)
     if sit.phase == phases.DRAIN:
         _observe_memberships(observed, ctx, sit, request, now)
     if sit.phase == phases.SHUTDOWN and not request.finalizing and _node_leaving(sit):
@@ -633,7 +631,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["pods"] = node_pods
             observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, owners) if owners else {}
         except Exception as exc:  # noqa: BLE001
-            observed["podsError"] = kube_error(exc)
+            observed["podsError"] = error_text(exc)
         else:
             if shutdown.next_group(shutdown.prioritized(node_pods, observed["daemonsets"]))[1]:
                 _observe_memberships(observed, ctx, sit, request, now)  # read right before any pod is evicted
@@ -645,7 +643,7 @@ def _observe_memberships(observed: dict, ctx: runtime.Context, sit: phases.Situa
     try:
         observed["targetStates"] = _target_states(ctx, sit, request, now)
     except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
-        observed["targetStatesError"] = aws_error(exc)
+        observed["targetStatesError"] = error_text(exc)
 
 
 def _target_states(ctx: runtime.Context, sit: phases.Situation, request: HookRequest,
@@ -710,7 +708,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
         if "finalized" in response:
             response["finalized"] = False
     attempt = bounds.counter(request.annotations, names.ATTEMPTS) + 1
-    annotations[names.ERROR] = actuators.failure_text(outcomes)
+    annotations[names.ERROR] = failure_text(outcomes)
     annotations[names.ATTEMPTS] = str(attempt)
     return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)),
                 persist=plan.persist)
@@ -738,7 +736,7 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     and the node's error annotation says why nothing moved."""
     log.warning("node-detacher did not act", extra={"object": request.name, "reason": reason})
     attachments = plan.response.get("attachments") or []
-    message = f"not verified with the API server: {reason}"[:1024]
+    message = unverified_text(reason)[:1024]
     annotations = {names.ERROR: message} if request.annotations.get(names.ERROR) != message else {}
     return Plan(decorator_response(annotations=annotations, attachments=attachments,
                                    resync_after=backoff(ctx.settings, 1),

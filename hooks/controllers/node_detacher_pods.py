@@ -19,8 +19,7 @@ from hooks.detacher import names
 from hooks.detacher.pod_trigger import configured, leaving
 from hooks.kube import fresh
 from hooks.kube.daemonsets import MANAGED
-from hooks.kube.client import describe_error
-from hooks.plan import Action, Outcome, Plan, backoff
+from hooks.plan import Action, Outcome, Plan, backoff, error_text
 
 NAME = "node-detacher-pods"
 FAILURE_REASON = events.DETACH_FAILED
@@ -48,7 +47,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["nodeLeaving"] = leaving(node, ctx.settings)
             observed["nodeUID"] = (node.get("metadata") or {}).get("uid")
     except Exception as exc:  # noqa: BLE001 - retried on the next resync
-        observed["error"] = describe_error(exc)
+        observed["error"] = error_text(exc)
     return observed
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import sys
 
-from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
+from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, decorator_response, parse_request
 from hooks.fencing import control_plane, failover, health, names, policy_cache, records, storm
@@ -45,8 +45,7 @@ from hooks.fencing.health import Health
 from hooks.fencing.policy import Policy
 from hooks.kube import fresh, pods
 from hooks.kube import fencing as kube_fencing
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Outcome, Plan, SameObject, backoff
+from hooks.plan import Action, Outcome, Plan, SameObject, backoff, error_text, failure_text, unverified_text
 
 NAME = "node-fencing"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -465,10 +464,10 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
                 try:
                     claims[key] = {"accessModes": kube_fencing.claim_access_modes(ctx.kube, namespace, name)}
                 except Exception as exc:  # noqa: BLE001 - unknown counts as single-writer
-                    claims[key] = {"error": kube_error(exc)}
+                    claims[key] = {"error": error_text(exc)}
         observed["claims"] = claims
     except Exception as exc:  # noqa: BLE001
-        observed = {"podsError": kube_error(exc)}
+        observed = {"podsError": error_text(exc)}
     return observed
 
 
@@ -477,7 +476,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings, now: dt.datetime) -> Plan:
     """A failed action: the error on the node, and a backoff; conditions already decided stay."""
-    message = actuators.failure_text(outcomes)
+    message = failure_text(outcomes)
     annotations = dict(plan.response.get("annotations") or {})
     if request.annotations.get(names.ERROR_ANNOTATION) != message:
         annotations[names.ERROR_ANNOTATION] = message
@@ -501,7 +500,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     try:
         policies_now = policy_cache.read_all(ctx.kube)
     except Exception as exc:  # noqa: BLE001 - no policies read, no proof
-        raise fresh.Unverified(f"cannot list NodeFencingPolicies: {kube_error(exc)}") from exc
+        raise fresh.Unverified(f"cannot list NodeFencingPolicies: {error_text(exc)}") from exc
     fr_name = names.request_name(request.name)
     fencing_request = fresh.read(ctx.kube, names.REQUEST_KIND, fr_name, ctx.settings.namespace)
     children = {f"{names.REQUEST_KIND}.{names.API_VERSION}": {f"{ctx.settings.namespace}/{fr_name}": fencing_request}} \
@@ -540,7 +539,7 @@ def needs_verification(request: HookRequest, plan: Plan) -> bool:
 def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: str) -> Plan:
     """Nothing is decided on a body the API server did not confirm: no taint, no pod, no condition, and the
     attachments stay exactly as they are (none made, none deleted). The error annotation says why."""
-    message = f"not verified with the API server: {reason}"[:1024]
+    message = unverified_text(reason)[:1024]
     log.warning("node-fencing did not act", extra={"node": request.name, "reason": reason})
     # Said once per cause: the same failure again writes nothing.
     annotations = {names.ERROR_ANNOTATION: message} if request.annotations.get(names.ERROR_ANNOTATION) != message \

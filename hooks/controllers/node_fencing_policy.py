@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import actuators, conditions, events, fields, pipeline, runtime, timefmt
+from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.controllers import node as node_decorator
@@ -31,8 +31,7 @@ from hooks.fencing import names, records, storm
 from hooks.fencing import policy as policies
 from hooks.kube import fresh
 from hooks.kube import nodes as kube_nodes
-from hooks.kube.client import describe_error as kube_error
-from hooks.plan import Action, Outcome, Plan, backoff
+from hooks.plan import DEFERRED, Action, Outcome, Plan, TimeAllowance, backoff, error_text
 
 NAME = "node-fencing-policy"
 # A count that admits hundreds of nodes at once (the tail of a storm's recovery) announces them over several
@@ -122,7 +121,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     return Plan(composite_response(status=status, resync_after=max(1.0, resync)), actions, said,
                 # Unverified, nothing was listed: ``listing`` is the status's, as gather reads it.
                 verify=not request.verified and _list_due(policy, judged, listing, now, settings),
-                gate=actuators.Budget(ANNOUNCE_BUDGET_SECONDS))
+                gate=TimeAllowance(ANNOUNCE_BUDGET_SECONDS))
 
 
 def _announcements(previous: dict, generation, request: HookRequest) -> tuple[list[Action], list[str] | None]:
@@ -214,8 +213,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     try:
         return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}
     except Exception as exc:  # noqa: BLE001 - no count: the last one ages out, nothing new is fenced
-        log.warning("cannot count the policy's nodes", extra={"policy": request.name, "error": kube_error(exc)})
-        return {"countError": f"cannot list the selected Nodes: {kube_error(exc)}"}
+        log.warning("cannot count the policy's nodes", extra={"policy": request.name, "error": error_text(exc)})
+        return {"countError": f"cannot list the selected Nodes: {error_text(exc)}"}
 
 
 def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
@@ -239,7 +238,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     tells it again. A FencingRequest that could not be made is left to the Node's own sync, which the
     annotation brings."""
     untold = {o.action.target for o in outcomes if not o.ok and (
-        o.action.kind == "kube.annotate-node" or o.code == actuators.DEFERRED)}
+        o.action.kind == "kube.annotate-node" or o.code == DEFERRED)}
     status = plan.response.get("status")
     if not untold or not isinstance(status, dict) or "announcedNodeNames" not in status:
         return plan

@@ -29,15 +29,13 @@ import sys
 
 from hooks import bounds, conditions, events, pipeline, runtime, timefmt
 from hooks.aws import instances
-from hooks.aws.clients import describe_error as aws_error
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.kube import fresh
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import machines as kube_machines
-from hooks.kube.client import describe_error as kube_error
 from hooks.machines import budgets, disruption, names, pool, repair, signals, spec
-from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject
+from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject, error_text
 
 NAME = "nodepool"
 FAILURE_REASON = events.MACHINE_ACTION_FAILED
@@ -81,19 +79,19 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         observed["machineUIDs"] = sorted((m.get("metadata") or {}).get("uid") or "" for m in listed)
         observed["machines"] = [m for m in listed if _owned_by(m, request.meta.get("uid") or "")]
     except Exception as exc:  # noqa: BLE001
-        observed["machinesError"] = kube_error(exc)
+        observed["machinesError"] = error_text(exc)
     try:
         # Repair rests on nodewarden's own FencingRequests, read now: the Nodes' conditions prove nothing.
         observed["fencingRequests"] = kube_fencing.fencing_requests(ctx.kube, ctx.settings.namespace)
     except Exception as exc:  # noqa: BLE001
-        observed["fencingError"] = kube_error(exc)
+        observed["fencingError"] = error_text(exc)
     if not ctx.settings.cluster_name or not _check_due(request, ctx.settings, now):
         return observed
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
         observed["instances"] = instances.of_pool(ec2, ctx.settings.cluster_name, request.name)
     except Exception as exc:  # noqa: BLE001
-        observed["instancesError"] = aws_error(exc)
+        observed["instancesError"] = error_text(exc)
     return observed
 
 

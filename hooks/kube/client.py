@@ -23,13 +23,6 @@ class KubeUnavailable(RuntimeError):
     """No Kubernetes API configured or reachable; the action is retried later."""
 
 
-def describe_error(exc: BaseException) -> str:
-    if isinstance(exc, ApiError):
-        status = exc.status
-        return f"{status.code} {status.reason}: {status.message}"
-    return f"{type(exc).__name__}: {exc}"
-
-
 def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.status.code == 404
 

@@ -34,7 +34,7 @@ from hooks.contract import HookRequest, RequestError, parse_object
 from hooks.fencing import names as fencing_names
 from hooks.detacher import names as detacher_names
 from hooks.kube import fresh
-from hooks.kube.client import describe_error
+from hooks.plan import error_text
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def migrate(request: HookRequest, ctx: runtime.Context, controller: str) -> tupl
         if not holds:
             _remove_old(ctx, request.name, finalizers)
     except (fresh.Unverified, Exception) as exc:  # noqa: BLE001 - the next call tries again
-        log.warning("node not handed over yet", extra={"node": request.name, "reason": describe_error(exc)})
+        log.warning("node not handed over yet", extra={"node": request.name, "reason": error_text(exc)})
         return request, False
     children = request.children.with_objects(adopted)
     if holds:
@@ -123,7 +123,7 @@ def release_old(request: HookRequest, ctx: runtime.Context) -> None:
         node = fresh.same_parent(request, ctx.kube).parent
         _remove_old(ctx, request.name, node["metadata"].get("finalizers") or [])
     except (fresh.Unverified, Exception) as exc:  # noqa: BLE001 - the next call tries again
-        log.warning("old finalizer not released yet", extra={"node": request.name, "reason": describe_error(exc)})
+        log.warning("old finalizer not released yet", extra={"node": request.name, "reason": error_text(exc)})
 
 
 def _remove_old(ctx: runtime.Context, name: str, finalizers: list) -> None:

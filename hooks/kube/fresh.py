@@ -19,7 +19,8 @@ from functools import lru_cache
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from hooks.contract import HookRequest, RequestError, parse_object
-from hooks.kube.client import describe_error, is_not_found
+from hooks.kube.client import is_not_found
+from hooks.plan import error_text
 
 
 class Unverified(RuntimeError):
@@ -94,7 +95,7 @@ def read(kube, kind: str, name: str, namespace: str | None = None, version: str 
         if is_not_found(exc):
             return None
         raise Unverified(f"cannot read {kind} {_where(name, namespace)} from the API server: "
-                         f"{describe_error(exc)}") from exc
+                         f"{error_text(exc)}") from exc
     return as_dict(found)
 
 

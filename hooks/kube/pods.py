@@ -5,7 +5,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
-from hooks.kube.client import describe_error
+from hooks.plan import error_text
 
 
 def on_node(kube, node_name: str) -> list[dict]:
@@ -41,9 +41,9 @@ def whats_on(kube, node_name: str, summarize, pods_key: str = "pods") -> dict:
     try:
         observed[pods_key] = [summarize(p) for p in on_node(kube, node_name)]
     except Exception as exc:  # noqa: BLE001
-        observed["podsError"] = describe_error(exc)
+        observed["podsError"] = error_text(exc)
     try:
         observed["volumeAttachments"] = volume_attachments_on(kube, node_name)
     except Exception as exc:  # noqa: BLE001
-        observed["volumeAttachmentsError"] = describe_error(exc)
+        observed["volumeAttachmentsError"] = error_text(exc)
     return observed

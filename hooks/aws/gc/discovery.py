@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from hooks.aws.clients import describe_error, error_code
+from hooks.aws.clients import error_code
 from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
 from hooks.aws.gc.resources import parse_arn
+from hooks.plan import error_text
 from hooks.teardown.ownership import LB_CONTROLLER_CLUSTER_TAG, OWNED, cluster_tag, is_candidate, made_by
 from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, KIND_TASK, SG, TASK_KINDS, TASK_ORDER, TG, VOL
 
@@ -63,7 +64,7 @@ def discover(aws, query: Query) -> dict:
         except ClientError as exc:
             if error_code(exc) not in tagging.DENIED:
                 raise
-            fallback = f"tagging API refused: {describe_error(exc)}"
+            fallback = f"tagging API refused: {error_text(exc)}"
         else:
             found = _existing(aws, query, candidates)
             if _collectable(found, query):

@@ -11,17 +11,15 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from hooks import actuators
 from hooks.aws.clients import TRANSPORT
-from hooks.plan import Action, Outcome
+from hooks.plan import DEFERRED, GATED, HELD, Action, Gate, Outcome
 from hooks.teardown.tasks import TASK_ORDER
 
-# What an outcome means (classify); DELETED/GONE when the delete succeeded.
+# What an outcome means (classify); DELETED/GONE when the delete succeeded, and the Gate's codes when not
+# tried: DEFERRED (out of time, or stopped after throttling), HELD (an earlier task of this call is unfinished).
 IN_USE = "in-use"  # still used by something that is going away: retry later
 THROTTLED = "throttled"  # AWS asked us to slow down: stop this call
 FAILED = "failed"  # any other error: retried with backoff, reported
-DEFERRED = "deferred"  # not tried: out of time, or stopped after throttling
-HELD = "held"  # not tried: an earlier task of this call is unfinished
 
 IN_USE_CODES = ("ResourceInUse", "DependencyViolation", "VolumeInUse", "IncorrectState")
 THROTTLE_CODES = (
@@ -36,7 +34,7 @@ THROTTLE_CODES = (
 )
 
 
-class Gate(actuators.Gate):
+class StageGate(Gate):
     """cluster-gc's order and budget for its deletes (see the module docstring).
 
     ``budget`` seconds from the start of the hook call; the first delete
@@ -48,7 +46,7 @@ class Gate(actuators.Gate):
 
     def hold(self, action: Action, outcomes: list[Outcome], started: float) -> Outcome | None:
         stage = action.params["stage"]
-        stopped = next((o.error for o in outcomes if o.result == DEFERRED), "")
+        stopped = next((o.error for o in outcomes if o.code == DEFERRED), "")
         for outcome in outcomes:
             kind = classify(outcome)
             if kind == THROTTLED:
@@ -56,19 +54,21 @@ class Gate(actuators.Gate):
             elif kind == FAILED and outcome.code == TRANSPORT:
                 stopped = "AWS unreachable"
         if stopped:
-            return Outcome(action, False, stopped, DEFERRED)
+            return Outcome(action, False, stopped, code=DEFERRED)
         unfinished = [o.action.params["stage"] for o in outcomes if not o.ok]
         if unfinished and stage > min(unfinished):
-            return Outcome(action, False, f"waiting for {TASK_ORDER[min(unfinished)]}s to go", HELD)
+            return Outcome(action, False, f"waiting for {TASK_ORDER[min(unfinished)]}s to go", code=HELD)
         if outcomes and self.clock() >= started + self.budget:
-            return Outcome(action, False, "time budget of this call used up", DEFERRED)
+            return Outcome(action, False, "time budget of this call used up", code=DEFERRED)
         return None
 
 
 def classify(outcome: Outcome) -> str:
     """What an outcome means for cluster-gc: the delete status when it succeeded, else why not."""
-    if outcome.ok or outcome.result in (DEFERRED, HELD):
+    if outcome.ok:
         return outcome.result
+    if outcome.code in GATED:
+        return outcome.code
     if outcome.code in THROTTLE_CODES:
         return THROTTLED
     if outcome.code in IN_USE_CODES:
