@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Callable, Mapping
+from typing import Callable
 
 from hooks import runtime, timefmt
 from hooks.aws import elb, gc, instances, power, sqs
 from hooks.aws.clients import error_code
+from hooks.fencing.node import request_to_make
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, interruptions, nodes, pods, taints
+from hooks.kube import fresh, interruptions, node_timeline, nodes, pods, taints
 from hooks.kube import machines as kube_machines
 from hooks.machines import names as machine_names
 from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
@@ -46,6 +47,25 @@ def _annotate_node(ctx: runtime.Context, a: Action) -> None:
         nodes.annotate(ctx.kube, a.target, a.params["annotations"], a.params["uid"])
         return
     ctx.kube.merge_patch(Node, a.target, {"metadata": {"annotations": a.params["annotations"]}})
+
+
+def start_fencing(ctx: runtime.Context, node_name: str, uid: str, decorator: str) -> str | None:
+    """Make the node's FencingRequest now, exactly as its own next sync would, when that sync may be long in
+    coming: a count that admits held nodes comes as the storm that held them ends, and the Node decorator's
+    one queue then holds every recovering Node ahead of them. Returns the request's name when one was made.
+
+    The decision is node-fencing's own (hooks/fencing/node.py), on the Node of this uid, every
+    NodeFencingPolicy and the node's FencingRequest read from the API server alone: only a node that sync
+    would fence now, with no request of this spell yet, gets one. It is made as the DecoratorController
+    ``decorator`` makes the node's attachments (owned by the Node, claimed by the decorator), so the Node's
+    next sync finds it as its own, fencing in flight; the conditions, taints and failover are left to that
+    sync."""
+    request = node_timeline.of_node(ctx.kube, node_name, uid, ctx.settings.namespace)
+    made = request_to_make(request, ctx.settings, ctx.now())
+    if made is None or not kube_fencing.create_node_attachment(ctx.kube, made, request.parent, decorator):
+        return None
+    log.info("FencingRequest made for an admitted node", extra={"node": node_name, "request": made["metadata"]["name"]})
+    return made["metadata"]["name"]
 
 
 def _send_within(ctx: runtime.Context, a: Action) -> float | None:
@@ -87,8 +107,6 @@ SUBMITTERS: dict[str, Callable[[runtime.Context, Action], Callable[[], object]]]
         send_within=_send_within(ctx, a)),
 }
 
-Actuators = Mapping[str, Callable[[runtime.Context, Action], object]]
-
 ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "elbv2.deregister": lambda ctx, a: SUBMITTERS["elbv2.deregister"](ctx, a)(),  # handed over, then waited on
     "elbv2.register": _register_targets,
@@ -114,6 +132,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.force-delete-pod": lambda ctx, a: kube_fencing.force_delete_pod(
         ctx.kube, *_namespaced(a.target), a.params.get("uid")),
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
+    # An admitted node's FencingRequest, ahead of the node's own sync (node-fencing-policy asks for it).
+    "kube.start-fencing": lambda ctx, a: start_fencing(ctx, a.target, a.params["uid"], a.params["decorator"]),
     # Machines: launch (tagged at creation), terminate, and what they do to their Node.
     "ec2.launch": lambda ctx, a: _launch(ctx, a),
     "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),
@@ -249,12 +269,12 @@ def _failed(action: Action, exc: Exception) -> Outcome:
     return Outcome(action, False, error=error_text(exc), code=error_code(exc))
 
 
-def _run_one(ctx: runtime.Context, action: Action, own: Actuators) -> Outcome:
+def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
     unmet = _unmet(ctx, action)
     if unmet is not None:
         return unmet
     try:
-        return Outcome(action, True, result=(own.get(action.kind) or ACTUATORS[action.kind])(ctx, action))
+        return Outcome(action, True, result=ACTUATORS[action.kind](ctx, action))
     except Exception as exc:  # noqa: BLE001 - every failure becomes progress-preserving state
         return _failed(action, exc)
 
@@ -286,11 +306,8 @@ def _report(controller: str, outcome: Outcome) -> None:
 
 
 def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate | None = None,
-        started: float = 0.0, own: Actuators | None = None) -> list[Outcome]:
+        started: float = 0.0) -> list[Outcome]:
     """Run the actions in order, each after its preconditions are read again; one Outcome each, errors as text.
-
-    ``own``: the controller's own actuators, for kinds no other controller acts on (a controller module's
-    ``ACTUATORS``), looked up before the shared ones.
 
     A run of consecutive actions with a submitter is handed over whole, then waited on in order, before
     the next action (or the gate's next look) sees their outcomes.
@@ -313,7 +330,7 @@ def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate
         if held is not None:
             outcomes.append(held)
             continue
-        outcomes.append(_run_one(ctx, action, own or {}))
+        outcomes.append(_run_one(ctx, action))
         _report(controller, outcomes[-1])
     collect()
     return outcomes
@@ -337,7 +354,7 @@ def act_in_background(controller: str, actions: list[Action], ctx: runtime.Conte
     def finish() -> None:
         outcomes = []
         for action, ticket in handed:
-            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action, {}))
+            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action))
             _report(controller, outcomes[-1])
         try:
             done(outcomes)

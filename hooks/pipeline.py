@@ -51,7 +51,6 @@ class Controller(Protocol):
 
     NAME: str  # the controller's name: the Event component and the metrics label
     FAILURE_REASON: str | None  # the Warning Event reason of a failed action (None: settle's Events say it)
-    # Optional: ACTUATORS, the controller's own actuators (hooks.actuators.act's ``own``).
 
     def gather(self, request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict: ...
 
@@ -100,7 +99,7 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
         plan = dataclasses.replace(plan, response=dict(plan.response, finalized=True))
     background = [a for a in plan.actions if a.background]
     outcomes = actuators.act(controller.NAME, [a for a in plan.actions if not a.background], ctx, plan.gate,
-                             started, own=getattr(controller, "ACTUATORS", None))
+                             started)
     if background and request.verified and all(o.ok for o in outcomes):
         in_background(controller, request, background, plan.background_events, ctx)
     settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,

@@ -801,18 +801,18 @@ def test_an_admitted_node_gets_its_fencing_request_without_waiting_for_its_own_s
     """What the policy controller does for each node its written count admits: node-fencing's own decision,
     on the API server's objects, makes the request, as the Node decorator's attachment; the Node's next
     sync takes it for fencing in flight."""
-    from hooks.controllers import node_fencing
+    from hooks import actuators
     from hooks.kube.decorator_migration import CLAIM
 
     ctx, policy = _admitted(make_ctx, kube)
-    assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") == "fence-node-a"
+    assert actuators.start_fencing(ctx, "node-a", "uid-node-a", "node") == "fence-node-a"
     [fr] = kube.fencing_requests
     assert fr["metadata"]["namespace"] == NS and fr["metadata"]["annotations"][CLAIM] == "node"
     assert fr["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
                                                   "uid": "uid-node-a", "controller": True,
                                                   "blockOwnerDeletion": True}]
     assert fr["spec"]["nodeRef"] == {"name": "node-a", "uid": "uid-node-a"}
-    assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") is None, "one request per spell"
+    assert actuators.start_fencing(ctx, "node-a", "uid-node-a", "node") is None, "one request per spell"
     assert len(kube.fencing_requests) == 1
 
     # The Node's own sync, with the request as its attachment (Metacontroller claims it by owner and
@@ -829,7 +829,7 @@ def test_an_admitted_node_gets_its_fencing_request_without_waiting_for_its_own_s
 
 @pytest.mark.parametrize("case", ["guard holds", "not admitted", "not due yet", "healthy again", "another node"])
 def test_a_node_its_own_sync_would_not_fence_gets_no_early_request(make_ctx, kube, case):
-    from hooks.controllers import node_fencing
+    from hooks import actuators
     from hooks.kube import fresh
 
     ctx, _ = _admitted(make_ctx, kube, holds=case == "guard holds", since=10 if case == "not due yet" else 60,
@@ -838,9 +838,9 @@ def test_a_node_its_own_sync_would_not_fence_gets_no_early_request(make_ctx, kub
         _set_ready(kube, "node-a", "True", T0)
     if case == "another node":  # re-created under the same name since the count saw it
         with pytest.raises(fresh.Unverified):
-            node_fencing.start_now(ctx, "node-a", "uid-the-old-one", "node")
+            actuators.start_fencing(ctx, "node-a", "uid-the-old-one", "node")
     else:
-        assert node_fencing.start_now(ctx, "node-a", "uid-node-a", "node") is None
+        assert actuators.start_fencing(ctx, "node-a", "uid-node-a", "node") is None
     assert kube.fencing_requests == []
 
 

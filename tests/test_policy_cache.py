@@ -162,14 +162,13 @@ def test_announcements_put_off_by_the_calls_budget_are_made_on_the_next_call(mak
         ran.append((action.kind, action.target))
         clock[0] += 0.3
 
-    monkeypatch.setitem(node_fencing_policy.ACTUATORS, "kube.start-fencing", slow)
+    monkeypatch.setitem(actuators.ACTUATORS, "kube.start-fencing", slow)
     monkeypatch.setitem(actuators.ACTUATORS, "kube.annotate-node", slow)
     ctx = make_ctx(now=NOW, kube=FakeKube())
     plan = node_fencing_policy.decide(crowded, ctx.settings, NOW, {})
     assert isinstance(plan.gate, TimeAllowance) and plan.gate.seconds == node_fencing_policy.ANNOUNCE_BUDGET_SECONDS
     gate = TimeAllowance(plan.gate.seconds, clock=lambda: clock[0])  # the test's clock: 0.3 s an action
-    outcomes = actuators.act(node_fencing_policy.NAME, plan.actions, ctx, gate, 0.0,
-                             own=node_fencing_policy.ACTUATORS)
+    outcomes = actuators.act(node_fencing_policy.NAME, plan.actions, ctx, gate, 0.0)
     told_now = {t for k, t in ran if k == "kube.annotate-node"}
     assert 0 < len(told_now) < 40 and len(ran) <= 2 * node_fencing_policy.ANNOUNCE_BUDGET_SECONDS / 0.3 + 1
     settled = node_fencing_policy.settle(crowded, plan, outcomes, ctx.settings, NOW)

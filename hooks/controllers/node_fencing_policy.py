@@ -25,12 +25,11 @@ import sys
 from hooks import conditions, events, fields, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.controllers import node as node_decorator
-from hooks.controllers import node_fencing
+from hooks.controllers import node
 from hooks.fencing import names, records, storm
-from hooks.fencing import policy as policies
+from hooks.fencing.policy import Policy, parse
 from hooks.kube import fresh
-from hooks.kube import nodes as kube_nodes
+from hooks.kube.nodes import readiness
 from hooks.plan import DEFERRED, Action, Outcome, Plan, TimeAllowance, backoff, error_text
 
 NAME = "node-fencing-policy"
@@ -39,19 +38,15 @@ NAME = "node-fencing-policy"
 # would write no status, and the same nodes would be announced again and again.
 ANNOUNCE_BUDGET_SECONDS = 2.0
 # The DecoratorController whose attachment a Node's FencingRequest is (metacontroller/node.yaml).
-NODE_DECORATOR = node_decorator.NAME
+NODE_DECORATOR = node.NAME
 FAILURE_REASON = events.FENCING_ACTION_FAILED
 log = logging.getLogger(__name__)
-# An admitted node's FencingRequest, made on node-fencing's own decision from the API server's objects
-# (node_fencing.start_now); only this controller asks for it, so the shared actuators need not know it.
-ACTUATORS = {"kube.start-fencing": lambda ctx, a: node_fencing.start_now(ctx, a.target, a.params["uid"],
-                                                                        a.params["decorator"])}
 
 
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     """The UnhealthyNode records the policy's selector picks (none while its selector is invalid)."""
     try:
-        policy = policies.parse(parent)
+        policy = parse(parent)
     except RequestError:
         return {"relatedResources": []}
     selector = {k: v for k, v in policy.node_selector.items() if v}
@@ -69,7 +64,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     generation = request.meta.get("generation") or 0
     stamp = timefmt.fmt(now)
     try:
-        policy = policies.parse(request.parent)
+        policy = parse(request.parent)
     except RequestError as exc:
         # Never fences with a spec it cannot read: the node-fencing hook skips invalid policies.
         status, _ = conditions.set(previous, names.POLICY_VALID, "False", events.INVALID_SPEC, str(exc), stamp)
@@ -130,7 +125,7 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
     decorator does not relate the policies. Only a count Metacontroller has written (the status this call
     observed, read again from the API server before any action) is announced, so the Node's own sync can
     see it. Each is also given its FencingRequest now when node-fencing, deciding on the API server's
-    objects, would make one (node_fencing.start_now): the Node's own sync comes only after every Node
+    objects, would make one (actuators.start_fencing): the Node's own sync comes only after every Node
     queued before it, and as a storm ends that is every recovering Node. Answers the actions, and the
     names told by now (None when the count admits none)."""
     counted = previous.get("countedAt")
@@ -157,7 +152,7 @@ def _announcements(previous: dict, generation, request: HookRequest) -> tuple[li
     return actions, sorted({n for n in admitted if isinstance(n, str) and (n in told or n in uids)})
 
 
-def _counted(policy: policies.Policy, counts: storm.Counts) -> tuple[dict, tuple[str, str, str]]:
+def _counted(policy: Policy, counts: storm.Counts) -> tuple[dict, tuple[str, str, str]]:
     """The status fields of a count, and the StormGuard condition (status, reason, message) it makes."""
     status = {
         "countedAt": timefmt.fmt(counts.listed_at),
@@ -191,7 +186,7 @@ def count_interval(settings: Settings) -> float:
     return max(1.0, min(settings.fencing_count_interval_seconds, settings.fencing_count_max_age_seconds / 3))
 
 
-def _list_due(policy: policies.Policy, judged: storm.Judged, listing: storm.Listing | None, now: dt.datetime,
+def _list_due(policy: Policy, judged: storm.Judged, listing: storm.Listing | None, now: dt.datetime,
               settings: Settings) -> bool:
     """Whether a count list is due by the policy's written status (its last list, its guard)."""
     return storm.next_list(judged, listing, now, count_interval(settings),
@@ -204,14 +199,14 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     if not request.verified:
         return {}
     try:
-        policy = policies.parse(request.parent)
+        policy = parse(request.parent)
     except RequestError:
         return {}
     listing = storm.listing_in(policy, now)
     if not _list_due(policy, storm.judge(policy, _recorded_nodes(request), now, listing), listing, now, ctx.settings):
         return {}
     try:
-        return {"countList": kube_nodes.readiness(ctx.kube, policy.node_selector)}
+        return {"countList": readiness(ctx.kube, policy.node_selector)}
     except Exception as exc:  # noqa: BLE001 - no count: the last one ages out, nothing new is fenced
         log.warning("cannot count the policy's nodes", extra={"policy": request.name, "error": error_text(exc)})
         return {"countError": f"cannot list the selected Nodes: {error_text(exc)}"}
