@@ -60,7 +60,7 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 # Modules whose imports of our own modules are still aliased; no new one may join.
 ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
-    "hooks.controllers.machine", "hooks.controllers.node", "hooks.controllers.node_detacher",
+    "hooks.controllers.machine", "hooks.controllers.node",
     "hooks.controllers.nodepool", "hooks.detacher.triggers", "hooks.fencing.request_phases.aftercare",
     "hooks.fencing.request_phases.ownership", "hooks.fencing.request_phases.power",
     "hooks.fencing.request_phases.recovery", "hooks.fencing.request_phases.state",

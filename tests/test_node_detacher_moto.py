@@ -668,12 +668,12 @@ def test_discovery_lists_and_reads_tags_where_the_tagging_api_is_refused(world, 
 def test_a_serving_node_is_never_looked_up_and_a_detach_looks_once(world, harness, monkeypatch):
     """No discovery and no Attachment on the healthy path; the detach's first step reads the index, and
     the steps after it work from the Attachment and the record it left."""
-    from hooks.controllers import node_detacher
+    from hooks.aws import lb_discovery
 
     h, _ = harness
     reads = []
-    real = node_detacher.LB_INDEX.get
-    monkeypatch.setattr(node_detacher.LB_INDEX, "get", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    real = lb_discovery.CACHE.get
+    monkeypatch.setattr(lb_discovery.CACHE, "get", lambda *a, **kw: reads.append(1) or real(*a, **kw))
     for _ in range(3):
         assert h.sync()["attachments"] == []
     assert reads == []

@@ -11,15 +11,9 @@ import time
 from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
+from hooks.target_states import REGISTERED, UNREAD
 
 BATCH = 200
-# States in which a target no longer gets new traffic and has finished draining.
-GONE_STATES = ("unused",)
-# A classic ELB's instance as DescribeLoadBalancers lists it: registered, so it gets traffic (once healthy).
-REGISTERED = "registered"
-# States of a target that is registered: it gets traffic, or will once its health checks pass. A target that
-# was deregistered is 'draining', then 'unused'; one read in these was registered again since.
-IN_SERVICE_STATES = ("initial", "healthy", "unhealthy", "unavailable", REGISTERED)
 # The load balancer or target group itself no longer exists: whatever we
 # wanted from it (out, drained) is true, and there is nothing to rejoin.
 GONE_CODES = ("TargetGroupNotFound", "LoadBalancerNotFound")
@@ -151,10 +145,6 @@ def instance_states(elb, load_balancer_name: str, wanted: list[tuple[str, int]])
         raise
     registered = {i.get("InstanceId") for lb in described for i in lb.get("Instances") or []}
     return {t: REGISTERED if t[0] in registered else "unused" for t in wanted}
-
-
-# A target of a group with no reading at hand taken since the caller's detach began: it waits as for a draining one.
-UNREAD = "unread"
 
 
 class HealthBoard:

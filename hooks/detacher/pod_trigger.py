@@ -14,8 +14,9 @@ detach trigger. Every such request ends, whichever comes first:
 A pod we evicted ourselves from a leaving node starts no request: the node
 is already out of every load balancer for a reason that has its own end.
 
-This module (pure) holds what both controllers decide alike: which DaemonSets
-are configured as managed, a leaving node, and the Node side of a request (its
+This module (pure) holds what both controllers decide: which DaemonSets are
+configured as managed, a leaving node, the Pod side of a request (written for
+a terminating pod, withdrawn for its Ready replacement) and the Node side (its
 withdrawal and its clock); hooks.kube.daemonsets looks the DaemonSets up.
 """
 from __future__ import annotations
@@ -24,11 +25,11 @@ import dataclasses
 import datetime as dt
 import logging
 
-from hooks import events, timefmt
+from hooks import conditions, events, fields, objects, timefmt
 from hooks.config import Settings
-from hooks.contract import HookRequest
+from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import names, triggers
-from hooks.plan import Plan
+from hooks.plan import Action, Plan
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,50 @@ def configured(daemonset: str, settings: Settings) -> bool:
 def leaving(node: dict, settings: Settings) -> bool:
     """Cordoned, deleting or tainted to go: its pods are being shut down on purpose, ours included."""
     return any(r in ("cordoned", "deleting") or r.startswith("taint:") for r in triggers.reasons(node, settings))
+
+
+# ------------------------------------------------------------ the Pod hook's side
+
+
+def concerned(request: HookRequest) -> tuple[str, str] | None:
+    """The pod's DaemonSet and node, when the pod can change its node's request: only a terminating pod or a
+    Ready replacement can. None otherwise."""
+    pod = request.parent
+    daemonset = objects.daemonset_of(pod)
+    node_name = fields.string(pod, "spec", "nodeName")
+    ready = conditions.is_true(fields.mapping(pod, "status"), "Ready")
+    if daemonset is None or not node_name or not (request.deleting or ready):
+        return None
+    return daemonset, node_name
+
+
+def from_pod(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
+    """The node's request written for a terminating managed pod (unless the node is leaving anyway), or
+    withdrawn for a Ready replacement of the same DaemonSet. The pod itself is never changed."""
+    if observed.get("error"):
+        return Plan(decorator_response(resync_after=settings.error_backoff_seconds))
+    if not observed.get("managed"):
+        return Plan(decorator_response())
+    pod = request.parent
+    daemonset, node = observed["daemonset"], observed["node"]
+    uid = fields.string(pod, "metadata", "uid") or request.name
+    current = observed.get("nodeRequest")
+    ours = f"{daemonset}/{uid}"
+    about = events.node_ref(node, observed.get("nodeUID"))
+    if request.deleting:
+        if current is None and not observed.get("nodeLeaving"):
+            return Plan(decorator_response(), [Action(
+                "kube.annotate-node", node,
+                {"annotations": {names.FOR_POD: ours, names.FOR_POD_SINCE: timefmt.fmt(now)}},
+                reports=events.normal(events.DAEMONSET_POD_TERMINATING,
+                                      f"{daemonset} pod {request.name} is terminating: detaching the node", about))])
+    elif conditions.is_true(fields.mapping(pod, "status"), "Ready") and current \
+            and current.startswith(f"{daemonset}/") and current != ours:
+        return Plan(decorator_response(), [Action(
+            "kube.annotate-node", node, {"annotations": {names.FOR_POD: None, names.FOR_POD_SINCE: None}},
+            reports=events.normal(events.DAEMONSET_POD_READY,
+                                  f"{daemonset} replacement pod {request.name} is Ready: re-attaching", about))])
+    return Plan(decorator_response())
 
 
 # ------------------------------------------------------------ the Node hook's side
