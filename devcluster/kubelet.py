@@ -77,6 +77,7 @@ from typing import Callable, Iterator
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from hooks import ec2_names
 from hooks.machines import names
 
 from . import fleet, kwok
@@ -410,7 +411,7 @@ class KubeletStandin:
         if not machines:
             return {}
         found: dict[str, dict] = {}
-        cluster_tag = names.cluster_tag(self.cluster_name)
+        cluster_tag = ec2_names.cluster_tag(self.cluster_name)
         ids = sorted(machines)
         for start in range(0, len(ids), 200):  # a bounded filter per call, however many Machines
             # A filter, not InstanceIds: an instance gone since DescribeTags is absent, not an error.

@@ -22,6 +22,7 @@ from typing import Callable
 from hooks import runtime, timefmt
 from hooks.aws import elb, gc, instances, power, sqs
 from hooks.aws.clients import error_code
+from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, interruptions, node_timeline, nodes, pods, taints
@@ -190,7 +191,7 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
             state = power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
         except Exception as exc:  # noqa: BLE001 - unreadable is not powered off
             return f"power state of {requirement.instance_id} not confirmed: {error_text(exc)}"
-        if state not in power.OFF_STATES:
+        if state not in OFF_STATES:
             return f"instance {requirement.instance_id} is {state}, not powered off"
         return ""
     if isinstance(requirement, SameObject):
@@ -214,7 +215,7 @@ def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str
         found = power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable is not ours
         return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
-    if not power.cluster_tagged(found["tags"], requirement.cluster_name):
+    if not cluster_tagged(found["tags"], requirement.cluster_name):
         return f"instance {requirement.instance_id} is not tagged for cluster {requirement.cluster_name!r}"
     return ""
 
@@ -237,10 +238,10 @@ def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
         found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
     except Exception as exc:  # noqa: BLE001
         return f"instance {requirement.instance_id} not confirmed: {error_text(exc)}"
-    if found is None or found["state"] in instances.GONE_STATES:
+    if found is None or found["state"] in GONE_STATES:
         return f"instance {requirement.instance_id} is already gone"
     tags = found["tags"]
-    if tags.get(machine_names.cluster_tag(requirement.cluster_name)) != machine_names.CLUSTER_TAG_VALUE \
+    if tags.get(cluster_tag(requirement.cluster_name)) != OWNED \
             or tags.get(machine_names.TAG_POOL) != requirement.pool or not tags.get(machine_names.TAG_MACHINE_UID):
         return f"instance {requirement.instance_id} is not tagged for pool {requirement.pool} of this cluster"
     launched = timefmt.parse(found.get("launchTime"))

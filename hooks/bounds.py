@@ -18,8 +18,8 @@ import math
 import re
 from typing import Any, Mapping
 
+from hooks import durations
 from hooks.contract import RequestError
-from hooks.fencing import durations
 
 # Longest duration any setting of ours may take: a year. Longer ones are
 # mistakes (and past ~2.9e11 s a datetime overflows).

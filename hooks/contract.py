@@ -1,4 +1,5 @@
-"""The Metacontroller hook contract: parse requests, shape responses.
+"""The Metacontroller hook contract: parse requests, shape responses, and the names Metacontroller writes on
+a DecoratorController's objects (its claim annotation, its finalizer).
 
 Metacontroller speaks two hook versions, chosen per hook by the controller's
 ``spec.hooks.<hook>.version`` (absent means v1); every request carries that
@@ -38,6 +39,14 @@ RESPONSE_FIELDS = {
     COMPOSITE: ("status", "children", "resyncAfterSeconds", "finalized"),
 }
 CUSTOMIZE_FIELDS = ("relatedResources",)
+# The annotation by which Metacontroller knows an attachment as a DecoratorController's own: its value is
+# the controller's name.
+DECORATOR_CLAIM = "metacontroller.k8s.io/decorator-controller"
+
+
+def decorator_finalizer(controller: str) -> str:
+    """The finalizer Metacontroller puts on the objects of a DecoratorController with a finalize hook."""
+    return f"metacontroller.io/decoratorcontroller-{controller}"
 
 
 class RequestError(ValueError):

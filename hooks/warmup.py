@@ -17,6 +17,7 @@ import threading
 import time
 
 from hooks import controllers, runtime
+from hooks.kube import policy_cache
 
 log = logging.getLogger(__name__)
 # The services a Node call may reach first: node-detacher's load balancers, fencing's power state.
@@ -39,8 +40,6 @@ def warm(ctx: runtime.Context) -> None:
         except Exception as exc:  # noqa: BLE001 - no region or credentials yet: the first call says so
             log.info("warm-up skipped an AWS client", extra={"service": service, "error": str(exc)})
     try:
-        from hooks.fencing import policy_cache
-
         policy_cache.CACHE.policies(ctx.kube, ctx.settings.fencing_policy_cache_seconds)
     except Exception as exc:  # noqa: BLE001 - no API server yet: the first Node call lists them
         log.info("warm-up could not list NodeFencingPolicies", extra={"error": str(exc)})

@@ -802,12 +802,12 @@ def test_an_admitted_node_gets_its_fencing_request_without_waiting_for_its_own_s
     on the API server's objects, makes the request, as the Node decorator's attachment; the Node's next
     sync takes it for fencing in flight."""
     from hooks import actuators
-    from hooks.kube.decorator_migration import CLAIM
+    from hooks.contract import DECORATOR_CLAIM
 
     ctx, policy = _admitted(make_ctx, kube)
     assert actuators.start_fencing(ctx, "node-a", "uid-node-a", "node") == "fence-node-a"
     [fr] = kube.fencing_requests
-    assert fr["metadata"]["namespace"] == NS and fr["metadata"]["annotations"][CLAIM] == "node"
+    assert fr["metadata"]["namespace"] == NS and fr["metadata"]["annotations"][DECORATOR_CLAIM] == "node"
     assert fr["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
                                                   "uid": "uid-node-a", "controller": True,
                                                   "blockOwnerDeletion": True}]

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hooks import runtime
+from hooks import durations, runtime
 from hooks.app import create_app
 from hooks.config import load_settings
 from hooks.contract import RequestError
-from hooks.fencing import durations, failover, health, names, records, selectors, storm
+from hooks.fencing import failover, health, names, records, selectors, storm
 from hooks.fencing import policy as policies
-from hooks.fencing import request as fr
+from hooks.fencing import request_rules as fr
 from tests.fake_kube import FakeKube
 from tests.support import hook_request
 

@@ -97,7 +97,7 @@ def _statements() -> list[dict]:
 
 
 def test_power_actions_are_granted_only_on_this_clusters_instances():
-    from hooks.aws import power
+    from hooks import ec2_names
 
     for statement in _statements():
         acts = statement["Action"]
@@ -106,6 +106,6 @@ def test_power_actions_are_granted_only_on_this_clusters_instances():
             assert acts <= TAG_CONDITIONED, f"{statement.get('Sid')}: only the tag-conditioned actions share it"
             assert statement.get("Condition") == CLUSTER_TAG_CONDITION, statement.get("Sid")
     (values,) = CLUSTER_TAG_CONDITION["StringEquals"].values()
-    assert sorted(values) == sorted(power.CLUSTER_TAG_VALUES), \
+    assert sorted(values) == sorted(ec2_names.CLUSTER_TAG_VALUES), \
         "the policy and the code agree on the tag's values"
     assert TAG_CONDITIONED <= policy_actions()

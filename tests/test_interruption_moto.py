@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from devcluster import interruptions
 from fake_kube import FakeKube, api_error
 from gc_world import Calls
-from hooks import metrics, timefmt
+from hooks import ec2_names, metrics, timefmt
 from hooks.aws import sqs as sqs_calls
 from hooks.dispatch import serve
 from hooks.interruption import judge
@@ -52,7 +52,7 @@ def _machine(name: str, uid: str, instance_id: str, annotations: dict | None = N
 def _launch(ec2, *, uid: str | None, cluster: bool = True, spot: bool = True) -> str:
     tags = [{"Key": names.TAG_MACHINE_UID, "Value": uid}] if uid else []
     if cluster:
-        tags.append({"Key": names.cluster_tag(CLUSTER), "Value": names.CLUSTER_TAG_VALUE})
+        tags.append({"Key": ec2_names.cluster_tag(CLUSTER), "Value": ec2_names.OWNED})
     kwargs = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
     found = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="m5.large",
                               TagSpecifications=[{"ResourceType": "instance", "Tags": tags}] if tags else [],
@@ -354,7 +354,7 @@ def _spot_request(ec2, uid: str) -> str:
     [request] = ec2.describe_spot_instance_requests(SpotInstanceRequestIds=[request_id])["SpotInstanceRequests"]
     ec2.create_tags(Resources=[request["InstanceId"]],
                     Tags=[{"Key": names.TAG_MACHINE_UID, "Value": uid},
-                          {"Key": names.cluster_tag(CLUSTER), "Value": names.CLUSTER_TAG_VALUE}])
+                          {"Key": ec2_names.cluster_tag(CLUSTER), "Value": ec2_names.OWNED}])
     return request["InstanceId"]
 
 

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given, strategies as st
 
 from fake_kube import FakeKube
-from hooks import timefmt
+from hooks import ec2_names, timefmt
 from hooks.contract import RequestError
 from hooks.interruption import judge, messages, queue
 from hooks.kube import interruptions
@@ -194,7 +194,7 @@ def test_the_controller_polls_by_resync_with_no_children_and_only_a_sync_hook():
 def _instance(iid=IID, *, uid="uid-1", cluster=True, lifecycle="spot", state="running") -> dict:
     tags = {names.TAG_MACHINE_UID: uid}
     if cluster:
-        tags[names.cluster_tag("c")] = "owned"
+        tags[ec2_names.cluster_tag("c")] = "owned"
     return {"instanceID": iid, "tags": tags, "lifecycle": lifecycle, "state": state}
 
 

@@ -15,6 +15,7 @@ from devcluster.api import ApiError
 from devcluster.kubelet import (ADC_ANNOTATION, BadFlag, InstanceType, KubeletFlags, KubeletStandin,
                                 decode_user_data, instance_type, node_manifest, parse_labels, parse_taints,
                                 parse_user_data)
+from hooks import ec2_names
 from hooks.machines import names
 from tests.fake_kube import apply_merge_patch
 from tests.support import default_user_data
@@ -199,7 +200,7 @@ class Clock:
 
 def _launch(ec2, user_data: str | None, *, machine: bool = True, instance_type="m5.large",
             cluster: str = CLUSTER) -> dict:
-    tags = [{"Key": names.cluster_tag(cluster), "Value": names.CLUSTER_TAG_VALUE}]
+    tags = [{"Key": ec2_names.cluster_tag(cluster), "Value": ec2_names.OWNED}]
     if machine:
         tags += [{"Key": names.TAG_MACHINE, "Value": "pool-abc12"}, {"Key": names.TAG_MACHINE_UID, "Value": "u-1"},
                  {"Key": names.TAG_POOL, "Value": "pool"}]

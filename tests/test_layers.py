@@ -21,27 +21,14 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("hooks.pipeline",)),
     ("actuators", ("hooks.actuators",)),
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
-                  "hooks.recent")),
+                  "hooks.recent", "hooks.template_sandbox", "hooks.template_sandbox_worker")),
     ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
                        "hooks.teardown")),
     ("vocabulary", ("hooks",)),
 ]
 
 # (importer, imported): why it may look up.
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.bounds", "hooks.fencing.durations"): "duration parser",
-    ("hooks.detacher.assess", "hooks.aws.providerid"): "providerID parser",
-    ("hooks.fencing.policy_cache", "hooks.kube.fresh"): "reads the API",
-    ("hooks.fencing.request_phases.locate", "hooks.aws.providerid"): "providerID parser",
-    ("hooks.fencing.request_phases.ownership", "hooks.aws.power"): "EC2 state names",
-    ("hooks.fencing.request_phases.power", "hooks.aws.power"): "EC2 state names",
-    ("hooks.fencing.request_phases.recovery", "hooks.aws.power"): "EC2 state names",
-    ("hooks.machines.disrupted", "hooks.aws.instances"): "EC2 state names",
-    ("hooks.machines.launch", "hooks.aws.instances"): "EC2 state names",
-    ("hooks.machines.liveness", "hooks.aws.instances"): "EC2 state names",
-    ("hooks.machines.userdata", "hooks.recent"): "renders through a subprocess",
-    ("hooks.machines.view", "hooks.aws.providerid"): "providerID parser",
-}
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported): why the import waits until a function runs.
 DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
@@ -54,18 +41,13 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
     ("hooks.runtime", "hooks.kube.client"): "?",
     ("hooks.runtime", "hooks.kube.event_recorder"): "?",
     ("hooks.serving", "hooks.metrics"): "?",
-    ("hooks.warmup", "hooks.fencing.policy_cache"): "?",
 }
 
 # Modules whose imports of our own modules are still aliased; no new one may join.
 ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
     "hooks.controllers.machine", "hooks.controllers.node",
-    "hooks.controllers.nodepool", "hooks.detacher.triggers", "hooks.fencing.request_phases.aftercare",
-    "hooks.fencing.request_phases.ownership", "hooks.fencing.request_phases.power",
-    "hooks.fencing.request_phases.recovery", "hooks.fencing.request_phases.state",
-    "hooks.kube.decorator_migration", "hooks.machines.disruption", "hooks.machines.repair",
-    "hooks.machines.spec", "hooks.machines.termination",
+    "hooks.controllers.nodepool", "hooks.kube.decorator_migration",
 }
 
 

@@ -9,15 +9,15 @@ import pathlib
 import pytest
 
 from hooks.config import load_settings
-from hooks.contract import DECORATOR, parse_request
+from hooks.contract import DECORATOR, DECORATOR_CLAIM, decorator_finalizer, parse_request
 from hooks.controllers import node, node_fencing
 from hooks.kube import decorator_migration
 from tests.fake_kube import FakeKube
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "node"
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
-NEW = decorator_migration.finalizer("node")
-OLD = decorator_migration.finalizer("node-detacher")
+NEW = decorator_finalizer("node")
+OLD = decorator_finalizer("node-detacher")
 
 
 def _case(name: str) -> dict:
@@ -104,7 +104,7 @@ def _node_with(finalizers):
 
 def _owned(kind, name, uid, namespace=None, claimed_by="node-detacher"):
     meta = {"name": name, "uid": f"{kind}-uid", "resourceVersion": "7",
-            "annotations": {decorator_migration.CLAIM: claimed_by},
+            "annotations": {DECORATOR_CLAIM: claimed_by},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": uid, "controller": True}]}
     if namespace:
         meta["namespace"] = namespace
@@ -128,7 +128,7 @@ def test_old_finalizer_comes_off_and_attachments_are_claimed_once_the_old_decora
     assert not holds
     assert kube.nodes[name]["metadata"]["finalizers"] == [NEW]
     assert migrated.meta["finalizers"] == [NEW]
-    claimed = {(kind, n): p["metadata"]["annotations"][decorator_migration.CLAIM] for kind, _, n, p in kube.patches}
+    claimed = {(kind, n): p["metadata"]["annotations"][DECORATOR_CLAIM] for kind, _, n, p in kube.patches}
     assert claimed == {("Attachment", name): "node", ("UnhealthyNode", name): "node"}
     assert sorted(o["kind"] for o in migrated.children.all()) == ["Attachment", "UnhealthyNode"]
 
@@ -155,7 +155,7 @@ def test_the_old_finalizer_stays_until_ours_holds_the_node(make_ctx):
 def test_the_hook_hands_a_node_over_on_its_sync(make_ctx):
     """Through node.sync: the old finalizer goes, and the adopted Attachment of a node in the middle of a
     detach is what node-detacher sees (kept as it is, not looked up again)."""
-    from hooks.aws import providerid
+    from hooks import providerid
 
     case, obj = _node_with([OLD, NEW])
     name = obj["metadata"]["name"]

@@ -12,7 +12,8 @@ import pathlib
 
 from hooks.contract import parse_request
 from hooks.controllers import node, node_fencing_policy
-from hooks.fencing import names, policy_cache
+from hooks.fencing import names
+from hooks.kube import policy_cache
 from hooks.plan import DEFERRED, Outcome, TimeAllowance
 from tests.fake_kube import FakeKube
 from tests.test_node_controller import _api, _case, _request

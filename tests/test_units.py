@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hooks.aws import providerid
+from hooks import providerid
 from hooks.config import ConfigError, load_settings
 from hooks.contract import (COMPOSITE, DECORATOR, RequestError, composite_response, decorator_response,
                             parse_request, shape_response)

@@ -13,7 +13,8 @@ import requests
 
 from devcluster.waits import http_ok, wait_until
 from hooks import warmup
-from hooks.fencing import names, policy_cache
+from hooks.fencing import names
+from hooks.kube import policy_cache
 from tests.fake_kube import FakeKube
 from tests.hook_server import QUIET_WORLD, REPO, HookServer
 

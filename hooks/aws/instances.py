@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from hooks import timefmt
+from hooks import ec2_names, timefmt
 from hooks.aws.clients import error_code
 from hooks.machines import names
 
@@ -29,8 +29,6 @@ CAPACITY_ERRORS = frozenset({
 })
 # Most RunInstances calls one launch makes before it gives up until the next hook call.
 MAX_LAUNCH_ATTEMPTS = 8
-# An instance in one of these will never run again.
-GONE_STATES = ("shutting-down", "terminated")
 NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
 
 
@@ -99,9 +97,9 @@ def of_pool(ec2, cluster_name: str, pool: str) -> list[dict]:
     """Instances tagged for this cluster and pool, not terminated."""
     found = []
     for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{names.cluster_tag(cluster_name)}", "Values": [names.CLUSTER_TAG_VALUE]},
+            Filters=[{"Name": f"tag:{ec2_names.cluster_tag(cluster_name)}", "Values": [ec2_names.OWNED]},
                      {"Name": f"tag:{names.TAG_POOL}", "Values": [pool]},
-                     {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]):
+                     {"Name": "instance-state-name", "Values": list(ec2_names.KEPT_STATES)}]):
         found.extend(summary(i) for i in _instances(page))
     return found
 
@@ -180,16 +178,6 @@ def client_token(uid: str, launch_request: str, candidate: Candidate) -> str:
     return f"{uid[:36]}-{digest}"[:64]
 
 
-def tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
-    return [
-        {"Key": names.cluster_tag(cluster_name), "Value": names.CLUSTER_TAG_VALUE},
-        {"Key": names.TAG_POOL, "Value": pool},
-        {"Key": names.TAG_MACHINE, "Value": machine},
-        {"Key": names.TAG_MACHINE_UID, "Value": uid},
-        {"Key": names.TAG_NAME, "Value": machine},
-    ]
-
-
 def launch(ec2, *, uid: str, launch_request: str, candidates: list[Candidate], tag_list: list[dict],
            image_id: str | None, launch_template: dict | None, security_groups: list[str],
            instance_profile: str | None, user_data: str, spot: bool = False) -> dict:
@@ -246,7 +234,7 @@ def terminate(ec2, instance_id: str) -> str:
         response = ec2.terminate_instances(InstanceIds=[instance_id])
     except ClientError as exc:
         if error_code(exc) in NOT_FOUND:
-            return "terminated"
+            return ec2_names.TERMINATED
         raise
     for change in response.get("TerminatingInstances") or []:
         if change.get("InstanceId") == instance_id:

@@ -1,4 +1,4 @@
-"""EC2 power for fencing: force a stop, start again, read the state and whose instance it is.
+"""EC2 power for fencing: force a stop, start again, read the state and the tags that say whose it is.
 
 Only the state DescribeInstances reports proves a power-off (``stopped`` or
 ``terminated``); what StopInstances answers is a request accepted, not a
@@ -6,21 +6,15 @@ fact. An instance DescribeInstances does not know is no proof either (a
 wrong region looks the same), so InstanceNotFound is an error, never "off".
 
 A Node's providerID is the node's own claim: an instance is this cluster's to
-power off or on only when it carries the cluster's tag,
-``kubernetes.io/cluster/<NODEWARDEN_CLUSTER_NAME>`` = ``owned`` or ``shared``
-(the tag the AWS cloud provider and the Machine controller use).
+power off or on only when it carries the cluster's tag
+(``hooks.ec2_names.cluster_tagged``).
 """
 from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
-from hooks.machines.names import cluster_tag
 
-# The only states that prove a power-off.
-OFF_STATES = ("stopped", "terminated")
-# The values of the cluster tag that make an instance this cluster's.
-CLUSTER_TAG_VALUES = ("owned", "shared")
 _NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
 
 
@@ -60,11 +54,6 @@ def describe(ec2, instance_id: str) -> dict:
 def state(ec2, instance_id: str) -> str:
     """The instance's current state name (pending, running, stopping, stopped, ...)."""
     return describe(ec2, instance_id)["state"]
-
-
-def cluster_tagged(tags: dict, cluster_name: str) -> bool:
-    """Whether the tags make the instance this cluster's; no cluster name, no instance is."""
-    return bool(cluster_name) and tags.get(cluster_tag(cluster_name)) in CLUSTER_TAG_VALUES
 
 
 def _reported_state(changes, instance_id: str) -> str:

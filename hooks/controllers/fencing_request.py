@@ -35,13 +35,12 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import bounds, conditions, events, fields, pipeline, runtime, timefmt
+from hooks import bounds, conditions, events, fields, pipeline, providerid, runtime, timefmt
 from hooks.aws import power
-from hooks.aws import providerid
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
-from hooks.fencing import names
-from hooks.fencing import request as fr
+from hooks.ec2_names import OFF_STATES
+from hooks.fencing import names, request_rules
 from hooks.fencing.request_phases import aftercare, authority, power as power_phase, recovery
 from hooks.fencing.request_phases.finalize import finalize as finalize_phase
 from hooks.fencing.request_phases.invalid import invalid_spec
@@ -58,7 +57,7 @@ log = logging.getLogger(__name__)
 def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
     """The one Node the request names."""
     try:
-        spec = fr.parse_spec(parent)
+        spec = request_rules.parse_spec(parent)
     except RequestError:
         return {"relatedResources": []}
     return {"relatedResources": [{"apiVersion": "v1", "resource": "nodes", "names": [spec.node_name]}]}
@@ -69,7 +68,7 @@ def customize(parent: dict, ctx: runtime.Context | None = None) -> dict:
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
     try:
-        spec = fr.parse_spec(request.parent)
+        spec = request_rules.parse_spec(request.parent)
     except RequestError as exc:
         return invalid_spec(request, now, exc)
     step = Step(request, spec, settings, now, observed)
@@ -96,7 +95,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
     """Only what this call's phase looks at; failures are recorded, never raised."""
     try:
-        spec = fr.parse_spec(request.parent)
+        spec = request_rules.parse_spec(request.parent)
     except RequestError:
         return {}
     status = own_status(request.parent)
@@ -118,8 +117,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     provider, rec = recorded(status, "providerStatus"), recorded(status, "recovery")
     if phase == names.PENDING and not bounds.status_counter(provider, "stopAttempts"):
         try:
-            observed["olderRequests"] = fr.older_active(request.parent, kube_fencing.fencing_requests(ctx.kube),
-                                                        spec.node_name)
+            observed["olderRequests"] = request_rules.older_active(
+                request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name)
         except Exception as exc:  # noqa: BLE001 - unknown: the request waits, bounded by the queue timeout
             observed["requestsError"] = error_text(exc)
     if phase in (names.PENDING, names.POWERING_OFF, names.RECOVERING, names.POWERING_ON) and node is not None:
@@ -131,11 +130,11 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         except Exception as exc:  # noqa: BLE001 - unknown: no power-off until it is known
             observed["apiServersError"] = error_text(exc)
     powered_off_now = phase in (names.PENDING, names.POWERING_OFF) and \
-        (observed.get("instance") or {}).get("state") in power.OFF_STATES
+        (observed.get("instance") or {}).get("state") in OFF_STATES
     recovering = phase == names.RECOVERING or powered_off_now
     taint_first = spec.strategy == names.OUT_OF_SERVICE and rec.get("outOfServiceTaint") != names.TAINT_APPLIED
     if (recovering and not taint_first) or aftercare.in_aftercare(status, node):
-        observed.update(pods.whats_on(ctx.kube, spec.node_name, fr.pod_summary, pods_key="nodePods"))
+        observed.update(pods.whats_on(ctx.kube, spec.node_name, request_rules.pod_summary, pods_key="nodePods"))
     if aftercare.in_aftercare(status, node):
         try:
             observed["otherHolders"] = _other_holders(request, spec, ctx, unfinished_only=True)
@@ -175,10 +174,11 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
         observed["instance"] = {"error": error_text(exc)}
 
 
-def _other_holders(request: HookRequest, spec: fr.Spec, ctx: runtime.Context,
+def _other_holders(request: HookRequest, spec: request_rules.Spec, ctx: runtime.Context,
                    unfinished_only: bool = False) -> list[str]:
     """Other live requests for the same node, in any namespace, that still count on the out-of-service taint."""
-    return fr.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name, unfinished_only)
+    return request_rules.taint_holders(request.parent, kube_fencing.fencing_requests(ctx.kube), spec.node_name,
+                                       unfinished_only)
 
 
 # --------------------------------------------------------------------------- trust
@@ -202,7 +202,7 @@ def verify(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     if not authority.honoured_here(request.meta.get("namespace"), ctx.settings) and not request.finalizing:
         return dataclasses.replace(request, parent=parent, related=ObjectGroups())  # refused: nothing is read
     try:
-        spec = fr.parse_spec(parent)
+        spec = request_rules.parse_spec(parent)
     except RequestError:  # decided (and reported) as the invalid spec it is: nothing is read or done
         return dataclasses.replace(request, parent=parent, related=ObjectGroups())
     node = fresh.read(ctx.kube, "Node", spec.node_name)
@@ -236,7 +236,7 @@ def unverified(request: HookRequest, plan: Plan, ctx: runtime.Context, reason: s
     log.warning("fencing-request did not act", extra={"request": f"{request.meta.get('namespace')}/{request.name}",
                                                       "reason": reason})
     try:
-        fr.parse_spec(request.parent)
+        request_rules.parse_spec(request.parent)
     except RequestError as exc:  # nothing would be done either way: say why it will not run
         return invalid_spec(request, ctx.now(), exc)
     status = own_status(request.parent)
@@ -267,7 +267,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
         if kind in ("aws.stop", "aws.start"):
             title = power_phase.OPERATIONS[kind.split(".")[1]][0]
             status.setdefault("providerStatus", {})[f"last{title}Error"] = outcome.error
-            spec = fr.parse_spec(request.parent)
+            spec = request_rules.parse_spec(request.parent)
             resync = min(resync, max(1.0, spec.retry_interval))
         else:
             recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")

@@ -31,10 +31,11 @@ import sys
 
 from lightkube.resources.core_v1 import Node
 
-from hooks import conditions, events, pipeline, runtime, timefmt
+from hooks import conditions, events, pipeline, runtime, template_sandbox, timefmt
 from hooks.aws import instances
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
+from hooks.ec2_names import GONE_STATES, TERMINATED
 from hooks.kube import fencing as kube_fencing
 from hooks.kube import fresh, pods
 from hooks.machines import (disrupted, drift, initialization, launch, liveness, names, registration, repair, signals,
@@ -96,10 +97,10 @@ def _instances(request: HookRequest, ec2, observed: dict) -> None:
         if kept is None:
             kept = instances.describe(ec2, recorded)  # untagged since, or not shown yet
     else:
-        alive = [i for i in tagged if i["state"] != "terminated"]
-        kept = next((i for i in alive if i["state"] not in instances.GONE_STATES), alive[0] if alive else None)
+        alive = [i for i in tagged if i["state"] != TERMINATED]
+        kept = next((i for i in alive if i["state"] not in GONE_STATES), alive[0] if alive else None)
     observed["instance"] = kept
-    observed["duplicates"] = [i for i in tagged if i["state"] != "terminated"
+    observed["duplicates"] = [i for i in tagged if i["state"] != TERMINATED
                               and (kept is None or i["instanceID"] != kept["instanceID"])]
 
 
@@ -124,7 +125,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
             observed["subnetsError"] = error_text(exc)
         try:
             observed["userData"] = userdata.render(machine_spec.user_data, ctx.settings.cluster_name, request.name,
-                                                   spec.pool_of(request.parent))
+                                                   spec.pool_of(request.parent), template_sandbox.render)
         except RequestError as exc:
             observed["userDataError"] = str(exc)
     instance_type = (observed.get("instance") or {}).get("instanceType") or status.get("instanceType")

@@ -44,8 +44,8 @@ from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_re
 from hooks.controllers import node_detacher, node_fencing
 from hooks.detacher import names as detacher_names
 from hooks.fencing import names as fencing_names
-from hooks.fencing import policy_cache, records, storm
-from hooks.kube import decorator_migration
+from hooks.fencing import records, storm
+from hooks.kube import decorator_migration, policy_cache
 from hooks.plan import Plan, backoff, error_text
 
 NAME = "node"
@@ -67,7 +67,7 @@ def finalize(request: HookRequest, ctx: runtime.Context | None = None) -> dict:
 
 def with_policies(request: HookRequest, ctx: runtime.Context) -> HookRequest:
     """The request with the NodeFencingPolicies node-fencing reads as its related objects, from the process's
-    short-lived copy (hooks/fencing/policy_cache.py): this decorator relates nothing, so that a policy's
+    short-lived copy (hooks/kube/policy_cache.py): this decorator relates nothing, so that a policy's
     status write does not put every Node in Metacontroller's queue. A failed list raises."""
     announced = timefmt.parse(request.annotations.get(fencing_names.COUNT_ANNOTATION))
     if announced is not None and announced > ctx.now() + dt.timedelta(seconds=storm.MAX_SKEW_SECONDS):

@@ -9,8 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from hooks import fields, objects, timefmt
-from hooks.aws import providerid
+from hooks import fields, objects, providerid, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest
 from hooks.detacher import names, targets, triggers

@@ -4,10 +4,10 @@ from __future__ import annotations
 from hooks import fields
 from hooks.config import Settings
 from hooks.detacher import names
-from hooks.machines import names as machine_names
+from hooks.machines.names import DISRUPTED_TAINT
 
 # Taints that mean "this node is about to go": cluster-autoscaler, Karpenter, NTH, a Machine's termination.
-_LEAVING_TAINT_KEYS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", machine_names.DISRUPTED_TAINT)
+_LEAVING_TAINT_KEYS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", DISRUPTED_TAINT)
 _LEAVING_TAINT_VALUES = {"karpenter.sh/disruption": "disrupting"}
 _LEAVING_TAINT_PREFIXES = ("aws-node-termination-handler/",)
 

@@ -1,11 +1,13 @@
-"""NodeFencingPolicy: parse, default, and decide which policy governs a node."""
+"""NodeFencingPolicy: parse, default, decide which policy governs a node, and whether a count is recent."""
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Iterable
 
-from hooks import bounds, fields
+from hooks import bounds, fields, timefmt
 from hooks.contract import RequestError
 from hooks.fencing import names, selectors
 
@@ -153,3 +155,13 @@ def governing(policies: list[Policy], node_labels: dict) -> Policy | None:
         if not policy.deleting and policy.selects(node_labels):
             return policy
     return None
+
+
+def counted_since(objs: Iterable[dict], announced: dt.datetime) -> bool:
+    """Whether some policy's last count (``status.countedAt``) is as recent as ``announced``."""
+    for obj in objs:
+        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        counted = timefmt.parse(status.get("countedAt"))
+        if counted is not None and counted >= announced:
+            return True
+    return False

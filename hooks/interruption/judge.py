@@ -39,6 +39,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from hooks import timefmt
+from hooks.ec2_names import LEAVING_STATES, cluster_owned
 from hooks.interruption import messages
 from hooks.machines import names, signals
 
@@ -145,7 +146,7 @@ def _one(claim: messages.Claim, iid: str, book: Book, instance: dict | None, clu
     if not isinstance(instance, dict):
         return dropped(messages.FOREIGN, f"EC2 does not know instance {iid}")
     tags = instance.get("tags") if isinstance(instance.get("tags"), dict) else {}
-    if not cluster_name or tags.get(names.cluster_tag(cluster_name)) != names.CLUSTER_TAG_VALUE:
+    if not cluster_owned(tags, cluster_name):
         return dropped(messages.FOREIGN, f"instance {iid} is not tagged for cluster {cluster_name!r}")
     recording = book.recording(iid)
     if len(recording) > 1:
@@ -198,9 +199,9 @@ def _disagreement(claim: messages.Claim, iid: str, instance: dict, now: dt.datet
     state = instance.get("state")
     if claim.reason in (signals.SPOT_INTERRUPTION, signals.REBALANCE) and instance.get("lifecycle") != "spot":
         return f"instance {iid} is not a spot instance"
-    if claim.reason == signals.INSTANCE_STOPPING and state not in messages.LEAVING_STATES:
+    if claim.reason == signals.INSTANCE_STOPPING and state not in LEAVING_STATES:
         return f"instance {iid} is {state}, not leaving"
-    if spot_status_needed(claim, now) and state not in messages.LEAVING_STATES \
+    if spot_status_needed(claim, now) and state not in LEAVING_STATES \
             and instance.get("spotRequest") not in SPOT_RECLAIMING:
         code = instance.get("spotRequest")
         return (f"the warning's deadline {timefmt.fmt(claim.deadline)} has passed, and instance {iid} is {state} "

@@ -34,23 +34,21 @@ from dataclasses import dataclass
 
 from hooks import bounds, timefmt
 from hooks.contract import RequestError
+from hooks.ec2_names import LEAVING_STATES, STATES
 from hooks.machines import signals
+from hooks.providerid import INSTANCE_ID
 
 # SQS bodies are at most 256 KiB; EC2's events are a few hundred bytes, Health's a few KiB.
 MAX_BODY = 64 * 1024
 MAX_DEPTH = 8
 # A Health event may name many instances; more than this in one message is not an event we trust.
 MAX_INSTANCES = 100
-INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 _MESSAGE_ID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 
 SPOT_WARNING = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
 STATE_CHANGE = ("aws.ec2", "EC2 Instance State-change Notification")
 HEALTH = ("aws.health", "AWS Health Event")
-# A state change to one of these: the instance is going.
-LEAVING_STATES = ("stopping", "stopped", "shutting-down", "terminated")
-STATES = ("pending", "running") + LEAVING_STATES
 
 # The times a message may give, around the call's clock. SQS keeps a message at most 14 days; EC2's and
 # EventBridge's clocks are not ours, so an event may look a little ahead. A Health scheduled change is

@@ -30,7 +30,7 @@ import threading
 import time
 
 from hooks import runtime
-from hooks.contract import HookRequest, RequestError, parse_object
+from hooks.contract import DECORATOR_CLAIM, HookRequest, RequestError, decorator_finalizer, parse_object
 from hooks.fencing import names as fencing_names
 from hooks.detacher import names as detacher_names
 from hooks.kube import fresh
@@ -39,17 +39,11 @@ from hooks.plan import error_text
 log = logging.getLogger(__name__)
 
 OLD_CONTROLLERS = ("node-detacher", "node-fencing")
-CLAIM = "metacontroller.k8s.io/decorator-controller"
 # How long one answer about the old controllers serves this process.
 _GONE_CACHE_SECONDS = 30.0
 
 
-def finalizer(controller: str) -> str:
-    """Metacontroller's finalizer of a DecoratorController with a finalize hook."""
-    return f"metacontroller.io/decoratorcontroller-{controller}"
-
-
-OLD_FINALIZERS = tuple(finalizer(c) for c in OLD_CONTROLLERS)
+OLD_FINALIZERS = tuple(decorator_finalizer(c) for c in OLD_CONTROLLERS)
 
 
 class _Gone:
@@ -98,7 +92,7 @@ def migrate(request: HookRequest, ctx: runtime.Context, controller: str) -> tupl
             return request, False
         node = fresh.same_parent(request, ctx.kube).parent
         finalizers = node["metadata"].get("finalizers") or []
-        holds = finalizer(controller) not in finalizers
+        holds = decorator_finalizer(controller) not in finalizers
         if holds and not node["metadata"].get("deletionTimestamp"):
             return request, False  # Metacontroller adds ours before it calls; until then the old one holds the node
         adopted = _adopt(ctx, node, controller)
@@ -151,12 +145,14 @@ def _adopt(ctx: runtime.Context, node: dict, controller: str) -> list[dict]:
             continue
         meta = found.get("metadata") or {}
         owners = [o for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("controller")]
-        claimed_by = (meta.get("annotations") or {}).get(CLAIM)
+        claimed_by = (meta.get("annotations") or {}).get(DECORATOR_CLAIM)
         if not owners or owners[0].get("uid") != uid or claimed_by not in OLD_CONTROLLERS:
             continue  # not this node's, or not the old decorators' to hand over
-        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {CLAIM: controller}}}
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                              "annotations": {DECORATOR_CLAIM: controller}}}
         ctx.kube.merge_patch(fresh.resource(kind), obj_name, patch, namespace=obj_namespace)
-        claimed = dict(found, metadata=dict(meta, annotations={**(meta.get("annotations") or {}), CLAIM: controller}))
+        claimed = dict(found, metadata=dict(meta, annotations={**(meta.get("annotations") or {}),
+                                                                DECORATOR_CLAIM: controller}))
         try:
             adopted.append(parse_object(claimed, f"attachments.{kind}"))
         except RequestError:

@@ -8,11 +8,11 @@ from lightkube.resources.core_v1 import PersistentVolumeClaim, Pod
 from lightkube.resources.discovery_v1 import EndpointSlice
 from lightkube.resources.storage_v1 import VolumeAttachment
 
+from hooks.contract import DECORATOR_CLAIM
 from hooks.fencing import names
 from hooks.kube import fresh
 from hooks.kube.deletes import delete_exact
 from hooks.kube.client import is_not_found
-from hooks.kube.decorator_migration import CLAIM
 
 FencingRequest = fresh.resource(names.REQUEST_KIND)
 
@@ -72,8 +72,8 @@ def create_node_attachment(kube, obj: dict, node: dict, decorator: str) -> bool:
     meta = node["metadata"]
     owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"], "controller": True,
              "blockOwnerDeletion": True}
-    body = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner],
-                                "annotations": {**(obj["metadata"].get("annotations") or {}), CLAIM: decorator}}}
+    annotations = {**(obj["metadata"].get("annotations") or {}), DECORATOR_CLAIM: decorator}
+    body = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner], "annotations": annotations}}
     try:
         kube.create(FencingRequest.from_dict(body), namespace=body["metadata"]["namespace"])
     except ApiError as exc:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from hooks.contract import DECORATOR, HookRequest, ObjectGroups, RequestError, parse_request
-from hooks.fencing import failover, names, policy_cache
+from hooks.fencing import failover, names
 from hooks.fencing.policy import Policy
-from hooks.kube import fresh, pods
+from hooks.kube import fresh, pods, policy_cache
 from hooks.kube.fencing import claim_access_modes
 from hooks.plan import error_text
 

@@ -19,14 +19,13 @@
 from __future__ import annotations
 
 from hooks import conditions, events, timefmt
-from hooks.aws import instances
+from hooks.ec2_names import GONE_STATES, LEAVING_STATES
 from hooks.machines import names, signals
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, SameObject
 
 # Kept from a spot notice for the instance's termination itself.
 SPOT_TERMINATE_MARGIN_SECONDS = 20.0
-_STOPPING = ("stopping", "stopped", "shutting-down", "terminated")
 
 
 def reason(view: MachineView) -> signals.Signal | None:
@@ -75,9 +74,9 @@ def step(view: MachineView, progress: Progress, deleting: bool) -> None:
         if view.observed.get("fencingInFlight") is not False:
             return  # fencing's stop, or not known: the pool repairs it after recovery
         found = view.instance
-        if found is None or found.get("state") not in _STOPPING or found.get("instanceID") != view.instance_id:
+        if found is None or found.get("state") not in LEAVING_STATES or found.get("instanceID") != view.instance_id:
             return  # EC2 does not say so now: the notice alone is not enough
-    elif (view.instance or {}).get("state") in instances.GONE_STATES or not view.instance_id:
+    elif (view.instance or {}).get("state") in GONE_STATES or not view.instance_id:
         return  # already gone: liveness deletes the Machine
     progress.actions.append(Action(
         "kube.delete-machine", view.name, {"uid": view.uid},

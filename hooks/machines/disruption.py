@@ -49,8 +49,7 @@ import json
 from dataclasses import dataclass, field
 
 from hooks import conditions, timefmt
-from hooks.machines import budgets as budget_rules
-from hooks.machines import names, pool, signals
+from hooks.machines import budgets, names, pool, signals
 from hooks.machines.repair import Fenced
 
 MAX_RECORDS = 1000
@@ -167,7 +166,7 @@ def candidate(machine: dict, now: dt.datetime, expire_after: float | None, fence
     return None
 
 
-def decide(machines: list[dict], previous: list[dict], rules: tuple[budget_rules.Budget, ...],
+def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budget, ...],
            expire_after: float | None, fenced: dict[str, Fenced], replicas: int, now: dt.datetime,
            template_hash: str = "") -> Outcome:
     """What the pool's disruptions are after this call.
@@ -214,7 +213,7 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budget_rules
             found.append(reason)
     found.sort(key=lambda c: (_ORDER[c.reason], c.at, c.machine["metadata"]["name"]))
     for cand in found:
-        allowed = budget_rules.allowed(rules, cand.reason, size, now)
+        allowed = budgets.allowed(rules, cand.reason, size, now)
         exempt = cand.machine["metadata"]["name"] in awaited
         if not exempt and allowed is not None and disrupting >= allowed:
             outcome.blocked[cand.reason] = outcome.blocked.get(cand.reason, 0) + 1
@@ -369,12 +368,12 @@ def assign_replacements(needs: list[dict], created: list[str]) -> None:
         record["replacement"] = name
 
 
-def budget_status(rules: tuple[budget_rules.Budget, ...], size: int, disrupting: int, now: dt.datetime,
+def budget_status(rules: tuple[budgets.Budget, ...], size: int, disrupting: int, now: dt.datetime,
                   blocked: dict[str, int]) -> dict:
     """What status shows: disrupting now, and how many more each reason may start."""
     allowed = {}
     for reason in signals.BUDGETED:
-        limit = budget_rules.allowed(rules, reason, size, now)
+        limit = budgets.allowed(rules, reason, size, now)
         allowed[reason] = -1 if limit is None else max(0, limit - disrupting)
     out = {"disrupting": disrupting, "allowed": allowed}
     if blocked:

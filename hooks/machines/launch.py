@@ -13,14 +13,15 @@ The order that makes it hold:
 3. Otherwise RunInstances, tagged at creation, with a ClientToken per
    (Machine, launch request, candidate); the instance it returns is recorded.
    The user data was rendered by gather, for the Machine the API server
-   confirmed, within a time and size bound (hooks/machines/userdata.py).
+   confirmed, within a time and size bound (hooks/machines/userdata.py,
+   hooks/template_sandbox.py).
 
 A crash after RunInstances and before the record is step 1 on the next call.
 """
 from __future__ import annotations
 
 from hooks import events, timefmt
-from hooks.aws import instances
+from hooks.ec2_names import GONE_STATES
 from hooks.machines import capacity, names, spec
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf
@@ -55,7 +56,7 @@ def request_fresh(status: dict, now) -> bool:
 def terminate_duplicates(view: MachineView, progress: Progress, settings) -> None:
     """Terminate every instance tagged with the Machine's UID but the one it keeps (gather tells them apart)."""
     for extra in view.observed.get("duplicates") or []:
-        if extra.get("state") in instances.GONE_STATES:
+        if extra.get("state") in GONE_STATES:
             continue  # already going
         # Ours by tag (checked again right before), never the one recorded: a raced or late-shown launch.
         progress.actions.append(Action(
@@ -107,7 +108,7 @@ def step(view: MachineView, progress: Progress, settings, cluster_name: str) -> 
     params = {
         "region": settings.aws_region, "uid": view.uid, "launchRequestedAt": view.status["launchRequestedAt"],
         "candidates": candidates,
-        "tags": instances.tags(cluster_name, view.pool, view.name, view.uid),
+        "tags": names.instance_tags(cluster_name, view.pool, view.name, view.uid),
         "imageId": view.spec.image_id, "launchTemplate": view.spec.launch_template,
         "securityGroups": list(view.spec.security_groups), "instanceProfile": view.spec.instance_profile,
         "userData": observed["userData"],

@@ -16,7 +16,7 @@ Deletion goes through the Machine's finalizer, which terminates the instance.
 from __future__ import annotations
 
 from hooks import conditions, events, timefmt
-from hooks.aws import instances
+from hooks.ec2_names import GONE_STATES
 from hooks.machines import names
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
@@ -55,7 +55,7 @@ def _instance_gone(view: MachineView, progress: Progress, settings) -> None:
     if not view.instance_id or view.observed.get("instanceError"):
         return
     found = view.instance
-    if found is not None and found.get("state") not in instances.GONE_STATES:
+    if found is not None and found.get("state") not in GONE_STATES:
         return
     launched = view.since("launchedAt")
     if launched is None or launched < settings.machine_launch_visibility_seconds:

@@ -1,4 +1,7 @@
 """The names Machines and NodePools share with Nodes, EC2 and users: keep them stable."""
+from __future__ import annotations
+
+from hooks.ec2_names import OWNED, cluster_owned, cluster_tag
 
 GROUP = "nodewarden.io"
 # Label, annotation and taint keys under this prefix are nodewarden's own: a
@@ -39,11 +42,15 @@ TAG_MACHINE_UID = "nodewarden.io/machine-uid"
 TAG_NAME = "Name"
 
 
-def cluster_tag(cluster_name: str) -> str:
-    return f"kubernetes.io/cluster/{cluster_name}"
-
-
-CLUSTER_TAG_VALUE = "owned"
+def instance_tags(cluster_name: str, pool: str, machine: str, uid: str) -> list[dict]:
+    """The tags a Machine launches its instance with."""
+    return [
+        {"Key": cluster_tag(cluster_name), "Value": OWNED},
+        {"Key": TAG_POOL, "Value": pool},
+        {"Key": TAG_MACHINE, "Value": machine},
+        {"Key": TAG_MACHINE_UID, "Value": uid},
+        {"Key": TAG_NAME, "Value": machine},
+    ]
 
 
 def machines_instance(tags: dict, machine_uid: str, cluster_name: str = "") -> bool:
@@ -52,7 +59,7 @@ def machines_instance(tags: dict, machine_uid: str, cluster_name: str = "") -> b
     does not make our own record someone else's instance."""
     if tags.get(TAG_MACHINE_UID) == machine_uid:
         return True
-    return bool(cluster_name) and tags.get(cluster_tag(cluster_name)) == CLUSTER_TAG_VALUE
+    return cluster_owned(tags, cluster_name)
 
 # Machine conditions.
 LAUNCHED = "Launched"

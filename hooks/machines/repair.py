@@ -25,7 +25,8 @@ import datetime as dt
 from dataclasses import dataclass
 
 from hooks import conditions, timefmt
-from hooks.fencing import names as fencing
+from hooks.fencing.names import (ACTION_OFF, FENCING_SUCCEEDED, FINISHED_PHASES, RECOVERED, RECOVERING,
+                                 SUCCEEDED)
 
 
 @dataclass(frozen=True)
@@ -77,15 +78,15 @@ def fenced(machine: dict, requests: list[dict], namespace: str) -> Fenced | None
             continue
         if ref.get("name") != node or provider.get("nodeUID") != node_uid or ref.get("uid") not in (None, node_uid):
             continue
-        if provider.get("instanceID") != instance or spec.get("action", fencing.ACTION_OFF) != fencing.ACTION_OFF:
+        if provider.get("instanceID") != instance or spec.get("action", ACTION_OFF) != ACTION_OFF:
             continue
-        succeeded = conditions.find(st, fencing.FENCING_SUCCEEDED) or {}
+        succeeded = conditions.find(st, FENCING_SUCCEEDED) or {}
         confirmed = timefmt.parse(succeeded.get("lastTransitionTime"))
         if succeeded.get("status") != "True" or confirmed is None:
             continue
-        if st.get("phase") not in (fencing.RECOVERING, fencing.SUCCEEDED):
+        if st.get("phase") not in (RECOVERING, SUCCEEDED):
             continue
-        recovered = st.get("phase") == fencing.SUCCEEDED or conditions.is_true(st, fencing.RECOVERED)
+        recovered = st.get("phase") == SUCCEEDED or conditions.is_true(st, RECOVERED)
         candidate = Fenced(f"{meta.get('namespace')}/{meta.get('name')}", confirmed, recovered)
         if found is None or candidate.at < found.at:
             found = candidate
@@ -100,6 +101,6 @@ def in_flight(machine: dict, requests: list[dict], namespace: str) -> bool:
     for request in requests:
         meta, spec, st = _section(request, "metadata"), _section(request, "spec"), _section(request, "status")
         if meta.get("namespace") == namespace and _section(spec, "nodeRef").get("name") == node \
-                and st.get("phase") not in fencing.FINISHED_PHASES:
+                and st.get("phase") not in FINISHED_PHASES:
             return True
     return False

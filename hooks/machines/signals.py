@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 
 from hooks import timefmt
+from hooks.ec2_names import RUNNING
 
 INTERRUPTION_ANNOTATION = "nodewarden.io/interruption"
 DISRUPTION_ANNOTATION = "nodewarden.io/disruption"
@@ -125,5 +126,5 @@ def supersedes(new: Signal, old: Signal | None) -> bool:
 def outlived(signal: Signal | None, state, now: dt.datetime) -> bool:
     """Whether ``signal`` is a stop EC2 no longer agrees with: the instance is ``running`` (``state``, as
     DescribeInstances says now) at least STOP_SETTLE_SECONDS after the stop, so it was started again."""
-    return signal is not None and signal.reason == INSTANCE_STOPPING and state == "running" \
+    return signal is not None and signal.reason == INSTANCE_STOPPING and state == RUNNING \
         and (now - signal.at).total_seconds() >= STOP_SETTLE_SECONDS

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from hooks import bounds, fields
 from hooks.contract import RequestError
-from hooks.machines import budgets as budget_rules
-from hooks.machines import names
+from hooks.machines import budgets, names
 
 MAX_REPLICAS = 1000
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -190,7 +189,7 @@ class PoolSpec:
     template: MachineSpec
     machine_spec: dict  # the spec every new Machine of the pool gets, as written
     template_hash: str
-    budgets: tuple = budget_rules.DEFAULT  # hooks.machines.budgets.Budget, most restrictive active one wins
+    budgets: tuple = budgets.DEFAULT  # hooks.machines.budgets.Budget, most restrictive active one wins
     expire_after: float | None = None  # seconds a Machine lives before it is replaced; None: never
 
 
@@ -219,7 +218,7 @@ def pool(obj: dict) -> PoolSpec:
     machine_spec.update({"labels": labels, "annotations": annotations,
                          "registrationTTL": spec.get("registrationTTL") or DEFAULT_REGISTRATION_TTL,
                          "drainTimeout": spec.get("drainTimeout") or DEFAULT_DRAIN_TIMEOUT})
-    return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec), budget_rules.parse(obj),
+    return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec), budgets.parse(obj),
                     expire_after(spec))
 
 

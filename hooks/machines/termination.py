@@ -32,8 +32,9 @@ the Node cannot be read, nothing goes on: a Node not seen is not a Node gone.
 from __future__ import annotations
 
 from hooks import events, objects, timefmt
-from hooks.detacher import names as detacher
 from hooks.detacher import shutdown
+from hooks.detacher.names import DETACHED_AT
+from hooks.ec2_names import SHUTTING_DOWN, TERMINATED
 from hooks.machines import disrupted, launch, names
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
@@ -100,7 +101,7 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
                 return
     if not _node_gone(view, progress, node, settings, term):
         return
-    if any(d.get("state") != "terminated" for d in observed.get("duplicates") or []):
+    if any(d.get("state") != TERMINATED for d in observed.get("duplicates") or []):
         progress.again_in(settings.machine_poll_seconds)  # a second instance of the Machine is still going
         return
     left = _recently_launched(view, settings)
@@ -130,7 +131,7 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
     if not _done(term, "drainedAt"):
         annotations = meta.get("annotations") or {}
         waited = view.since("cordonedAt", term) or 0.0
-        detached = bool(annotations.get(detacher.DETACHED_AT))
+        detached = bool(annotations.get(DETACHED_AT))
         drain_limit = disrupted.drain_limit(view, view.since("startedAt", term))
         if not detached and waited < min(settings.machine_detach_wait_seconds, drain_limit):
             progress.again_in(settings.machine_poll_seconds)
@@ -207,7 +208,7 @@ def _terminate(view: MachineView, progress: Progress, settings, term: dict, inst
         if left is not None:
             progress.again_in(max(0.5, min(left, settings.machine_poll_seconds)))  # not shown yet is not gone
             return
-    if found is None or found.get("state") == "terminated":
+    if found is None or found.get("state") == TERMINATED:
         progress.stamp("instanceTerminatedAt", term)
         progress.events.append(events.normal(events.INSTANCE_TERMINATED, f"instance {instance_id} is terminated"))
         progress.actions.append(Action("metric.machine", view.pool, {"event": "terminated"}))
@@ -223,7 +224,7 @@ def _terminate(view: MachineView, progress: Progress, settings, term: dict, inst
         progress.events.append(events.warning(events.INSTANCE_NOT_OWNED, f"{message}; left running"))
         return
     asked = view.since("terminateRequestedAt", term)
-    if found.get("state") == "shutting-down" and asked is not None and asked < settings.machine_terminate_retry_seconds:
+    if found.get("state") == SHUTTING_DOWN and asked is not None and asked < settings.machine_terminate_retry_seconds:
         progress.again_in(settings.machine_poll_seconds)
         return
     recorded = found.get("instanceID") == view.instance_id

@@ -5,9 +5,8 @@ import copy
 import datetime as dt
 from dataclasses import dataclass, field
 
-from hooks import conditions, fields, timefmt
+from hooks import conditions, fields, providerid, timefmt
 from hooks.events import Event
-from hooks.aws import providerid
 from hooks.machines import names
 from hooks.machines.spec import MachineSpec
 from hooks.plan import Action

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from hooks.config import Settings
+from hooks.contract import decorator_finalizer
 
 # Names CAPA uses for the opt-out, the task list and the cluster label.
 GC_ANNOTATION = "aws.cluster.x-k8s.io/external-resource-gc"
@@ -12,10 +13,6 @@ PARENT_KINDS = ("AWSCluster", MANAGED_CONTROL_PLANE)
 # clusterctl move sets this on the objects it deletes from the source cluster
 # after copying them: the cluster lives on elsewhere, its resources with it.
 DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
-# What Metacontroller puts on every object a DecoratorController finalizes,
-# followed by the controller's name (NODEWARDEN_GC_CONTROLLER_NAME).
-FINALIZER_PREFIX = "metacontroller.io/decoratorcontroller-"
-FINALIZER = FINALIZER_PREFIX + "cluster-gc"
 
 # Our progress, on the parent while it is held.
 REMAINING = "cluster-gc.nodewarden.io/remaining"
@@ -26,4 +23,4 @@ PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE)
 
 def finalizer(settings: Settings) -> str:
     """The finalizer Metacontroller puts on the objects of this DecoratorController."""
-    return FINALIZER_PREFIX + settings.gc_controller_name
+    return decorator_finalizer(settings.gc_controller_name)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from hooks.ec2_names import OWNED, cluster_tag
 from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, SG, TG, VOL
 
-# Tags the cloud controller and the AWS Load Balancer Controller put on what they make.
-CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
-OWNED = "owned"
+# Tags the cloud controller and the AWS Load Balancer Controller put on what they make (besides the
+# cluster's tag, hooks.ec2_names.cluster_tag).
 SERVICE_NAME_TAG = "kubernetes.io/service-name"
 LB_CONTROLLER_CLUSTER_TAG = "elbv2.k8s.aws/cluster"
 EKS_CLUSTER_TAG = "aws:eks:cluster-name"
@@ -22,10 +22,6 @@ VOLUME_PROVISIONER_TAGS = ("kubernetes.io/created-for/pv/name", "CSIVolumeName",
 CLOUD_CONTROLLER = "cloud-controller"
 LB_CONTROLLER = "aws-load-balancer-controller"
 VOLUME_PROVISIONER = "volume-provisioner"
-
-
-def cluster_tag(cluster_name: str) -> str:
-    return f"{CLUSTER_TAG_PREFIX}{cluster_name}"
 
 
 def is_candidate(tags: Mapping[str, str], cluster_name: str, include_lb_controller: bool) -> bool:

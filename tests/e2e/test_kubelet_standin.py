@@ -17,6 +17,7 @@ from devcluster import fleet, kwok
 from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from devcluster.kwok import LEASES
+from hooks import ec2_names
 from hooks.machines import names
 from tests.support import default_user_data
 
@@ -28,7 +29,7 @@ def unique(prefix: str) -> str:
 
 
 def _launch(cloud: fleet.Aws, machine: str, user_data: str) -> dict:
-    tags = [{"Key": names.cluster_tag(CLUSTER_NAME), "Value": names.CLUSTER_TAG_VALUE},
+    tags = [{"Key": ec2_names.cluster_tag(CLUSTER_NAME), "Value": ec2_names.OWNED},
             {"Key": names.TAG_POOL, "Value": "standin"}, {"Key": names.TAG_MACHINE, "Value": machine},
             {"Key": names.TAG_MACHINE_UID, "Value": unique("uid")}, {"Key": names.TAG_NAME, "Value": machine}]
     reservation = cloud.ec2.run_instances(

@@ -27,8 +27,9 @@ from botocore.exceptions import ClientError
 from hooks.aws.clients import error_code
 from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
 from hooks.aws.gc.resources import parse_arn
+from hooks.ec2_names import OWNED, cluster_tag
 from hooks.plan import error_text
-from hooks.teardown.ownership import LB_CONTROLLER_CLUSTER_TAG, OWNED, cluster_tag, is_candidate, made_by
+from hooks.teardown.ownership import LB_CONTROLLER_CLUSTER_TAG, is_candidate, made_by
 from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, KIND_TASK, SG, TASK_KINDS, TASK_ORDER, TG, VOL
 
 TAGGING_API = "tagging-api"

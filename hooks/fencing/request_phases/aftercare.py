@@ -11,8 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from hooks import conditions, events, fields, timefmt
-from hooks.fencing import health, names
-from hooks.fencing import request as fr
+from hooks.fencing import health, names, request_rules
 from hooks.fencing.request_phases.state import Step, node_gone, recorded
 from hooks.plan import Action, Change, backoff
 
@@ -22,7 +21,7 @@ def has_out_of_service_taint(node: dict | None) -> bool:
                for t in fields.objects(node or {}, "spec", "taints", where="related.Node"))
 
 
-def ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
+def ours_to_remove(status: dict, spec: request_rules.Spec, node: dict | None) -> bool:
     """Whether this request put the out-of-service taint that the node carries.
 
     Also true when the taint went on but the status saying so was never
@@ -32,7 +31,7 @@ def ours_to_remove(status: dict, spec: fr.Spec, node: dict | None) -> bool:
     return has_out_of_service_taint(node) and may_hold(status, spec)
 
 
-def may_hold(status: dict, spec: fr.Spec) -> bool:
+def may_hold(status: dict, spec: request_rules.Spec) -> bool:
     """Whether this request may have put the out-of-service taint on its node (see ours_to_remove)."""
     taint = recorded(status, "recovery").get("outOfServiceTaint")
     if taint == names.TAINT_APPLIED:
@@ -79,7 +78,7 @@ def aftercare(step: Step) -> None:
     back_for = max(_ready_for(step.node, step.now),
                    timefmt.seconds_since(rec["nodeReadyAgainTime"], step.now) or 0.0)
     seen = "nodePods" in step.observed and "volumeAttachments" in step.observed
-    terminating = fr.terminating_pods(step.observed["nodePods"]) if seen else []
+    terminating = request_rules.terminating_pods(step.observed["nodePods"]) if seen else []
     attachments = step.observed["volumeAttachments"] if seen else []
     if back_for < step.settings.fencing_release_timeout_seconds:
         if not seen:  # not knowing what is left is not "nothing left"; the release timeout still fires

@@ -7,8 +7,7 @@ operation not for ever.
 """
 from __future__ import annotations
 
-from hooks import fields
-from hooks.aws import providerid
+from hooks import fields, providerid
 from hooks.fencing.request_phases.state import Step, node_gone, recorded
 
 

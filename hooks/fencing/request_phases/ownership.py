@@ -1,16 +1,15 @@
 """Ownership: the instance behind the Node is this cluster's to power off or on.
 
 The Node's providerID is the node's own claim. Only the instance's tag
-``kubernetes.io/cluster/<NODEWARDEN_CLUSTER_NAME>`` = ``owned`` or ``shared``,
-as DescribeInstances answered this call, lets a power-off be issued or
-confirmed, a destructive recovery step go on, or a Reboot's start be issued;
+``kubernetes.io/cluster/<NODEWARDEN_CLUSTER_NAME>`` = ``owned`` or ``shared``
+(``hooks.ec2_names.cluster_tagged``), as DescribeInstances answered this call,
+lets a power-off be issued or confirmed, a destructive recovery step go on, or a Reboot's start be issued;
 the power actions read it again right before they run (``ClusterInstance``).
 Without a cluster name, no instance is this cluster's.
 """
 from __future__ import annotations
 
-from hooks.aws import power as aws_power
-from hooks.machines.names import cluster_tag
+from hooks.ec2_names import cluster_tag, cluster_tagged
 from hooks.fencing.request_phases.state import Step
 from hooks.plan import ClusterInstance
 
@@ -34,7 +33,7 @@ def ours(step: Step) -> bool:
         step.cannot_tell("InstanceUnavailable", f"the tags of instance {instance} could not be read",
                          str(seen.get("error") or "not described"))
         return False
-    if not aws_power.cluster_tagged(tags, cluster):
+    if not cluster_tagged(tags, cluster):
         step.fail("NotClusterInstance", f"instance {instance} is not tagged {cluster_tag(cluster)}=owned or shared: "
                                         "it is not this cluster's to power off")
         return False

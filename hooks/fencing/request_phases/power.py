@@ -11,9 +11,8 @@ request fails with nothing recovered.
 from __future__ import annotations
 
 from hooks import bounds, events, fields, timefmt
-from hooks.aws import power as aws_power
-from hooks.fencing import health, names
-from hooks.fencing import request as fr
+from hooks.ec2_names import OFF_STATES, RUNNING
+from hooks.fencing import health, names, request_rules
 from hooks.fencing.request_phases import authority, ownership, queue
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.state import Step
@@ -51,7 +50,7 @@ def power_off(step: Step) -> None:
     if queue.queued(step) or not locate(step):
         return
     state = observe_instance(step)
-    if state in aws_power.OFF_STATES:
+    if state in OFF_STATES:
         if not cleared_to_power_off(step):
             return
         step.provider["poweredOffTime"] = step.stamp()
@@ -73,7 +72,7 @@ def power_on(step: Step) -> None:
     if not locate(step):
         return
     state = observe_instance(step) if step.observed.get("instance") else None
-    if state == "running" and bounds.status_counter(step.provider, "startAttempts", fr.MAX_RETRIES) > 0:
+    if state == RUNNING and bounds.status_counter(step.provider, "startAttempts", request_rules.MAX_RETRIES) > 0:
         step.provider["poweredOnTime"] = step.stamp()
         step.event("PoweredOn", f"Instance {step.provider['instanceID']} is running again")
         return step.succeed()
@@ -84,7 +83,7 @@ def attempt(step: Step, op: str) -> None:
     """One step of a power operation with the spec's retries, interval and timeout."""
     title, what, phase = OPERATIONS[op]
     ps = step.provider
-    count = bounds.status_counter(ps, f"{op}Attempts", fr.MAX_RETRIES)
+    count = bounds.status_counter(ps, f"{op}Attempts", request_rules.MAX_RETRIES)
     last = timefmt.parse(ps.get(f"last{title}Time"))
     error = ps.get(f"last{title}Error")
     elapsed = (step.now - last).total_seconds() if last else None

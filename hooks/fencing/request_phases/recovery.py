@@ -11,9 +11,8 @@ the fenced one, read again right before it runs.
 from __future__ import annotations
 
 from hooks import bounds, events, timefmt
-from hooks.aws import power as aws_power
-from hooks.fencing import names
-from hooks.fencing import request as fr
+from hooks.ec2_names import OFF_STATES
+from hooks.fencing import names, request_rules
 from hooks.fencing.request_phases import ownership
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.power import observe_instance
@@ -37,7 +36,7 @@ def still_fenced(step: Step) -> bool:
     if not locate(step):
         return False
     state = observe_instance(step)
-    if state in aws_power.OFF_STATES:
+    if state in OFF_STATES:
         return ownership.ours(step)
     if state is None:  # unreadable: no step now; the recovery timeout bounds the wait
         step.recovery["lastError"] = f"power state of {step.provider.get('instanceID')} not confirmed: " \
@@ -56,7 +55,7 @@ def recover(step: Step) -> None:
     waited = timefmt.seconds_since(rec.get("startTime"), step.now) or 0
     if waited >= step.settings.fencing_recovery_timeout_seconds:
         rec["timedOut"] = True
-        waiting = fr.waiting_pods(step.observed.get("nodePods") or [], step.spec.strategy)
+        waiting = request_rules.waiting_pods(step.observed.get("nodePods") or [], step.spec.strategy)
         message = (f"gave up waiting after {waited:.0f}s: {len(waiting)} pod(s) and "
                    f"{len(step.observed.get('volumeAttachments') or [])} VolumeAttachment(s) still on the node")
         step.event("RecoveryTimedOut", message, warning=True)
@@ -76,12 +75,12 @@ def recover(step: Step) -> None:
             return
         delete_resources(step, node_pods, attachments)
         return step.resync(step.settings.fencing_recovery_poll_seconds)
-    waiting = fr.waiting_pods(node_pods, step.spec.strategy)
+    waiting = request_rules.waiting_pods(node_pods, step.spec.strategy)
     rec["remainingPods"] = len(waiting)
     rec["remainingVolumeAttachments"] = len(attachments)
     if not waiting and not attachments:
         return recovered(step, "Recovered", "no pod or VolumeAttachment of the node is left")
-    doomed = fr.removed_with_the_taint(waiting) if step.spec.strategy == names.OUT_OF_SERVICE else []
+    doomed = request_rules.removed_with_the_taint(waiting) if step.spec.strategy == names.OUT_OF_SERVICE else []
     if doomed:
         # What kube-controller-manager would do, without waiting up to 20 s for pod GC's
         # next pass: the power-off and the node are confirmed again right before each delete.

@@ -7,12 +7,11 @@ import datetime as dt
 from hooks import conditions, events, fields, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, composite_response
-from hooks.fencing import names
-from hooks.fencing import request as fr
+from hooks.fencing import names, request_rules
 from hooks.plan import Action, Plan, backoff
 
 
-def node_of(request: HookRequest, spec: fr.Spec, observed: dict | None = None) -> dict | None:
+def node_of(request: HookRequest, spec: request_rules.Spec, observed: dict | None = None) -> dict | None:
     """The Node from the request, else as the API server answered when the request lacked it."""
     return request.related.get("Node", spec.node_name) or (observed or {}).get("node")
 
@@ -74,7 +73,8 @@ def without_unverified(status: dict) -> dict:
 class Step:
     """One call's walk through the phases: a working copy of the status, actions, Events, resyncs."""
 
-    def __init__(self, request: HookRequest, spec: fr.Spec, settings: Settings, now: dt.datetime, observed: dict):
+    def __init__(self, request: HookRequest, spec: request_rules.Spec, settings: Settings, now: dt.datetime,
+                 observed: dict):
         self.request, self.spec, self.settings, self.now, self.observed = request, spec, settings, now, observed
         self.status = own_status(request.parent)
         self.status["observedGeneration"] = observed_generation(request)

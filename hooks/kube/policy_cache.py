@@ -19,8 +19,8 @@ import datetime as dt
 import threading
 import time
 
-from hooks import timefmt
 from hooks.fencing import names
+from hooks.fencing.policy import counted_since
 from hooks.kube import fresh
 
 # Bounds how often a stream of Nodes announcing a count the API server does not show yet re-lists.
@@ -39,8 +39,8 @@ class PolicyCache:
         with self._lock:
             age = time.monotonic() - self._read_at
             stale = self._policies is None or age >= ttl or \
-                (announced is not None and age >= _MIN_RELIST_SECONDS and not _counted_since(self._policies,
-                                                                                              announced))
+                (announced is not None and age >= _MIN_RELIST_SECONDS
+                 and not counted_since(self._policies.values(), announced))
             if not stale:
                 return self._policies
             found = read_all(kube)
@@ -64,15 +64,6 @@ def read_all(kube) -> dict[str, dict]:
 def related(found: dict[str, dict]) -> dict:
     """The policies as a hook request's related objects (``ObjectGroups.parse`` input)."""
     return {f"{names.POLICY_KIND}.{names.API_VERSION}": found}
-
-
-def _counted_since(policies: dict[str, dict], announced: dt.datetime) -> bool:
-    for obj in policies.values():
-        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-        counted = timefmt.parse(status.get("countedAt"))
-        if counted is not None and counted >= announced:
-            return True
-    return False
 
 
 CACHE = PolicyCache()

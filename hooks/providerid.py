@@ -1,10 +1,10 @@
-"""Instance and region from a Node's ``spec.providerID``."""
+"""Instance and region from a Node's ``spec.providerID``, and the shape of an EC2 instance id."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-_INSTANCE = re.compile(r"^i-[0-9a-f]{8,17}$")
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 _ZONE = re.compile(r"^([a-z]{2}(?:-[a-z]+)+-\d+)[a-z]$")
 
 
@@ -38,7 +38,7 @@ def parse(provider_id: str | None) -> ProviderID:
     if not provider_id.startswith("aws://"):
         raise ProviderIDError(f"providerID {provider_id!r} is not an AWS providerID")
     segments = [s for s in provider_id[len("aws://"):].split("/") if s]
-    if not segments or not _INSTANCE.match(segments[-1]):
+    if not segments or not INSTANCE_ID.match(segments[-1]):
         raise ProviderIDError(f"providerID {provider_id!r} does not end in an instance id")
     zone = segments[-2] if len(segments) >= 2 else None
     return ProviderID(instance_id=segments[-1], zone=zone)

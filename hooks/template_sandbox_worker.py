@@ -1,6 +1,6 @@
-"""Renders one user-data template, in a process of its own (started by hooks/machines/userdata.py).
+"""Renders one template, in a process of its own (started by hooks/template_sandbox.py).
 
-Run as ``python -I userdata_worker.py <cpu seconds> <memory bytes>``: it reads
+Run as ``python -I template_sandbox_worker.py <cpu seconds> <memory bytes>``: it reads
 ``{"template", "values", "limit"}`` as JSON on stdin and writes ``{"text"}``
 or ``{"error"}`` as JSON on stdout. It imports nothing of nodewarden, so it
 runs in isolated mode. Before it reads the template it caps its own CPU time
