@@ -25,7 +25,7 @@ from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
 from hooks.kube import fencing as kube_fencing
-from hooks.kube import fresh, interruptions, node_timeline, nodes, pods, taints
+from hooks.kube import fresh, handover, interruptions, node_timeline, nodes, pods, taints
 from hooks.kube import machines as kube_machines
 from hooks.machines import names as machine_names
 from hooks.metrics import INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, REPLACEMENT_SECONDS, STORM_GUARD, record_action
@@ -135,6 +135,12 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "kube.delete-volume-attachment": lambda ctx, a: kube_fencing.delete_volume_attachment(ctx.kube, a.target),
     # An admitted node's FencingRequest, ahead of the node's own sync (node-fencing-policy asks for it).
     "kube.start-fencing": lambda ctx, a: start_fencing(ctx, a.target, a.params["uid"], a.params["decorator"]),
+    # A Node handed over from the old DecoratorControllers: an attachment claimed (at the resourceVersion it
+    # was read at), the old finalizers off (a JSON patch testing each entry).
+    "kube.claim-attachment": lambda ctx, a: handover.claim(ctx.kube, a.params["kind"], a.params["name"],
+                                                           a.params["namespace"], a.params["resourceVersion"],
+                                                           a.params["controller"]),
+    "kube.remove-finalizers": lambda ctx, a: handover.remove_finalizers(ctx.kube, a.target, a.params["patch"]),
     # Machines: launch (tagged at creation), terminate, and what they do to their Node.
     "ec2.launch": lambda ctx, a: _launch(ctx, a),
     "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),

@@ -21,6 +21,10 @@ REATTACH_ABANDONED = "ReattachAbandoned"
 DAEMONSET_POD_TERMINATING = "DaemonSetPodTerminating"
 DAEMONSET_POD_READY = "DaemonSetPodReady"
 DAEMONSET_POD_REQUEST_ENDED = "DaemonSetPodRequestEnded"
+# node: a Node handed over from node-detacher and node-fencing (hooks/handover/)
+ATTACHMENT_CLAIMED = "AttachmentClaimed"
+DECORATOR_FINALIZERS_REMOVED = "DecoratorFinalizersRemoved"
+HAND_OVER_FAILED = "HandOverFailed"
 # node-fencing
 FENCING_TRIAGED = "FencingTriaged"
 FENCING_REQUIRED = "FencingRequired"

@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent", "hooks.template_sandbox", "hooks.template_sandbox_worker")),
     ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
-                       "hooks.teardown")),
+                       "hooks.handover", "hooks.teardown")),
     ("vocabulary", ("hooks",)),
 ]
 
@@ -47,7 +47,7 @@ DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 ALIASES_ALLOWED: set[str] = {
     "hooks.actuators", "hooks.controllers.fencing_request", "hooks.controllers.interruption",
     "hooks.controllers.machine", "hooks.controllers.node",
-    "hooks.controllers.nodepool", "hooks.kube.decorator_migration",
+    "hooks.controllers.nodepool",
 }
 
 

@@ -32,6 +32,13 @@ def test_every_controller_uses_strict_v2_hooks_on_our_service(aws_objects):
             assert hook["webhook"]["url"].startswith("https://nodewarden.nodewarden-system.svc/")
 
 
+def test_each_controller_file_is_named_after_the_controller_it_holds():
+    for path in sorted((ROOT / "metacontroller").glob("*.yaml")):
+        held = [d["metadata"]["name"] for d in yaml.safe_load_all(path.read_text())
+                if isinstance(d, dict) and d.get("kind") in ("DecoratorController", "CompositeController")]
+        assert held in ([], [path.stem]), (path.name, held)
+
+
 def test_node_decorators_never_ignore_status_changes(aws_objects):
     for c in aws_objects:
         if c["kind"] == "DecoratorController" and any(r["resource"] == "nodes" for r in c["spec"]["resources"]):

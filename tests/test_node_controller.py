@@ -8,10 +8,11 @@ import pathlib
 
 import pytest
 
+from hooks import actuators, events, metrics, pipeline
 from hooks.config import load_settings
 from hooks.contract import DECORATOR, DECORATOR_CLAIM, decorator_finalizer, parse_request
-from hooks.controllers import node, node_fencing
-from hooks.kube import decorator_migration
+from hooks.controllers import node, node_fencing, node_handover
+from hooks.kube import handover
 from tests.fake_kube import FakeKube
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "node"
@@ -37,9 +38,9 @@ def _request(case: dict):
 
 @pytest.fixture(autouse=True)
 def _fresh_answers():
-    decorator_migration.OLD_GONE.forget()
+    handover.OLD_GONE.forget()
     yield
-    decorator_migration.OLD_GONE.forget()
+    handover.OLD_GONE.forget()
 
 
 def test_one_concern_failing_does_not_stop_the_other(make_ctx, monkeypatch):
@@ -124,7 +125,7 @@ def test_old_finalizer_comes_off_and_attachments_are_claimed_once_the_old_decora
     kube = FakeKube([_api(obj), _owned("Attachment", name, uid, "nodewarden-system"),
                      _owned("UnhealthyNode", name, uid, claimed_by="node-fencing"),
                      _owned("Attachment", "someone-else", "other-uid", "nodewarden-system")])
-    migrated, holds = decorator_migration.migrate(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    migrated, holds = node_handover.hand_over(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
     assert not holds
     assert kube.nodes[name]["metadata"]["finalizers"] == [NEW]
     assert migrated.meta["finalizers"] == [NEW]
@@ -140,7 +141,7 @@ def test_nothing_moves_while_an_old_decorator_still_runs(make_ctx):
     old = {"apiVersion": "metacontroller.k8s.io/v1alpha1", "kind": "DecoratorController",
            "metadata": {"name": "node-fencing"}, "spec": {}}
     kube = FakeKube([_api(obj), old, _owned("Attachment", name, obj["metadata"]["uid"], "nodewarden-system")])
-    decorator_migration.migrate(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    node_handover.hand_over(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
     assert kube.nodes[name]["metadata"]["finalizers"] == [OLD, NEW]
     assert kube.patches == []
 
@@ -148,7 +149,7 @@ def test_nothing_moves_while_an_old_decorator_still_runs(make_ctx):
 def test_the_old_finalizer_stays_until_ours_holds_the_node(make_ctx):
     case, obj = _node_with([OLD])
     kube = FakeKube([_api(obj)])
-    decorator_migration.migrate(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    node_handover.hand_over(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
     assert kube.nodes[obj["metadata"]["name"]]["metadata"]["finalizers"] == [OLD]
 
 
@@ -194,7 +195,7 @@ def test_a_node_deleted_before_the_hand_over_is_finalized_under_the_old_finalize
     obj["metadata"]["deletionTimestamp"] = "2026-11-21T11:59:58Z"
     kube = FakeKube([_api(obj)])
     request = _request_for(case, obj)
-    migrated, holds = decorator_migration.migrate(request, make_ctx(now=NOW, kube=kube), "node")
+    migrated, holds = node_handover.hand_over(request, make_ctx(now=NOW, kube=kube), "node")
     assert holds and migrated.finalizing
     response = node.sync(request, make_ctx(now=NOW, kube=kube))  # the detach of a deleting node begins
     assert response["finalized"] is False
@@ -204,4 +205,60 @@ def test_a_node_deleted_before_the_hand_over_is_finalized_under_the_old_finalize
     kube.nodes[obj["metadata"]["name"]]["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""
     response = node.sync(_request_for(case, obj), make_ctx(now=NOW, kube=kube))
     assert response["finalized"] is True
+    assert kube.nodes[obj["metadata"]["name"]]["metadata"]["finalizers"] == []
+
+
+def _actions(controller, kind, outcome):
+    return metrics.ACTIONS.labels(controller, kind, outcome)._value.get()
+
+
+def test_each_hand_over_write_is_an_action_with_its_outcome_count_and_event(make_ctx, monkeypatch):
+    """The claims and the finalizers' removal run through the pipeline: an Outcome each, counted in
+    nodewarden_actions_total under ``node``, and reported as an Event on the Node."""
+    case, obj = _node_with([OLD, NEW])
+    uid, name = obj["metadata"]["uid"], obj["metadata"]["name"]
+    kube = FakeKube([_api(obj), _owned("Attachment", name, uid, "nodewarden-system")])
+    outcomes = []
+    act = actuators.act
+
+    def spy(controller, actions, ctx, *args, **kwargs):
+        result = act(controller, actions, ctx, *args, **kwargs)
+        outcomes.extend((controller, o.action.kind, o.ok) for o in result)
+        return result
+
+    monkeypatch.setattr(actuators, "act", spy)
+    assert isinstance(node_handover.HandOver("node"), pipeline.Controller)
+    before = [_actions("node", kind, "ok") for kind in ("kube.claim-attachment", "kube.remove-finalizers")]
+    node_handover.hand_over(_request_for(case, obj), make_ctx(now=NOW, kube=kube), "node")
+    assert ("node", "kube.claim-attachment", True) in outcomes
+    assert ("node", "kube.remove-finalizers", True) in outcomes
+    after = [_actions("node", kind, "ok") for kind in ("kube.claim-attachment", "kube.remove-finalizers")]
+    assert after == [b + 1 for b in before]
+    assert kube.reasons() == [events.ATTACHMENT_CLAIMED, events.DECORATOR_FINALIZERS_REMOVED]
+    assert kube.nodes[name]["metadata"]["finalizers"] == [NEW]
+
+
+def test_a_failed_claim_is_a_warning_and_leaves_the_old_finalizer_for_the_next_call(make_ctx):
+    case, obj = _node_with([OLD, NEW])
+    uid, name = obj["metadata"]["uid"], obj["metadata"]["name"]
+    kube = FakeKube([_api(obj), _owned("Attachment", name, uid, "nodewarden-system")])
+    kube.refused.add(("merge_patch", "Attachment"))
+    before = _actions("node", "kube.claim-attachment", "error")
+    request = _request_for(case, obj)
+    migrated, holds = node_handover.hand_over(request, make_ctx(now=NOW, kube=kube), "node")
+    assert migrated is request and not holds
+    assert _actions("node", "kube.claim-attachment", "error") == before + 1
+    assert kube.reasons() == [events.HAND_OVER_FAILED]
+    assert kube.nodes[name]["metadata"]["finalizers"] == [OLD, NEW]
+
+
+def test_releasing_the_old_finalizer_of_a_deleted_node_is_an_action_too(make_ctx):
+    case, obj = _node_with([OLD])
+    obj["metadata"]["deletionTimestamp"] = "2026-11-21T11:59:58Z"
+    obj["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""  # node-detacher lets it go at once
+    kube = FakeKube([_api(obj)])
+    before = _actions("node", "kube.remove-finalizers", "ok")
+    assert node.sync(_request_for(case, obj), make_ctx(now=NOW, kube=kube))["finalized"] is True
+    assert _actions("node", "kube.remove-finalizers", "ok") == before + 1
+    assert events.DECORATOR_FINALIZERS_REMOVED in kube.reasons()
     assert kube.nodes[obj["metadata"]["name"]]["metadata"]["finalizers"] == []

@@ -31,7 +31,7 @@ annotation or status change) and a backoff. A request neither can read is
 refused (400).
 
 A Node still carrying the finalizer of the two DecoratorControllers this one
-replaces is migrated first (hooks/kube/decorator_migration.py).
+replaces is handed over first (hooks/controllers/node_handover.py).
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ import logging
 
 from hooks import runtime, timefmt
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
-from hooks.controllers import node_detacher, node_fencing
+from hooks.controllers import node_detacher, node_fencing, node_handover
 from hooks.detacher import names as detacher_names
 from hooks.fencing import names as fencing_names
 from hooks.fencing import records, storm
-from hooks.kube import decorator_migration, policy_cache
+from hooks.kube import policy_cache
 from hooks.plan import Plan, backoff, error_text
 
 NAME = "node"
@@ -81,7 +81,7 @@ def with_policies(request: HookRequest, ctx: runtime.Context) -> HookRequest:
 
 
 def _both(request: HookRequest, ctx: runtime.Context) -> dict:
-    request, old_holds = decorator_migration.migrate(request, ctx, NAME)
+    request, old_holds = node_handover.hand_over(request, ctx, NAME)
     answers = []
     refused = []
     try:
@@ -111,7 +111,7 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
         raise refused[0]
     response = merge(request, [a for _, _, a in answers], ctx.settings.node_resync_seconds)
     if old_holds and response.get("finalized") is True:
-        decorator_migration.release_old(request, ctx)
+        node_handover.release_old(request, ctx, NAME)
     return response
 
 
