@@ -31,13 +31,13 @@ import time
 import boto3
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
-import gc_world as w  # noqa: E402
 from devcluster import components  # noqa: E402
 from devcluster.waits import free_port  # noqa: E402
 from hooks import runtime  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
+from worlds import cluster_gc as w  # noqa: E402
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:

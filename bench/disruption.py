@@ -2,7 +2,7 @@
 """Disruption: how many Machines go at once under a budget in a storm, and how long a replacement takes.
 
 ``storm`` (nothing but the venv): the nodepool hook, called through the
-dispatcher as Metacontroller calls it, against tests/fake_kube.FakeKube as
+dispatcher as Metacontroller calls it, against worlds/fake_kube.FakeKube as
 the API server, on a simulated clock. A pool of --machines Initialized
 Machines; at tick 1 a storm: --drifted of them drift, --fenced are fenced by
 our FencingRequests (recovered --recover-ticks later), --spot get a spot
@@ -40,7 +40,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from measure import percentile, write_json  # noqa: E402
 
@@ -60,7 +60,7 @@ class StormWorld:
 
     def __init__(self, machines: int, budget: str, init_ticks: int, drain_ticks: int, recover_ticks: int,
                  tick_seconds: float):
-        from fake_kube import FakeKube
+        from worlds.fake_kube import FakeKube
         from hooks import runtime
         from hooks.config import load_settings
         from hooks.machines import names
@@ -146,7 +146,7 @@ class StormWorld:
     def step(self) -> dict:
         """One tick: the world moves on, then one nodepool sync, applied as Metacontroller applies it."""
         from hooks.dispatch import serve
-        from support import hook_request
+        from worlds.envelope import hook_request
 
         self.tick += 1
         for name, at in list(self.deleted.items()):
@@ -219,21 +219,21 @@ def signal(args) -> dict:
     from devcluster.api import AdminApi, wait_for
     from hooks.fencing import names as fencing
     from hooks.machines import names
-    from tests.e2e.test_disruption import _initialized
-    from tests.e2e.test_machines import POOLS, _condition, _live, _machines, _pool, _pool_instances, _subnet
-    from tests.fixtures import ec2_events as ev
+    from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instances,
+                                  pool_machines, pool_manifest, pool_subnet)
+    from worlds import ec2_events as ev
 
     layout = Layout(workdir=ROOT / ".local" / "bench" / f"disruption-{os.getpid()}")
     repair, spot = [], []
     with Cluster(layout, port_mode="dynamic") as cluster:
         api = AdminApi(cluster.kubeconfig)
         cloud = fleet.Aws(cluster.aws_env())
-        subnet = _subnet(cloud)
+        subnet = pool_subnet(cloud)
 
         def watch(pool: str, originals: set, until: float, marks: dict, extra=None) -> None:
             while time.time() < until and "replacement_initialized" not in marks:
-                new = [m for m in _live(_machines(api, pool)) if m["metadata"]["name"] not in originals]
-                if new and any(_condition(m, names.INITIALIZED) == "True" for m in new):
+                new = [m for m in live_machines(pool_machines(api, pool)) if m["metadata"]["name"] not in originals]
+                if new and any(condition_status(m, names.INITIALIZED) == "True" for m in new):
                     marks["replacement_initialized"] = time.time()
                 if extra:
                     extra(marks)
@@ -241,8 +241,8 @@ def signal(args) -> dict:
 
         for number in range(args.repair_trials):
             pool = f"bench-repair-{number}"
-            api.create(POOLS, _pool(pool, subnet, args.machines))
-            machines = _initialized(api, pool, args.machines)
+            api.create(POOLS, pool_manifest(pool, subnet, args.machines))
+            machines = initialized_machines(api, pool, args.machines)
             policy = f"bench-repair-{number}"
             api.create(failover.POLICIES, failover.policy_manifest(policy, "", duration=args.duration, max_unhealthy=1,
                                                                    selector={"e2e-pool": pool}))
@@ -254,7 +254,7 @@ def signal(args) -> dict:
                 if "fenced" in marks:
                     return
                 for fr in api.get(f"/apis/nodewarden.io/v1alpha1/namespaces/{NS}/fencingrequests")["items"]:
-                    if fr["spec"]["nodeRef"]["name"] == node and _condition(fr, fencing.FENCING_SUCCEEDED) == "True":
+                    if fr["spec"]["nodeRef"]["name"] == node and condition_status(fr, fencing.FENCING_SUCCEEDED) == "True":
                         marks["fenced"] = time.time()
             watch(pool, {m["metadata"]["name"] for m in machines}, time.time() + 180, marks, fenced)
             sample = {k: round(v - unknown, 2) for k, v in marks.items()}
@@ -271,8 +271,8 @@ def signal(args) -> dict:
                 "spec": {"queueURL": url}})
         for number in range(args.spot_trials):
             pool = f"bench-spot-{number}"
-            api.create(POOLS, _pool(pool, subnet, args.machines, template_spec={"capacityType": "spot"}))
-            machines = _initialized(api, pool, args.machines)
+            api.create(POOLS, pool_manifest(pool, subnet, args.machines, template_spec={"capacityType": "spot"}))
+            machines = initialized_machines(api, pool, args.machines)
             victim = machines[0]
             node, instance = victim["status"]["nodeName"], victim["status"]["instanceID"]
             sent = time.time()
@@ -285,10 +285,10 @@ def signal(args) -> dict:
                     got = api.get_or_none(f"/api/v1/nodes/{node}")
                     if got is None or got["spec"].get("unschedulable"):
                         marks["cordoned"] = time.time()
-                if "terminated" not in marks and _pool_instances(cloud, pool).get(instance) == "terminated":
+                if "terminated" not in marks and pool_instances(cloud, pool).get(instance) == "terminated":
                     marks["terminated"] = time.time()
             watch(pool, {m["metadata"]["name"] for m in machines}, time.time() + 180, marks, cordoned)
-            wait_for(lambda: _pool_instances(cloud, pool).get(instance) == "terminated" or None, "terminated",
+            wait_for(lambda: pool_instances(cloud, pool).get(instance) == "terminated" or None, "terminated",
                      timeout=180)
             marks.setdefault("terminated", time.time())
             sample = {k: round(v - sent, 2) for k, v in marks.items()}

@@ -25,7 +25,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests" / "fixtures")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from hook_throughput import realistic, scenarios  # noqa: E402
 
@@ -96,7 +96,7 @@ def main() -> None:
     from hooks.app import create_app
     from hooks.config import load_settings
 
-    from tests.fake_kube import FakeKube
+    from worlds.fake_kube import FakeKube
 
     body, policies = node_body()
     ctx = runtime.Context(load_settings(dict(os.environ)))

@@ -4,9 +4,9 @@
 
 moto runs in server mode as its own process. Each Machine goes through its
 whole life through the real hooks (``serve``), with Metacontroller and the
-kubelet played by tests/machine_world.py: launch, the Node registers (at
+kubelet played by worlds/machines.py: launch, the Node registers (at
 once: the boot is not timed), Initialized, deleted, drained, terminated,
-finalized. The Kubernetes API is tests/fake_kube.FakeKube.
+finalized. The Kubernetes API is worlds/fake_kube.FakeKube.
 
 1. Crash safety: ``--launches`` Machines, each with the hook process killed
    right after one AWS call chosen at random over its whole life (the
@@ -32,17 +32,17 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import boto3  # noqa: E402
 
-import machine_world as mw  # noqa: E402
+from worlds import machines as mw  # noqa: E402
 from cluster_gc import Latency, start_moto  # noqa: E402
-from gc_world import Calls  # noqa: E402
 from hooks import runtime  # noqa: E402
 from hooks.aws import instances  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
 from hooks.machines import names  # noqa: E402
+from worlds.cluster_gc import Calls  # noqa: E402
 from measure import percentile, write_json  # noqa: E402
 
 

@@ -38,16 +38,15 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 
 from bench.hook_throughput import realistic  # noqa: E402
-from envelope import hook_request  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
 from hooks.contract import parse_request  # noqa: E402
 from hooks.controllers import node_fencing_policy  # noqa: E402
 from hooks.fencing import names, records  # noqa: E402
 from hooks.fencing import policy as policies  # noqa: E402
 from hooks.kube import nodes as kube_nodes  # noqa: E402
+from worlds.envelope import hook_request  # noqa: E402
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
 POOL = {"eks.amazonaws.com/nodegroup": "general"}

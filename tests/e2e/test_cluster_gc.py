@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-import gc_world as w
 from devcluster.api import ApiError, wait_for
 from devcluster.layout import REPO
 from devcluster.manifests import CAPA_CRD_FILES
+from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.e2e
 

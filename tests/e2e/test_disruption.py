@@ -17,24 +17,17 @@ import requests
 
 from devcluster import failover
 from devcluster.api import wait_for
+from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instances,
+                              pool_machines, pool_manifest, pool_subnet)
 from hooks.fencing import names as fencing
 from hooks.machines import names, signals
 from tests.e2e.conftest import unique
-from tests.e2e.test_machines import (POOLS, _condition, _live, _machines, _pool, _pool_instances, _subnet,
-                                     pools)  # noqa: F401 - a fixture
+from tests.e2e.test_machines import pools  # noqa: F401 - a fixture
 from tests.e2e.test_interruptions import interruption_queue, send_spot_warning  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.e2e
 
 REQUESTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/fencingrequests"
-
-
-def _initialized(api, pool: str, count: int) -> list[dict]:
-    def check():
-        live = _live(_machines(api, pool))
-        ready = [m for m in live if _condition(m, names.INITIALIZED) == "True"]
-        return len(ready) == count and len(live) == count and ready
-    return wait_for(check, f"{count} Machines Initialized", timeout=120)
 
 
 def _reason(obj: dict) -> str | None:
@@ -56,9 +49,9 @@ def _metric(cluster, name: str, **labels) -> float:
 
 def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api, cloud, cluster, pools):
     name = unique("repair")
-    api.create(POOLS, _pool(name, _subnet(cloud), 2))
+    api.create(POOLS, pool_manifest(name, pool_subnet(cloud), 2))
     pools.append(name)
-    machines = _initialized(api, name, 2)
+    machines = initialized_machines(api, name, 2)
     policy = unique("rpol")
     api.create(failover.POLICIES, failover.policy_manifest(policy, "", duration="5s", max_unhealthy=1,
                                                            selector={"e2e-pool": name}))
@@ -76,11 +69,11 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
             fence = next((r for r in api.get(REQUESTS)["items"] if r["spec"]["nodeRef"]["name"] == node), None)
             if fence is not None:
                 phase = (fence.get("status") or {}).get("phase")
-                if _condition(fence, fencing.FENCING_SUCCEEDED) == "True":
+                if condition_status(fence, fencing.FENCING_SUCCEEDED) == "True":
                     seen.setdefault("fenced", stamp)
-                if _condition(fence, fencing.RECOVERED) == "True" or phase == "Succeeded":
+                if condition_status(fence, fencing.RECOVERED) == "True" or phase == "Succeeded":
                     seen.setdefault("recovered", stamp)
-            listed = _machines(api, name)
+            listed = pool_machines(api, name)
             now_victim = next((m for m in listed if m["metadata"]["name"] == vname), None)
             if now_victim is None:
                 seen.setdefault("victim_gone", stamp)
@@ -88,10 +81,10 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
                 reasons.add(_reason(now_victim))
                 if now_victim["metadata"].get("deletionTimestamp"):
                     seen.setdefault("victim_deleting", stamp)
-            new = [m for m in _live(listed) if m["metadata"]["name"] not in originals]
+            new = [m for m in live_machines(listed) if m["metadata"]["name"] not in originals]
             if new:
                 seen.setdefault("replacement", stamp)
-                if any(_condition(m, names.INITIALIZED) == "True" for m in new):
+                if any(condition_status(m, names.INITIALIZED) == "True" for m in new):
                     seen.setdefault("replacement_initialized", stamp)
             time.sleep(0.25)
         assert {"fenced", "recovered", "replacement", "victim_deleting", "victim_gone"} <= set(seen), seen
@@ -99,10 +92,10 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
         assert seen["fenced"] <= seen["replacement"], seen
         assert seen["recovered"] <= seen["victim_deleting"], seen
         assert "Repair" in reasons, reasons
-        wait_for(lambda: len([m for m in _live(_machines(api, name)) if _condition(m, names.INITIALIZED) == "True"])
+        wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"])
                  == 2, "two Machines Initialized again", timeout=90)
         instance = victim["status"]["instanceID"]
-        assert _pool_instances(cloud, name)[instance] == "terminated"
+        assert pool_instances(cloud, name)[instance] == "terminated"
         assert api.get_or_none(f"/api/v1/nodes/{node}") is None
         # Once per hook process at most: a pool sync retried in the other process may count the start again.
         assert repaired_before + 1 <= _metric(cluster, "nodewarden_machines_disrupted_total", nodepool=name,
@@ -113,12 +106,12 @@ def test_a_fenced_machine_is_replaced_at_once_and_terminated_after_recovery(api,
 
 def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, pools):
     name = unique("drift")
-    pool = _pool(name, _subnet(cloud), 3)
+    pool = pool_manifest(name, pool_subnet(cloud), 3)
     pool["spec"]["disruption"] = {"budgets": [{"nodes": "1"}]}
     api.create(POOLS, pool)
     pools.append(name)
     # By uid: a replacement may take the name of an original Machine already gone (the pool's free slot).
-    originals = {m["metadata"]["uid"]: m["metadata"]["name"] for m in _initialized(api, name, 3)}
+    originals = {m["metadata"]["uid"]: m["metadata"]["name"] for m in initialized_machines(api, name, 3)}
     api.patch(f"{POOLS}/{name}", {"spec": {"template": {"metadata": {"labels": {"e2e-drift": "v2"}}}}})
     deleting_at: dict[str, float] = {}
     ready_at: dict[str, float] = {}
@@ -130,7 +123,7 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         stamp = time.monotonic()
-        listed = _machines(api, name)
+        listed = pool_machines(api, name)
         pool = api.get(f"{POOLS}/{name}")
         for record in (pool.get("status") or {}).get("disruptions") or []:
             if record.get("replacement"):
@@ -141,7 +134,7 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
             if original and m["metadata"].get("deletionTimestamp") and mname not in deleting_at:
                 deleting_at[mname] = stamp
                 leaving_for[mname] = replaced_by.get(mname)
-            if not original and _condition(m, names.INITIALIZED) == "True":
+            if not original and condition_status(m, names.INITIALIZED) == "True":
                 ready_at.setdefault(mname, stamp)
             if not original and names.REPLACES in (m["metadata"].get("annotations") or {}):
                 made_for[mname] = json.loads(m["metadata"]["annotations"][names.REPLACES])["uid"]
@@ -152,12 +145,12 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
         state = ([(r["machine"], r.get("replacement"), bool(r.get("replacementReadyAt")))
                   for r in (pool.get("status") or {}).get("disruptions") or []],
                  sorted((m["metadata"]["name"], bool(m["metadata"].get("deletionTimestamp")),
-                         _condition(m, names.INITIALIZED)) for m in listed))
+                         condition_status(m, names.INITIALIZED)) for m in listed))
         if not history or history[-1][1:] != state:
             history.append((round(stamp, 1), *state))
-        live = _live(listed)
+        live = live_machines(listed)
         if len(live) == 3 and not any(m["metadata"]["uid"] in originals for m in listed) \
-                and all(_condition(m, names.INITIALIZED) == "True" for m in live):
+                and all(condition_status(m, names.INITIALIZED) == "True" for m in live):
             break
         time.sleep(0.25)
     assert set(deleting_at) >= set(originals.values()), f"every drifted Machine replaced: {deleting_at}"
@@ -167,15 +160,15 @@ def test_drift_is_replaced_surge_first_and_never_beyond_the_budget(api, cloud, p
         assert new in ready_at and ready_at[new] <= deleting_at[old], \
             f"{old} began to go before its replacement {new} was Initialized: {history}"
         assert made_for.get(new) == uid, f"{new}, created by Metacontroller, names the Machine it replaces"
-    assert all(_reason(m) is None for m in _live(_machines(api, name)))
+    assert all(_reason(m) is None for m in live_machines(pool_machines(api, name)))
 
 
 def test_a_spot_warning_cordons_detaches_and_replaces_within_the_notice(api, cloud, cluster, pools,
                                                                         interruption_queue):  # noqa: F811
     name = unique("spot")
-    api.create(POOLS, _pool(name, _subnet(cloud), 1, template_spec={"capacityType": "spot"}))
+    api.create(POOLS, pool_manifest(name, pool_subnet(cloud), 1, template_spec={"capacityType": "spot"}))
     pools.append(name)
-    [machine] = _initialized(api, name, 1)
+    [machine] = initialized_machines(api, name, 1)
     instance = machine["status"]["instanceID"]
     described = cloud.ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]
     assert described.get("InstanceLifecycle") == "spot"
@@ -186,12 +179,12 @@ def test_a_spot_warning_cordons_detaches_and_replaces_within_the_notice(api, clo
     node_now = api.get_or_none(f"/api/v1/nodes/{node}")
     if node_now is not None:
         assert node_now["metadata"]["annotations"].get(names.DISRUPTION_REASON) == signals.SPOT_INTERRUPTION
-    replacement = wait_for(lambda: next((m for m in _live(_machines(api, name))
+    replacement = wait_for(lambda: next((m for m in live_machines(pool_machines(api, name))
                                          if m["metadata"]["name"] != machine["metadata"]["name"]
-                                         and _condition(m, names.INITIALIZED) == "True"), None),
+                                         and condition_status(m, names.INITIALIZED) == "True"), None),
                            "a replacement Initialized", timeout=90)
     assert replacement
-    wait_for(lambda: _pool_instances(cloud, name).get(instance) == "terminated", "the instance terminated",
+    wait_for(lambda: pool_instances(cloud, name).get(instance) == "terminated", "the instance terminated",
              timeout=120)
     # Once per hook process at most: a pool sync retried in the other process may count the start again.
     assert 1 <= _metric(cluster, "nodewarden_machines_disrupted_total", nodepool=name, reason="SpotInterruption") <= 2

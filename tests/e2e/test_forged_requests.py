@@ -22,11 +22,11 @@ import uuid
 import pytest
 import requests
 
-import gc_world as w
-from support import hook_request
 from devcluster import failover, fleet
 from devcluster.api import ApiError, wait_for
-from test_cluster_gc import FINALIZER, GC, LAST_ERROR, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
+from tests.e2e.test_cluster_gc import FINALIZER, GC, LAST_ERROR, aws_cluster_manifest, aws_clusters, capa  # noqa: F401 - capa is a fixture
+from worlds import cluster_gc as w
+from worlds.envelope import hook_request
 
 pytestmark = pytest.mark.e2e
 

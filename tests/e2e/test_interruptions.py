@@ -18,7 +18,7 @@ from devcluster import fleet, interruptions
 from devcluster.api import ApiError, wait_for
 from hooks.machines import names, signals
 from tests.e2e.conftest import unique
-from tests.fixtures import ec2_events as ev
+from worlds import ec2_events as ev
 
 pytestmark = pytest.mark.e2e
 

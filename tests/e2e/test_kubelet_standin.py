@@ -19,7 +19,7 @@ from devcluster.cluster import CLUSTER_NAME
 from devcluster.kwok import LEASES
 from hooks import ec2_names
 from hooks.machines import names
-from tests.support import default_user_data
+from tests.support.user_data import default_user_data
 
 pytestmark = pytest.mark.e2e
 

@@ -14,53 +14,20 @@ import pytest
 from devcluster import fleet
 from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
+from devcluster.pools import (MACHINES, POOLS, condition_status, live_machines, pool_instances, pool_machines,
+                              pool_manifest, pool_subnet)
 from hooks.machines import names
-from support import hook_request
 from tests.e2e.conftest import unique
+from worlds.envelope import hook_request
 
 pytestmark = pytest.mark.e2e
 
-POOLS = "/apis/nodewarden.io/v1alpha1/nodepools"
-MACHINES = "/apis/nodewarden.io/v1alpha1/machines"
 NEVER_REGISTER = ("#!/bin/bash\n# --nodewarden-standin=never-register\n"
                   "/etc/eks/bootstrap.sh '{{ cluster_name }}' --kubelet-extra-args '{{ kubelet_args }}'\n")
 
 
-def _subnet(cloud: fleet.Aws) -> str:
-    return next(s["SubnetId"] for s in cloud.ec2.describe_subnets()["Subnets"] if s["AvailabilityZone"] == fleet.ZONE)
-
-
-def _pool(name: str, subnet: str, replicas: int, **spec) -> dict:
-    template_spec = {"instanceTypes": ["m5.large", "t3.large"], "subnets": [subnet], "imageId": fleet.IMAGE_ID}
-    template_spec.update(spec.pop("template_spec", {}))
-    return {"apiVersion": names.API_VERSION, "kind": names.NODEPOOL_KIND, "metadata": {"name": name},
-            "spec": {"replicas": replicas, "registrationTTL": spec.pop("registrationTTL", "5m"),
-                     "drainTimeout": spec.pop("drainTimeout", "60s"),
-                     "template": {"metadata": {"labels": {"e2e-pool": name}}, "spec": template_spec}}}
-
-
-def _machines(api, pool: str) -> list[dict]:
-    return api.get(f"{MACHINES}?labelSelector={names.POOL_LABEL}%3D{pool}")["items"]
-
-
-def _condition(obj: dict, ctype: str) -> str | None:
-    return next((c["status"] for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
-
-
-def _live(machines: list[dict]) -> list[dict]:
-    return [m for m in machines if not m["metadata"].get("deletionTimestamp")]
-
-
-def _pool_instances(cloud: fleet.Aws, pool: str) -> dict[str, str]:
-    found = {}
-    for r in cloud.ec2.describe_instances(Filters=[{"Name": f"tag:{names.TAG_POOL}", "Values": [pool]}])["Reservations"]:
-        for i in r["Instances"]:
-            found[i["InstanceId"]] = i["State"]["Name"]
-    return found
-
-
 def _running(cloud, pool) -> set[str]:
-    return {i for i, state in _pool_instances(cloud, pool).items() if state in ("pending", "running")}
+    return {i for i, state in pool_instances(cloud, pool).items() if state in ("pending", "running")}
 
 
 @pytest.fixture
@@ -73,15 +40,15 @@ def pools(api):
 
 def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     name = unique("pool")
-    pool = _pool(name, _subnet(cloud), 3)
+    pool = pool_manifest(name, pool_subnet(cloud), 3)
     # The template changes below: drift is reported, not replaced (tests/e2e/test_disruption.py replaces it).
     pool["spec"]["disruption"] = {"budgets": [{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "100%"}]}
     api.create(POOLS, pool)
     pools.append(name)
 
     def initialized():
-        machines = _live(_machines(api, name))
-        return len(machines) == 3 and all(_condition(m, names.INITIALIZED) == "True" for m in machines) and machines
+        machines = live_machines(pool_machines(api, name))
+        return len(machines) == 3 and all(condition_status(m, names.INITIALIZED) == "True" for m in machines) and machines
     machines = wait_for(initialized, "3 Machines Initialized", timeout=90)
     assert len(_running(cloud, name)) == 3
     for machine in machines:
@@ -116,51 +83,51 @@ def test_a_pool_launches_registers_terminates_and_cleans_up(api, cloud, pools):
     wait_for(cordoned, "Node cordoned and tainted disrupted", timeout=30)
     wait_for(lambda: instance_id not in {i for i, _ in fleet.targets(cloud, group)},
              "instance out of the target group", timeout=60)
-    wait_for(lambda: _pool_instances(cloud, name).get(instance_id) == "terminated", "instance terminated", timeout=120)
+    wait_for(lambda: pool_instances(cloud, name).get(instance_id) == "terminated", "instance terminated", timeout=120)
     wait_for(lambda: api.get_or_none(f"/api/v1/nodes/{node_name}") is None, "Node deleted", timeout=60)
     wait_for(lambda: api.get_or_none(f"{MACHINES}/{leaving['metadata']['name']}") is None, "Machine gone", timeout=60)
     pods_left = api.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}")["items"]
     assert not pods_left
     # The others stayed in the target group; the pool replaced the one that went.
     assert {i for i, _ in fleet.targets(cloud, group)} == set(instance_ids[1:])
-    wait_for(lambda: len([m for m in _live(_machines(api, name)) if _condition(m, names.INITIALIZED) == "True"]) == 3,
+    wait_for(lambda: len([m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"]) == 3,
              "a replacement Machine Initialized", timeout=90)
 
     # Scale-down takes Machines that never registered first: new ones now never register.
     api.patch(f"{POOLS}/{name}", {"spec": {"replicas": 4, "template": {"spec": {"userData": NEVER_REGISTER}}}})
-    wait_for(lambda: len(_live(_machines(api, name))) == 4, "a fourth Machine", timeout=30)
-    unregistered = wait_for(lambda: [m["metadata"]["name"] for m in _live(_machines(api, name))
-                                     if _condition(m, names.LAUNCHED) == "True"
-                                     and _condition(m, names.REGISTERED) != "True"], "a launched, unregistered Machine",
+    wait_for(lambda: len(live_machines(pool_machines(api, name))) == 4, "a fourth Machine", timeout=30)
+    unregistered = wait_for(lambda: [m["metadata"]["name"] for m in live_machines(pool_machines(api, name))
+                                     if condition_status(m, names.LAUNCHED) == "True"
+                                     and condition_status(m, names.REGISTERED) != "True"], "a launched, unregistered Machine",
                             timeout=60)
-    registered = sorted((m for m in _live(_machines(api, name)) if _condition(m, names.REGISTERED) == "True"),
+    registered = sorted((m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.REGISTERED) == "True"),
                         key=lambda m: m["metadata"]["creationTimestamp"])
-    drifted = [m for m in registered if _condition(m, names.DRIFTED) == "True"]
+    drifted = [m for m in registered if condition_status(m, names.DRIFTED) == "True"]
     assert drifted, "the template changed under the registered Machines"
     api.patch(f"{POOLS}/{name}", {"spec": {"replicas": 2}})
     expected = {m["metadata"]["name"] for m in registered[-2:]}
-    wait_for(lambda: {m["metadata"]["name"] for m in _live(_machines(api, name))} == expected,
+    wait_for(lambda: {m["metadata"]["name"] for m in live_machines(pool_machines(api, name))} == expected,
              f"the unregistered {unregistered} and the oldest registered removed first", timeout=30)
 
     # Deleting the pool drains and terminates every Machine; nothing is left in EC2.
     api.delete(f"{POOLS}/{name}")
     wait_for(lambda: api.get_or_none(f"{POOLS}/{name}") is None, "NodePool gone", timeout=180)
-    assert not _machines(api, name)
-    assert not _running(cloud, name), _pool_instances(cloud, name)
+    assert not pool_machines(api, name)
+    assert not _running(cloud, name), pool_instances(cloud, name)
 
 
 def test_a_machine_that_never_registers_is_replaced_after_its_ttl(api, cloud, pools):
     name = unique("ttl")
-    api.create(POOLS, _pool(name, _subnet(cloud), 1, registrationTTL="15s",
+    api.create(POOLS, pool_manifest(name, pool_subnet(cloud), 1, registrationTTL="15s",
                             template_spec={"userData": NEVER_REGISTER}))
     pools.append(name)
-    first = wait_for(lambda: next((m for m in _machines(api, name) if m.get("status", {}).get("instanceID")), None),
+    first = wait_for(lambda: next((m for m in pool_machines(api, name) if m.get("status", {}).get("instanceID")), None),
                      "a launched Machine", timeout=30)
     first_name, first_instance = first["metadata"]["name"], first["status"]["instanceID"]
     wait_for(lambda: api.get_or_none(f"{MACHINES}/{first_name}") is None, "the Machine deleted after its TTL",
              timeout=90)
-    assert _pool_instances(cloud, name)[first_instance] == "terminated"
-    wait_for(lambda: [m for m in _live(_machines(api, name)) if m["metadata"]["name"] != first_name],
+    assert pool_instances(cloud, name)[first_instance] == "terminated"
+    wait_for(lambda: [m for m in live_machines(pool_machines(api, name)) if m["metadata"]["name"] != first_name],
              "a replacement Machine", timeout=30)
     reasons = {e["reason"] for e in api.get(f"/api/v1/events?fieldSelector=involvedObject.name%3D{first_name}")["items"]}
     assert "RegistrationTimedOut" in reasons
@@ -169,9 +136,9 @@ def test_a_machine_that_never_registers_is_replaced_after_its_ttl(api, cloud, po
 def _one_initialized(api, cloud, pools, prefix: str, **spec) -> dict:
     """A pool of one Machine, once that Machine is Initialized: the Machine as the API server has it."""
     name = unique(prefix)
-    api.create(POOLS, _pool(name, _subnet(cloud), 1, **spec))
+    api.create(POOLS, pool_manifest(name, pool_subnet(cloud), 1, **spec))
     pools.append(name)
-    return wait_for(lambda: next((m for m in _live(_machines(api, name)) if _condition(m, names.INITIALIZED) == "True"),
+    return wait_for(lambda: next((m for m in live_machines(pool_machines(api, name)) if condition_status(m, names.INITIALIZED) == "True"),
                                  None), "a Machine Initialized", timeout=90)
 
 
@@ -179,12 +146,12 @@ def _untouched(api, cloud, machine: dict) -> None:
     """The Machine is live and Registered, its Node schedulable and untainted, its instance running."""
     now = api.get(f"{MACHINES}/{machine['metadata']['name']}")
     assert now["metadata"]["uid"] == machine["metadata"]["uid"] and not now["metadata"].get("deletionTimestamp")
-    assert _condition(now, names.REGISTERED) == "True" and _condition(now, names.TERMINATING) is None
+    assert condition_status(now, names.REGISTERED) == "True" and condition_status(now, names.TERMINATING) is None
     node = api.get(f"/api/v1/nodes/{machine['status']['nodeName']}")
     assert not node["spec"].get("unschedulable")
     assert names.DISRUPTED_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
     pool = machine["metadata"]["labels"][names.POOL_LABEL]
-    assert _pool_instances(cloud, pool)[machine["status"]["instanceID"]] == "running"
+    assert pool_instances(cloud, pool)[machine["status"]["instanceID"]] == "running"
 
 
 def test_a_forged_finalize_of_a_live_machine_changes_nothing(api, cloud, door, pools):

@@ -1,0 +1,104 @@
+"""Load balancers found by their tags (AWS's answers, stubbed), and the index a hook process keeps fresh on a
+thread, so a detach's first step never builds one."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from botocore.stub import Stubber
+
+from hooks.aws import lb_discovery
+from hooks.config import load_settings
+from tests.support.stubbed_aws import ACCOUNT, StubbedClients, stubbed_client
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Each build's region; the index itself is empty (what is tested is when builds happen)."""
+    made: list[str] = []
+    failing: list[bool] = []
+
+    def build(aws, region, settings):
+        made.append(region)
+        if failing and failing.pop():
+            raise RuntimeError("Throttling: Rate exceeded")
+        return lb_discovery.Index(built_at=time.monotonic())
+    monkeypatch.setattr(lb_discovery, "build_index", build)
+    monkeypatch.setattr(lb_discovery, "CACHE", lb_discovery.IndexCache())
+    return made, failing
+
+
+def _until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the deadline"
+        time.sleep(0.02)
+
+
+def test_the_index_is_rebuilt_before_it_goes_stale_and_lookups_build_nothing(make_ctx, builds):
+    made, _ = builds
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "2", "AWS_REGION": "eu-west-1"})
+    stop = threading.Event()
+    thread = lb_discovery.keep_fresh(ctx, stop)
+    try:
+        _until(lambda: len(made) >= 3)  # at once, then every 1.6 s
+        assert set(made) == {"eu-west-1"}
+        seen = len(made)
+        for _ in range(20):
+            lb_discovery.CACHE.get(ctx.aws, "eu-west-1", ctx.settings)
+        assert len(made) - seen <= 1, "lookups are served by the kept index"
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_failed_rebuild_is_tried_again_and_other_regions_looked_up_are_kept_too(make_ctx, builds):
+    made, failing = builds
+    ctx = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "1.5", "AWS_REGION": "eu-west-1"})
+    lb_discovery.CACHE.get(ctx.aws, "us-east-2", ctx.settings)  # a node in another region detached once
+    failing.append(True)  # the first background build fails
+    stop = threading.Event()
+    thread = lb_discovery.keep_fresh(ctx, stop)
+    try:
+        _until(lambda: made.count("eu-west-1") >= 2 and made.count("us-east-2") >= 2)
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_no_thread_for_a_cache_shorter_than_a_second(make_ctx, builds):
+    assert lb_discovery.keep_fresh(make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"})) is None
+    assert builds[0] == []
+
+
+def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
+    """Real AWS tagging answers (moto files classic ELBs under another type), stubbed; what it lists is checked to exist."""
+    tagging, elbv2, elb = stubbed_client("resourcegroupstaggingapi"), stubbed_client("elbv2"), stubbed_client("elb")
+    settings = load_settings({"NODEWARDEN_CLUSTER_NAME": "prod", "NODEWARDEN_INCLUDE_LB_CONTROLLER": "false"})
+    web, api = f"{ACCOUNT}:targetgroup/k8s-web/abc", f"{ACCOUNT}:targetgroup/k8s-api/def"
+    owned = [{"Key": "kubernetes.io/cluster/prod", "Value": "owned"}]
+    with Stubber(tagging) as tags, Stubber(elbv2) as v2, Stubber(elb) as classic:
+        tags.add_response("get_resources", {
+            "PaginationToken": "page-2",
+            "ResourceTagMappingList": [
+                {"ResourceARN": web, "Tags": owned},
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3", "Tags": owned},  # classic
+            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100})
+        tags.add_response("get_resources", {
+            "PaginationToken": "",
+            "ResourceTagMappingList": [
+                {"ResourceARN": f"{ACCOUNT}:loadbalancer/net/k8s-nlb/def", "Tags": owned},  # NLB: its TGs count
+                {"ResourceARN": api, "Tags": owned},
+            ]})
+        v2.add_response("describe_target_groups", {"TargetGroups": [
+            {"TargetGroupArn": web}, {"TargetGroupArn": api}]}, {"PageSize": 400})
+        classic.add_response("describe_load_balancers", {"LoadBalancerDescriptions": [
+            {"LoadBalancerName": "a1b2c3"}]}, {"PageSize": 400})
+        tgs, elbs = lb_discovery.tagged_load_balancers(StubbedClients(resourcegroupstaggingapi=tagging, elbv2=elbv2, elb=elb),
+                                                       "us-east-1", settings)
+        for stub in (tags, v2, classic):
+            stub.assert_no_pending_responses()
+    assert tgs == {web, api}
+    assert elbs == {"a1b2c3"}

@@ -1,0 +1,274 @@
+"""The NodePool and Machine CRDs against the fields the machine hooks rely on (offline).
+
+The API server prunes every field a CRD's schema does not name, so a status
+field missing here would vanish from every sync's answer without an error.
+These tests read the YAML files as they are (no kustomize, no API server);
+tests/e2e/test_machine_crds.py checks the CEL rules on a real API server.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import jsonschema
+import pytest
+import yaml
+
+from hooks.machines import names
+
+CRDS = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds"
+
+TEMPLATE_FIELDS = {
+    "taints": "array", "startupTaints": "array", "instanceTypes": "array", "capacityType": "string", "subnets": "array",
+    "subnetSelector": "object", "securityGroups": "array", "imageId": "string", "launchTemplate": "object",
+    "instanceProfile": "string", "userData": "string",
+}
+MACHINE_ONLY_FIELDS = {"labels": "object", "annotations": "object", "registrationTTL": "string",
+                       "drainTimeout": "string"}
+CONDITION_FIELDS = {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"}
+DURATION_DEFAULTS = {"registrationTTL": "15m", "drainTimeout": "10m"}
+
+
+def _load(name: str) -> dict:
+    [crd] = [d for d in yaml.safe_load_all((CRDS / name).read_text()) if d]
+    return crd
+
+
+@pytest.fixture(scope="module")
+def nodepool() -> dict:
+    return _load("nodepools.yaml")
+
+
+@pytest.fixture(scope="module")
+def machine() -> dict:
+    return _load("machines.yaml")
+
+
+def _schema(crd: dict) -> dict:
+    [version] = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def _template_spec(nodepool: dict) -> dict:
+    return _schema(nodepool)["properties"]["spec"]["properties"]["template"]["properties"]["spec"]
+
+
+def _rules(schema: dict) -> list[str]:
+    return [v["rule"] for v in schema.get("x-kubernetes-validations", [])]
+
+
+def _walk(schema: dict, path: str = ""):
+    yield path, schema
+    for key, sub in (schema.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{key}")
+    if isinstance(schema.get("items"), dict):
+        yield from _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def test_both_kinds_match_the_names_module(nodepool, machine):
+    for crd, kind in ((nodepool, names.NODEPOOL_KIND), (machine, names.MACHINE_KIND)):
+        assert crd["spec"]["group"] == names.GROUP
+        assert f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}" == names.API_VERSION
+        assert crd["spec"]["names"]["kind"] == kind
+        assert crd["spec"]["scope"] == "Cluster"
+        assert crd["spec"]["versions"][0]["subresources"]["status"] == {}
+    pool_column = next(c for c in machine["spec"]["versions"][0]["additionalPrinterColumns"] if c["name"] == "Pool")
+    assert pool_column["jsonPath"] == ".metadata.labels." + names.POOL_LABEL.replace(".", r"\.")
+
+
+def test_the_nodepool_spec_has_the_contract_fields(nodepool):
+    spec = _schema(nodepool)["properties"]["spec"]
+    replicas = spec["properties"]["replicas"]
+    assert (replicas["type"], replicas["minimum"], replicas["maximum"], replicas["default"]) == ("integer", 0, 1000, 0)
+    for field, default in DURATION_DEFAULTS.items():
+        assert spec["properties"][field]["default"] == default
+    template = spec["properties"]["template"]["properties"]
+    for field in ("labels", "annotations"):
+        assert template["metadata"]["properties"][field]["additionalProperties"]["type"] == "string"
+    assert "template" in spec["required"] and "spec" in spec["properties"]["template"]["required"]
+
+
+@pytest.mark.parametrize("where", ["nodepool", "machine"])
+def test_the_template_fields_are_there_with_their_types(nodepool, machine, where):
+    spec = _template_spec(nodepool) if where == "nodepool" else _schema(machine)["properties"]["spec"]
+    expected = TEMPLATE_FIELDS if where == "nodepool" else {**TEMPLATE_FIELDS, **MACHINE_ONLY_FIELDS}
+    assert {k: v["type"] for k, v in spec["properties"].items()} == expected
+    props = spec["properties"]
+    assert spec["required"] == ["instanceTypes"]
+    assert (props["instanceTypes"]["minItems"], props["instanceTypes"]["maxItems"]) == (1, 20)
+    assert props["subnets"]["maxItems"] == 16 and props["securityGroups"]["maxItems"] == 16
+    assert props["userData"]["maxLength"] == 16384
+    assert props["subnetSelector"]["additionalProperties"]["type"] == "string"
+    assert set(props["launchTemplate"]["properties"]) == {"id", "name", "version"}
+    for field in ("taints", "startupTaints"):
+        taint = props[field]["items"]
+        assert props[field]["maxItems"] == 50
+        assert set(taint["properties"]) == {"key", "value", "effect"} and set(taint["required"]) == {"key", "effect"}
+        assert taint["properties"]["effect"]["enum"] == ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    rules = _rules(spec)
+    assert "has(self.imageId) != has(self.launchTemplate)" in rules
+    assert any("self.subnets" in r and "self.subnetSelector" in r and "||" in r for r in rules)
+
+
+def test_the_nodepool_template_and_the_machine_spec_stay_the_same(nodepool, machine):
+    """A NodePool's template becomes its Machines' spec: a field one allows and the other refuses fails launches."""
+    template = _template_spec(nodepool)
+    spec = _schema(machine)["properties"]["spec"]
+    for field in TEMPLATE_FIELDS:
+        assert template["properties"][field] == spec["properties"][field], field
+    for field in DURATION_DEFAULTS:
+        pool_field = dict(_schema(nodepool)["properties"]["spec"]["properties"][field], description="")
+        assert pool_field == dict(spec["properties"][field], description=""), field
+    assert set(_rules(template)) == set(_rules(spec)) - {"self == oldSelf"}
+
+
+def test_the_machine_spec_is_immutable_and_the_pool_template_is_not(nodepool, machine):
+    assert "self == oldSelf" in _rules(_schema(machine)["properties"]["spec"])
+    for _, sub in _walk(_schema(nodepool)):
+        assert "oldSelf" not in " ".join(_rules(sub))
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_durations_are_checked_like_the_fencing_request_ones(crd_name):
+    """The same pattern as FencingRequest's durations, then CEL bounds; the defaults pass both."""
+    fencing_timeout = _schema(_load("fencingrequests.yaml"))["properties"]["spec"]["properties"]["timeout"]
+    spec = _schema(_load(crd_name))["properties"]["spec"]["properties"]
+    for field, default in DURATION_DEFAULTS.items():
+        schema = spec[field]
+        assert schema["pattern"] == fencing_timeout["pattern"]
+        assert schema["maxLength"] == fencing_timeout["maxLength"]
+        [rule] = _rules(schema)
+        assert re.fullmatch(r"duration\(self\) > duration\('0s'\) && duration\(self\) <= duration\('\w+'\)", rule)
+        assert re.fullmatch(schema["pattern"], default)
+
+
+def test_the_nodepool_status_has_the_contract_fields(nodepool):
+    status = _schema(nodepool)["properties"]["status"]["properties"]
+    assert set(status) == {"observedGeneration", "replicas", "machines", "leakedInstancesTerminated",
+                           "lastLeakCheck", "conditions", "disruption", "disruptions"}
+    # The API server prunes what the schema lacks: every field of a disruption record must be in it.
+    from hooks.machines import disruption
+    assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
+    assert set(status["disruption"]["properties"]) == {"disrupting", "allowed", "blocked"}
+    assert tuple(status["machines"]["properties"]) == names.PHASES
+    assert all(v["type"] == "integer" for v in status["machines"]["properties"].values())
+    assert status["lastLeakCheck"]["format"] == "date-time"
+    assert set(status["conditions"]["items"]["properties"]) == CONDITION_FIELDS
+
+
+def test_the_machine_status_has_the_contract_fields(machine):
+    status = _schema(machine)["properties"]["status"]["properties"]
+    assert set(status) == {
+        "observedGeneration", "providerID", "instanceID", "instanceType", "zone", "nodeName", "nodeUID",
+        "capacity", "allocatable", "launchRequestedAt", "launchedAt", "imageId", "termination", "lastError",
+        "conditions",
+    }
+    for field in ("capacity", "allocatable"):
+        assert status[field]["additionalProperties"]["type"] == "string"
+    for field in ("launchRequestedAt", "launchedAt"):
+        assert status[field]["format"] == "date-time"
+    termination = status["termination"]["properties"]
+    steps = {"startedAt", "cordonedAt", "drainedAt", "volumesDetachedAt", "terminateRequestedAt",
+             "instanceTerminatedAt", "instanceReleasedAt", "nodeDeletedAt"}
+    assert set(termination) == steps | {"evictions"}
+    assert all(termination[s]["format"] == "date-time" for s in steps)
+    assert termination["evictions"]["type"] == "integer"
+    assert set(status["conditions"]["items"]["properties"]) == CONDITION_FIELDS
+    for condition in names.CONDITION_TYPES:
+        assert condition in status["conditions"]["description"]
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_every_field_has_bounds_for_the_cel_cost_estimate(crd_name):
+    """The API server refuses CEL rules it cannot bound: every string, list and map under a rule has a maximum."""
+    spec = _schema(_load(crd_name))["properties"]["spec"]
+    for path, schema in _walk(spec):
+        if schema.get("type") == "string" and "enum" not in schema:
+            assert "maxLength" in schema, path
+        if schema.get("type") == "array":
+            assert "maxItems" in schema, path
+        if schema.get("type") == "object" and "additionalProperties" in schema:
+            assert "maxProperties" in schema, path
+
+
+def _plain(schema):
+    """The schema as JSON Schema: without the Kubernetes extensions (CEL is checked on the API server)."""
+    if isinstance(schema, dict):
+        return {k: _plain(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    if isinstance(schema, list):
+        return [_plain(v) for v in schema]
+    return schema
+
+
+TEMPLATE = {"instanceTypes": ["m7i.large", "m6i.large"], "subnetSelector": {"kubernetes.io/role/internal-elb": "*"},
+            "imageId": "ami-0123456789abcdef0",
+            "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]}
+
+
+def test_a_full_nodepool_and_machine_fit_their_schemas(nodepool, machine):
+    pool = {"apiVersion": names.API_VERSION, "kind": "NodePool", "metadata": {"name": "general"},
+            "spec": {"replicas": 3, "registrationTTL": "20m", "drainTimeout": "1h30m",
+                     "template": {"metadata": {"labels": {"team": "a"}}, "spec": TEMPLATE}},
+            "status": {"observedGeneration": 1, "replicas": 3, "lastLeakCheck": "2026-01-01T00:00:00Z",
+                       "machines": {"Launching": 1, "Registered": 0, "Initialized": 2, "Terminating": 0}}}
+    jsonschema.validate(pool, _plain(_schema(nodepool)))
+    one = {"apiVersion": names.API_VERSION, "kind": "Machine",
+           "metadata": {"name": "general-abc12", "labels": {names.POOL_LABEL: "general"}},
+           "spec": {**TEMPLATE, "labels": {"team": "a"}, "registrationTTL": "15m", "drainTimeout": "10m"},
+           "status": {"instanceID": "i-0123", "capacity": {"cpu": "2", "memory": "8Gi"},
+                      "termination": {"startedAt": "2026-01-01T00:00:00Z", "evictions": 4},
+                      "conditions": [{"type": names.INITIALIZED, "status": "True"}]}}
+    jsonschema.validate(one, _plain(_schema(machine)))
+
+
+@pytest.mark.parametrize("change", [
+    {"instanceTypes": []},
+    {"taints": [{"key": "a", "effect": "NoWhere"}]},
+    {"userData": "x" * 16385},
+    {"registrationTTL": "15 minutes"},
+])
+def test_the_schema_refuses_what_the_contract_rules_out(machine, change):
+    spec = {**TEMPLATE, **change}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"spec": spec}, _plain(_schema(machine)))
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_names_fit_a_label_value(crd_name):
+    """A NodePool's name is its Machines' nodewarden.io/nodepool label, a Machine's its Node's nodewarden.io/machine."""
+    assert "size(self.metadata.name) <= 63" in _rules(_schema(_load(crd_name)))
+
+
+def _node_keys(crd_name: str) -> dict:
+    """The maps and taint lists whose keys end up on Nodes, by path."""
+    schema = _schema(_load(crd_name))
+    return {path: sub for path, sub in _walk(schema)
+            if path.endswith((".labels", ".annotations", ".taints[].key", ".startupTaints[].key"))
+            and not path.startswith(".status")}
+
+
+@pytest.mark.parametrize("crd_name", ["nodepools.yaml", "machines.yaml"])
+def test_keys_in_nodewardens_domain_are_refused(crd_name):
+    """nodewarden.io/machine on a Node is how its Machine finds it: no spec may set a key of ours."""
+    found = _node_keys(crd_name)
+    assert len(found) == 4, sorted(found)
+    for path, sub in found.items():
+        [rule] = _rules(sub)
+        assert "startsWith('nodewarden.io/')" in rule and names.OWN_KEY_PREFIX == "nodewarden.io/", path
+
+
+def test_the_demo_pool_of_make_up_is_one_the_api_server_accepts(nodepool):
+    """`make up` creates devcluster/demo.py's NodePool: it must fit the schema and keep off nodewarden's own
+    label domain, which the CRD's CEL rule refuses (a 422, and `make up` stops)."""
+    from devcluster import demo
+
+    pool = demo.pool_manifest()
+    jsonschema.validate(pool, _plain(_schema(nodepool)))
+    metadata = _schema(nodepool)["properties"]["spec"]["properties"]["template"]["properties"]["metadata"]
+    for field in ("labels", "annotations"):
+        assert "self.all(k, !k.startsWith('nodewarden.io/'))" in _rules(metadata["properties"][field])
+        keys = pool["spec"]["template"].get("metadata", {}).get(field, {})
+        assert not [k for k in keys if k.startswith("nodewarden.io/")], keys

@@ -1,0 +1,304 @@
+"""A cluster's AWS leftovers in moto, and the tools cluster-gc's tests drive them with.
+
+Shared by tests/cluster_gc/test_cluster_gc_moto.py, tests/e2e/test_cluster_gc.py and
+bench/cluster_gc.py:
+
+- ``build_cluster``: load balancers (ELBv2 and classic), target groups with
+  listeners, security groups and volumes tagged the way the cloud controller
+  (or the AWS Load Balancer Controller, or a volume provisioner) tags them;
+- ``Faults``: AWS errors moto never raises (DependencyViolation, throttling,
+  a refused tagging API), injected through botocore's ``before-call`` event:
+  the request never reaches moto and the client raises the error as AWS's;
+- ``Calls``: counts AWS calls per operation (``after-call``);
+- ``finalize_until_done``: calls the finalize hook the way Metacontroller
+  does, merging returned annotations into the parent between calls.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import collections
+import time
+from dataclasses import dataclass, field
+
+from hooks.contract import DECORATOR, parse_request
+from hooks.controllers import cluster_gc
+from worlds.envelope import apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
+from worlds.fake_kube import FakeKube  # noqa: F401 - re-exported for the bench
+
+REGION = "us-east-1"
+
+
+def cluster_tags(cluster: str, service: str | None = "default/web") -> list[dict]:
+    tags = [{"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"}]
+    if service:
+        tags.append({"Key": "kubernetes.io/service-name", "Value": service})
+    return tags
+
+
+def lb_controller_tags(cluster: str) -> list[dict]:
+    return [
+        {"Key": "elbv2.k8s.aws/cluster", "Value": cluster},
+        {"Key": "service.k8s.aws/stack", "Value": "default/api"},
+    ]
+
+
+@dataclass
+class Network:
+    vpc: str
+    subnets: list[str]
+    zones: list[str]
+
+
+def network(ec2) -> Network:
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    zones = [f"{REGION}a", f"{REGION}b"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        for i, zone in enumerate(zones)
+    ]
+    return Network(vpc, subnets, zones)
+
+
+@dataclass
+class Made:
+    """What build_cluster made, by kind, as the ids cluster-gc deletes them by."""
+
+    load_balancers: list[str] = field(default_factory=list)  # ELBv2 ARNs
+    classic_elbs: list[str] = field(default_factory=list)  # names
+    target_groups: list[str] = field(default_factory=list)  # ARNs
+    security_groups: list[str] = field(default_factory=list)  # sg- ids
+    volumes: list[str] = field(default_factory=list)  # vol- ids
+
+    def extend(self, other: "Made") -> None:
+        for name in self.__dataclass_fields__:
+            getattr(self, name).extend(getattr(other, name))
+
+    def count(self) -> int:
+        return sum(len(getattr(self, name)) for name in self.__dataclass_fields__)
+
+
+def build_cluster(
+    client,
+    net: Network,
+    prefix: str,
+    tags: list[dict],
+    *,
+    load_balancers: int = 0,
+    classic_elbs: int = 0,
+    target_groups: int = 0,
+    security_groups: int = 0,
+    volumes: int = 0,
+    sg_tags: list[dict] | None = None,
+    volume_tags: list[dict] | None = None,
+) -> Made:
+    """Resources as a controller leaves them; each target group behind a listener when there is a load balancer."""
+    ec2, elb, elbv2 = client("ec2"), client("elb"), client("elbv2")
+    made = Made()
+    for i in range(load_balancers):
+        lb = elbv2.create_load_balancer(
+            Name=f"{prefix}-nlb-{i}", Subnets=net.subnets, Type="network", Tags=tags
+        )["LoadBalancers"][0]
+        made.load_balancers.append(lb["LoadBalancerArn"])
+    for i in range(target_groups):
+        tg = elbv2.create_target_group(
+            Name=f"{prefix}-tg-{i}", Protocol="TCP", Port=30000 + i, VpcId=net.vpc, Tags=tags
+        )["TargetGroups"][0]
+        made.target_groups.append(tg["TargetGroupArn"])
+        if made.load_balancers:
+            elbv2.create_listener(
+                LoadBalancerArn=made.load_balancers[i % len(made.load_balancers)],
+                Protocol="TCP",
+                Port=1000 + i,
+                DefaultActions=[{"Type": "forward", "TargetGroupArn": tg["TargetGroupArn"]}],
+            )
+    for i in range(classic_elbs):
+        name = f"{prefix}-elb-{i}"
+        elb.create_load_balancer(
+            LoadBalancerName=name,
+            Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+            AvailabilityZones=net.zones[:1],
+            Tags=tags,
+        )
+        made.classic_elbs.append(name)
+    sg_spec = [{"ResourceType": "security-group", "Tags": sg_tags if sg_tags is not None else tags[:1]}]
+    for i in range(security_groups):
+        group = ec2.create_security_group(
+            GroupName=f"k8s-elb-{prefix}-{i}", Description="Security group for Kubernetes ELB",
+            VpcId=net.vpc, TagSpecifications=sg_spec,
+        )
+        made.security_groups.append(group["GroupId"])
+    vol_spec = [{"ResourceType": "volume", "Tags": volume_tags if volume_tags is not None else tags[:1] + [
+        {"Key": "kubernetes.io/created-for/pv/name", "Value": f"pvc-{prefix}"}]}]
+    for _ in range(volumes):
+        volume = ec2.create_volume(Size=1, AvailabilityZone=net.zones[0], TagSpecifications=vol_spec)
+        made.volumes.append(volume["VolumeId"])
+    return made
+
+
+def existing(client, made: Made) -> Made:
+    """Which of ``made`` still exist in moto."""
+    ec2, elb, elbv2 = client("ec2"), client("elb"), client("elbv2")
+    lbs = {lb["LoadBalancerArn"] for page in elbv2.get_paginator("describe_load_balancers").paginate()
+           for lb in page["LoadBalancers"]}
+    tgs = {tg["TargetGroupArn"] for page in elbv2.get_paginator("describe_target_groups").paginate()
+           for tg in page["TargetGroups"]}
+    classic = {lb["LoadBalancerName"] for lb in elb.describe_load_balancers()["LoadBalancerDescriptions"]}
+    sgs = {g["GroupId"] for page in ec2.get_paginator("describe_security_groups").paginate()
+           for g in page["SecurityGroups"]}
+    vols = {v["VolumeId"] for page in ec2.get_paginator("describe_volumes").paginate() for v in page["Volumes"]}
+    return Made(
+        [a for a in made.load_balancers if a in lbs],
+        [n for n in made.classic_elbs if n in classic],
+        [a for a in made.target_groups if a in tgs],
+        [g for g in made.security_groups if g in sgs],
+        [v for v in made.volumes if v in vols],
+    )
+
+
+# ------------------------------------------------------------ fault injection
+
+
+class _Response:
+    def __init__(self, status: int):
+        self.status_code = status
+        self.headers: dict = {}
+        self.content = b""
+        self.text = ""
+
+
+@dataclass
+class _Rule:
+    operation: str
+    code: str
+    times: float
+    after: int = 0  # let this many matching calls through first
+    seen: int = 0
+
+
+class Faults:
+    """Answer chosen operations with an AWS error, a number of times, without calling moto."""
+
+    def __init__(self):
+        self.rules: list[_Rule] = []
+        self.injected: collections.Counter = collections.Counter()
+
+    def add(self, operation: str, code: str, times: float = 1, after: int = 0) -> "Faults":
+        self.rules.append(_Rule(operation, code, times, after))
+        return self
+
+    def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION):
+        for service in services:
+            aws.client(service, region).meta.events.register("before-call", self._before_call)
+        return self
+
+    def _before_call(self, model=None, **_):
+        for rule in self.rules:
+            if rule.operation != model.name or rule.times <= 0:
+                continue
+            rule.seen += 1
+            if rule.seen <= rule.after:
+                continue
+            rule.times -= 1
+            self.injected[(model.name, rule.code)] += 1
+            status = 403 if "Denied" in rule.code else 400
+            return _Response(status), {
+                "Error": {"Code": rule.code, "Message": f"injected by the test: {rule.code}"},
+                "ResponseMetadata": {"HTTPStatusCode": status},
+            }
+        return None
+
+
+class Calls:
+    """AWS calls per operation made through the attached clients."""
+
+    def __init__(self):
+        self.by_operation: collections.Counter = collections.Counter()
+
+    def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION):
+        for service in services:
+            aws.client(service, region).meta.events.register("after-call", self._after_call)
+        return self
+
+    def _after_call(self, model=None, **_):
+        self.by_operation[model.name] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_operation.values())
+
+
+# -------------------------------------------------------------- hook driving
+
+
+def aws_cluster(
+    name: str = "alpha",
+    *,
+    cluster: str | None = "alpha",
+    annotations: dict | None = None,
+    deleting: bool = True,
+    region: str | None = REGION,
+    kind: str = "AWSCluster",
+) -> dict:
+    meta: dict = {"name": name, "namespace": "default", "uid": f"uid-{name}", "annotations": dict(annotations or {})}
+    if cluster:
+        meta["labels"] = {"cluster.x-k8s.io/cluster-name": cluster}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        meta["finalizers"] = ["metacontroller.io/decoratorcontroller-cluster-gc"]
+    group = "controlplane" if kind == "AWSManagedControlPlane" else "infrastructure"
+    parent = {"apiVersion": f"{group}.cluster.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, "spec": {}}
+    if region:
+        parent["spec"]["region"] = region
+    return parent
+
+
+def parse_finalize(parent: dict, verified: bool = False):
+    """The parsed request of a finalize call on ``parent``, as Metacontroller (hook v2) sends it.
+
+    ``verified``: as the pipeline has it once the API server confirmed it.
+    """
+    body = hook_request("cluster-gc", parent, finalizing=True)
+    return dataclasses.replace(parse_request(body, DECORATOR, "finalize"), verified=verified)
+
+
+def finalize_once(ctx, parent: dict) -> dict:
+    """One finalize call, with the API server's copy of ``parent`` kept current in the stand-in.
+
+    cluster-gc re-reads the parent before deleting anything; the stand-in
+    answers with the same object the request carries, as the API server would.
+    """
+    if hasattr(ctx.kube, "add_object"):
+        ctx.kube.add_object(parent)
+    return cluster_gc.finalize(parse_finalize(parent), ctx=ctx)
+
+
+@dataclass
+class Run:
+    responses: list[dict]
+    seconds: list[float]
+    parent: dict
+
+    @property
+    def finalized(self) -> bool:
+        return bool(self.responses and self.responses[-1].get("finalized"))
+
+
+def finalize_until_done(ctx, parent: dict, max_calls: int = 30, advance=None) -> Run:
+    """Call finalize until finalized (or max_calls), like Metacontroller on resync.
+
+    ``advance(seconds)`` moves the test clock by the requested resync, so
+    backoff shows without sleeping.
+    """
+    responses, seconds = [], []
+    for _ in range(max_calls):
+        started = time.perf_counter()
+        response = finalize_once(ctx, parent)
+        seconds.append(time.perf_counter() - started)
+        responses.append(response)
+        parent = apply_decorator_response(parent, response)
+        if response.get("finalized"):
+            break
+        if advance:
+            advance(response.get("resyncAfterSeconds", 0))
+    return Run(responses, seconds, parent)
