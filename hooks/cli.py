@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from hooks import controllers, pipeline, runtime
+from hooks import cli_gc, controllers, credentials, pipeline, runtime
 from hooks.config import ConfigError, load_settings
 from hooks.contract import RequestError, parse_request, shape_response
 from hooks.dispatch import UnknownHook, resolve, serve
@@ -79,8 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _subcommand_modules():
     """Other command groups (``gc``, ``credentials``) register themselves here."""
-    from hooks import cli_gc, credentials
-
     return [cli_gc.add_parser, credentials.add_parser]
 
 

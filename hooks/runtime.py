@@ -10,7 +10,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hooks.aws.clients import AwsClients
 from hooks.config import Settings, load_settings
+from hooks.kube.client import Kube
+from hooks.kube.event_recorder import Recorder
 
 
 def utcnow() -> dt.datetime:
@@ -21,33 +24,27 @@ def utcnow() -> dt.datetime:
 class Context:
     settings: Settings
     clock: Callable[[], dt.datetime] = utcnow
-    _aws: object | None = field(default=None, repr=False)
-    _kube: object | None = field(default=None, repr=False)
+    _aws: AwsClients | None = field(default=None, repr=False)
+    _kube: Kube | None = field(default=None, repr=False)
     # Events are sent by a background thread; inline sends them in the caller's (tests, CLI).
     events_inline: bool = False
-    _events: object | None = field(default=None, repr=False)
+    _events: Recorder | None = field(default=None, repr=False)
 
     @property
     def aws(self):
         if self._aws is None:
-            from hooks.aws.clients import AwsClients
-
             self._aws = AwsClients(self.settings)
         return self._aws
 
     @property
     def kube(self):
         if self._kube is None:
-            from hooks.kube.client import Kube
-
             self._kube = Kube()
         return self._kube
 
     @property
     def events(self):
         if self._events is None:
-            from hooks.kube.event_recorder import Recorder
-
             self._events = Recorder(lambda: self.kube, inline=self.events_inline, utcnow=utcnow)
         return self._events
 

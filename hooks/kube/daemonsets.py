@@ -9,10 +9,13 @@ import logging
 import threading
 import time
 
+from lightkube.resources.apps_v1 import DaemonSet
+
 from hooks import runtime, timefmt
 from hooks.contract import HookRequest
 from hooks.detacher import names
 from hooks.detacher.pod_trigger import configured
+from hooks.kube.client import is_not_found
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +75,6 @@ def _ended(value: str, since: str | None, ctx: runtime.Context, now: dt.datetime
     daemonset = f"{namespace}/{name}"
     try:
         if configured(daemonset, ctx.settings):
-            from lightkube.resources.apps_v1 import DaemonSet
-
-            from hooks.kube.client import is_not_found
-
             try:
                 ctx.kube.get(DaemonSet, name, namespace=namespace)
             except Exception as exc:  # noqa: BLE001 - only a 404 proves it gone

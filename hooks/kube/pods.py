@@ -5,6 +5,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
+from hooks.kube.fencing import volume_attachments_on
 from hooks.plan import error_text
 
 
@@ -35,8 +36,6 @@ def whats_on(kube, node_name: str, summarize, pods_key: str = "pods") -> dict:
     A failed list is recorded as ``podsError``/``volumeAttachmentsError``,
     never raised: the controller decides what not knowing means.
     """
-    from hooks.kube.fencing import volume_attachments_on  # fencing's module reads pods through this one
-
     observed: dict = {}
     try:
         observed[pods_key] = [summarize(p) for p in on_node(kube, node_name)]
