@@ -21,10 +21,10 @@ import sys
 import httpx2 as httpx
 from lightkube.generic_resource import create_namespaced_resource
 
-from hooks.aws.gc.resources import TASK_ORDER
-from hooks.controllers.cluster_gc import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
 from hooks.kube.client import KubeUnavailable, is_not_found
 from hooks.plan import error_text
+from hooks.teardown.names import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
+from hooks.teardown.tasks import TASK_ORDER
 
 AWS_CLUSTER = create_namespaced_resource("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSCluster", "awsclusters")
 AWS_MANAGED_CONTROL_PLANE = create_namespaced_resource(

@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent", "hooks.template_sandbox", "hooks.template_sandbox_worker")),
     ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
-                       "hooks.handover")),
+                       "hooks.handover", "hooks.teardown")),
     ("vocabulary", ("hooks",)),
 ]
 
@@ -32,7 +32,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported): why the import waits until a function runs.
 DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.aws.gc.resources", "hooks.aws.clients"): "?",
     ("hooks.cli_gc", "hooks.kube.client"): "?",
     ("hooks.serving", "hooks.metrics"): "the worker's own metrics: the master process must not create the "
                                         "multiprocess metric files",

@@ -26,8 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hooks.aws.gc import discovery
-from hooks.aws.gc.resources import CLASSIC_ELB, TG, chunked
+from hooks.aws.gc.resources import chunked
 from hooks.config import Settings
+from hooks.teardown.tasks import CLASSIC_ELB, TG
 
 _DESCRIBE_LIMIT = 20  # LoadBalancerNames per DescribeLoadBalancers call
 # Targets in these states are already leaving; a detach has nothing to do for them.

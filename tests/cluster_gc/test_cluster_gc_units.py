@@ -13,8 +13,9 @@ from hooks.aws.gc import resources as r
 from hooks.aws.gc import runner
 from hooks.cli import build_parser
 from hooks.config import load_settings
-from hooks.controllers import cluster_gc
 from hooks.plan import DEFERRED, HELD, Action
+from hooks.teardown import names, ownership, scope
+from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, ELBV2_LB, SG, TASK_ORDER, TG, VOL
 from worlds.cluster_gc import aws_cluster
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
@@ -29,23 +30,23 @@ from worlds.fake_kube import FakeKube
     ("", None), ("yes", None), ("no", None), (" true", None), ("tRuE", None), ("2", None), ("maybe", None),
 ])
 def test_opt_out_value_is_read_like_gos_parse_bool(value, expected):
-    assert cluster_gc.parse_go_bool(value) is expected
+    assert scope.parse_go_bool(value) is expected
 
 
 @pytest.mark.parametrize("value,tasks", [
-    (None, r.DEFAULT_TASKS),
-    ("", r.DEFAULT_TASKS),
+    (None, DEFAULT_TASKS),
+    ("", DEFAULT_TASKS),
     ("security-group,load-balancer", ("load-balancer", "security-group")),
     ("volume", ("volume",)),
     (" target-group , volume ,", ("target-group", "volume")),
 ])
 def test_tasks_annotation(value, tasks):
-    assert cluster_gc.parse_tasks(value) == (tasks, "")
+    assert scope.parse_tasks(value) == (tasks, "")
 
 
 def test_unknown_task_is_a_problem_naming_it():
-    tasks, problem = cluster_gc.parse_tasks("load-balancer,eni")
-    assert tasks == () and "eni" in problem and cluster_gc.TASKS_ANNOTATION in problem
+    tasks, problem = scope.parse_tasks("load-balancer,eni")
+    assert tasks == () and "eni" in problem and names.TASKS_ANNOTATION in problem
 
 
 @pytest.mark.parametrize("name,namespace,expected", [
@@ -56,28 +57,28 @@ def test_unknown_task_is_a_problem_naming_it():
     ("b" * 91, "default", "default_" + "b" * 91),  # 99 bytes: kept
 ])
 def test_default_eks_cluster_name_matches_capa(name, namespace, expected):
-    assert cluster_gc.eks_cluster_name(name, namespace) == expected
+    assert scope.eks_cluster_name(name, namespace) == expected
 
 
 def test_cluster_name_prefers_the_label_then_the_owning_cluster():
     parent = aws_cluster(cluster="from-label")
     parent["metadata"]["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
                                               "name": "from-owner", "uid": "u"}]
-    assert cluster_gc.cluster_name(parent) == ("from-label", "")
+    assert scope.cluster_name(parent) == ("from-label", "")
     del parent["metadata"]["labels"]
-    assert cluster_gc.cluster_name(parent) == ("from-owner", "")
+    assert scope.cluster_name(parent) == ("from-owner", "")
     # An owner that is not a Cluster API Cluster does not count.
     parent["metadata"]["ownerReferences"][0]["apiVersion"] = "example.com/v1"
-    assert cluster_gc.cluster_name(parent)[0] == ""
+    assert scope.cluster_name(parent)[0] == ""
 
 
 @pytest.mark.parametrize("arn,parsed", [
-    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/net/web/abc", (r.ELBV2_LB, "arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/net/web/abc")),
-    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/app/web/abc", (r.ELBV2_LB, "arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/app/web/abc")),
-    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/a1b2c3", (r.CLASSIC_ELB, "a1b2c3")),
-    ("arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/k8s-web/abc", (r.TG, "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/k8s-web/abc")),
-    ("arn:aws-cn:ec2:cn-north-1:1:security-group/sg-0abc", (r.SG, "sg-0abc")),
-    ("arn:aws:ec2:us-east-1:1:volume/vol-0abc", (r.VOL, "vol-0abc")),
+    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/net/web/abc", (ELBV2_LB, "arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/net/web/abc")),
+    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/app/web/abc", (ELBV2_LB, "arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/app/web/abc")),
+    ("arn:aws:elasticloadbalancing:us-east-1:1:loadbalancer/a1b2c3", (CLASSIC_ELB, "a1b2c3")),
+    ("arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/k8s-web/abc", (TG, "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/k8s-web/abc")),
+    ("arn:aws-cn:ec2:cn-north-1:1:security-group/sg-0abc", (SG, "sg-0abc")),
+    ("arn:aws:ec2:us-east-1:1:volume/vol-0abc", (VOL, "vol-0abc")),
     ("arn:aws:elasticloadbalancing:us-east-1:1:listener/net/web/abc/def", None),
     ("arn:aws:ec2:us-east-1:1:instance/i-0abc", None),
     ("not-an-arn", None),
@@ -88,23 +89,23 @@ def test_arns_are_classified(arn, parsed):
 
 def test_who_made_a_resource():
     ccm = {"kubernetes.io/cluster/c": "owned", "kubernetes.io/service-name": "ns/svc"}
-    assert r.made_by(r.ELBV2_LB, ccm, "c", False) == r.CLOUD_CONTROLLER
-    assert r.made_by(r.ELBV2_LB, ccm, "other", False) is None
-    assert r.made_by(r.TG, {"kubernetes.io/cluster/c": "shared", "kubernetes.io/service-name": "x"}, "c", False) is None
+    assert ownership.made_by(ELBV2_LB, ccm, "c", False) == ownership.CLOUD_CONTROLLER
+    assert ownership.made_by(ELBV2_LB, ccm, "other", False) is None
+    assert ownership.made_by(TG, {"kubernetes.io/cluster/c": "shared", "kubernetes.io/service-name": "x"}, "c", False) is None
     lbc = {"elbv2.k8s.aws/cluster": "c"}
-    assert r.made_by(r.TG, lbc, "c", False) is None
-    assert r.made_by(r.TG, lbc, "c", True) == r.LB_CONTROLLER
-    assert r.made_by(r.SG, {"kubernetes.io/cluster/c": "owned"}, "c", False) == r.CLOUD_CONTROLLER
-    assert r.made_by(r.SG, {"kubernetes.io/cluster/c": "owned", "aws:eks:cluster-name": "c"}, "c", True) is None
-    assert r.made_by(r.VOL, {"kubernetes.io/cluster/c": "owned"}, "c", False) is None
-    assert r.made_by(r.VOL, {"kubernetes.io/cluster/c": "owned", "CSIVolumeName": "pvc-1"}, "c", False)
+    assert ownership.made_by(TG, lbc, "c", False) is None
+    assert ownership.made_by(TG, lbc, "c", True) == ownership.LB_CONTROLLER
+    assert ownership.made_by(SG, {"kubernetes.io/cluster/c": "owned"}, "c", False) == ownership.CLOUD_CONTROLLER
+    assert ownership.made_by(SG, {"kubernetes.io/cluster/c": "owned", "aws:eks:cluster-name": "c"}, "c", True) is None
+    assert ownership.made_by(VOL, {"kubernetes.io/cluster/c": "owned"}, "c", False) is None
+    assert ownership.made_by(VOL, {"kubernetes.io/cluster/c": "owned", "CSIVolumeName": "pvc-1"}, "c", False)
 
 
 # ------------------------------------------------------------------- runner
 
 
-def _action(ident: str, stage: int, kind: str = r.TG) -> Action:
-    return Action("aws.delete", ident, {"kind": kind, "task": r.TASK_ORDER[stage], "stage": stage, "region": "r"})
+def _action(ident: str, stage: int, kind: str = TG) -> Action:
+    return Action("aws.delete", ident, {"kind": kind, "task": TASK_ORDER[stage], "stage": stage, "region": "r"})
 
 
 def _error(code: str) -> ClientError:
@@ -195,7 +196,7 @@ def test_cli_follows_the_capi_cluster_to_its_infrastructure(capsys):
     ])
     assert cli_gc.run(_args("disable", "--cluster-name", "prod", "-n", "ns"), kube=kube) == 0
     assert kube.patches == [("AWSCluster", "ns", "prod-x1",
-                             {"metadata": {"annotations": {cluster_gc.GC_ANNOTATION: "false"}}})]
+                             {"metadata": {"annotations": {names.GC_ANNOTATION: "false"}}})]
     assert "AWSCluster ns/prod-x1" in capsys.readouterr().out
 
 
@@ -211,15 +212,15 @@ def test_cli_eks_cluster_annotates_the_control_plane():
 
 
 def test_cli_without_cluster_api_uses_the_label_then_the_name():
-    kube = FakeKube([_obj("AWSCluster", "alpha-infra", labels={cluster_gc.CLUSTER_NAME_LABEL: "alpha"}),
+    kube = FakeKube([_obj("AWSCluster", "alpha-infra", labels={names.CLUSTER_NAME_LABEL: "alpha"}),
                      _obj("AWSManagedControlPlane", "beta")], without_crds=("Cluster",))
     assert cli_gc.run(_args("configure", "--cluster-name", "alpha", "-n", "ns",
                             "--gc-task", "security-group,load-balancer", "--gc-task", "volume"), kube=kube) == 0
     assert kube.patches[-1] == ("AWSCluster", "ns", "alpha-infra", {"metadata": {"annotations": {
-        cluster_gc.TASKS_ANNOTATION: "load-balancer,security-group,volume"}}})
+        names.TASKS_ANNOTATION: "load-balancer,security-group,volume"}}})
     assert cli_gc.run(_args("configure", "--cluster-name", "beta", "-n", "ns"), kube=kube) == 0
     assert kube.patches[-1] == ("AWSManagedControlPlane", "ns", "beta",
-                                {"metadata": {"annotations": {cluster_gc.TASKS_ANNOTATION: None}}})
+                                {"metadata": {"annotations": {names.TASKS_ANNOTATION: None}}})
 
 
 def test_cli_errors_are_plain(capsys):
@@ -259,7 +260,7 @@ def test_finalize_route_v1_body_with_aws_unreachable_answers_200_and_holds(clien
     assert reply.status_code == 200
     data = reply.get_json()
     assert data["finalized"] is False and data["status"] is None
-    assert data["annotations"][cluster_gc.LAST_ERROR].startswith("discovery failed:")
+    assert data["annotations"][names.LAST_ERROR].startswith("discovery failed:")
 
 
 def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
@@ -268,7 +269,7 @@ def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
     assert reply.status_code == 200
     data = reply.get_json()
     assert data["finalized"] is False
-    assert "does not exist on the API server" in data["annotations"][cluster_gc.LAST_ERROR]
+    assert "does not exist on the API server" in data["annotations"][names.LAST_ERROR]
 
 
 def test_finalize_route_rejects_a_malformed_request(client):

@@ -5,12 +5,12 @@ the cluster (``discovery``), and one cleanup function per AWS service deletes
 them (``elbv2``, ``classic_elb``, ``ec2``), run in a fixed task order by
 ``runner``: load balancers, then target groups, then security groups, then
 (only when asked) volumes. Adding a service means adding a kind in
-``resources`` and its deleter here.
+hooks.teardown.tasks and its deleter here.
 """
 from __future__ import annotations
 
 from hooks.aws.gc import classic_elb, ec2, elbv2
-from hooks.aws.gc.resources import CLASSIC_ELB, ELBV2_LB, SG, TG, VOL
+from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, SG, TG, VOL
 
 # kind -> (boto3 service, delete function taking (client, id) -> DELETED | GONE)
 DELETERS = {

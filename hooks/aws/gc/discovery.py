@@ -16,7 +16,7 @@ may be in. Two ways, one result:
 
 The result is JSON (the ``observed`` of cluster-gc's decide): each resource
 as ``{"kind", "id", "arn", "tags", "state"}``. Whether it is deleted is
-decided from the tags, purely, by the controller.
+decided from the tags, purely, in hooks.teardown.
 """
 from __future__ import annotations
 
@@ -26,22 +26,11 @@ from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
 from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
-from hooks.aws.gc.resources import (
-    CLASSIC_ELB,
-    ELBV2_LB,
-    LB_CONTROLLER_CLUSTER_TAG,
-    SG,
-    TASK_KINDS,
-    TASK_ORDER,
-    TG,
-    VOL,
-    KIND_TASK,
-    is_candidate,
-    made_by,
-    parse_arn,
-)
+from hooks.aws.gc.resources import parse_arn
 from hooks.ec2_names import OWNED, cluster_tag
 from hooks.plan import error_text
+from hooks.teardown.ownership import LB_CONTROLLER_CLUSTER_TAG, is_candidate, made_by
+from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, KIND_TASK, SG, TASK_KINDS, TASK_ORDER, TG, VOL
 
 TAGGING_API = "tagging-api"
 LISTING = "listing"

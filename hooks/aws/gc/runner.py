@@ -12,8 +12,8 @@ import time
 from typing import Callable
 
 from hooks.aws.clients import TRANSPORT
-from hooks.aws.gc.resources import TASK_ORDER
 from hooks.plan import DEFERRED, GATED, HELD, Action, Gate, Outcome
+from hooks.teardown.tasks import TASK_ORDER
 
 # What an outcome means (classify); DELETED/GONE when the delete succeeded, and the Gate's codes when not
 # tried: DEFERRED (out of time, or stopped after throttling), HELD (an earlier task of this call is unfinished).

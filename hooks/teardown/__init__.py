@@ -1,0 +1,19 @@
+"""cluster-gc's rules: what a deleted cluster's teardown collects, and what each finalize call answers.
+
+  names      the annotations, labels and finalizer CAPA, clusterctl and we use
+  tasks      GC tasks (CAPA's names, plus ``volume``), their order, and the
+             resource kinds of each
+  ownership  which resource a controller of the workload cluster made, from
+             its tags: only that is collected
+  scope      whether this call collects at all (switch, opt-out, move, tasks),
+             and the cluster's name and region
+  targets    what of discovery's answer is deleted, in task order, within the
+             work budget
+  progress   the answer while the cluster is held: what remains, the last
+             error, and the backoff while nothing moves
+  decision   one finalize call's plan, from the request and what discovery found
+
+hooks/controllers/cluster_gc.py wires them to the API server and to AWS
+(hooks/aws/gc/: discovery, the delete calls and their runner); everything here
+is pure.
+"""
