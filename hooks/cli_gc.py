@@ -21,9 +21,9 @@ import sys
 import httpx2 as httpx
 from lightkube.generic_resource import create_namespaced_resource
 
-from hooks.kube.client import KubeUnavailable, is_not_found
+from hooks.kube.client import Kube, KubeUnavailable, is_not_found
 from hooks.plan import error_text
-from hooks.teardown.names import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
+from hooks.teardown_names import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
 from hooks.teardown.tasks import TASK_ORDER
 
 AWS_CLUSTER = create_namespaced_resource("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSCluster", "awsclusters")
@@ -126,8 +126,6 @@ def parse_gc_tasks(values: list[str] | None) -> str | None:
 def _kube(args):
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
-    from hooks.kube.client import Kube
-
     return Kube(timeout=10.0)
 
 

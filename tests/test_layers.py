@@ -32,7 +32,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # (importer, imported): why the import waits until a function runs.
 DEFERRED_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
-    ("hooks.cli_gc", "hooks.kube.client"): "?",
     ("hooks.serving", "hooks.metrics"): "the worker's own metrics: the master process must not create the "
                                         "multiprocess metric files",
 }

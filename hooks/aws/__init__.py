@@ -1,1 +1,1 @@
-"""Idempotent AWS actuators and look-ups (boto3)."""
+"""AWS through boto3: idempotent calls and look-ups; the rules that choose them live in the rule packages."""

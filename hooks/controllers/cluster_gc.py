@@ -46,7 +46,7 @@ from hooks.contract import HookRequest, decorator_response
 from hooks.kube import fresh
 from hooks.plan import Outcome, Plan, error_text, unverified_text
 from hooks.teardown import decision
-from hooks.teardown.names import PARENT_KINDS, finalizer
+from hooks.teardown_names import PARENT_KINDS, finalizer
 from hooks.teardown.progress import progress_response, stall
 from hooks.teardown.scope import COLLECT, awaits_verification, scope_of
 

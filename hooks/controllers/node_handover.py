@@ -86,10 +86,7 @@ def hand_over(request: HookRequest, ctx: runtime.Context, controller: str) -> tu
     as a finalize, and ``release_old`` takes the old finalizer off once the
     answer lets the Node go.
     """
-    try:
-        answer = pipeline.run(HandOver(controller), request, ctx)
-    except Exception as exc:  # noqa: BLE001 - the next call tries again
-        answer = {"error": error_text(exc)}
+    answer = _answer(HandOver(controller), request, ctx)
     if answer.get("error"):
         log.warning("node not handed over yet", extra={"node": request.name, "reason": answer["error"]})
         return request, False
@@ -107,9 +104,14 @@ def hand_over(request: HookRequest, ctx: runtime.Context, controller: str) -> tu
 
 def release_old(request: HookRequest, ctx: runtime.Context, controller: str) -> None:
     """The old finalizers off a Node being deleted whose finalize answer let it go (see ``hand_over``)."""
-    try:
-        answer = pipeline.run(Release(controller), request, ctx)
-    except Exception as exc:  # noqa: BLE001 - the next call tries again
-        answer = {"error": error_text(exc)}
+    answer = _answer(Release(controller), request, ctx)
     if answer.get("error"):
         log.warning("old finalizer not released yet", extra={"node": request.name, "reason": answer["error"]})
+
+
+def _answer(steps, request: HookRequest, ctx: runtime.Context) -> dict:
+    """The pipeline's answer, or the error that stopped it: the next call tries again."""
+    try:
+        return pipeline.run(steps, request, ctx)
+    except Exception as exc:  # noqa: BLE001 - the next call tries again
+        return {"error": error_text(exc)}

@@ -11,5 +11,8 @@
   step         what the phases share: clocks, failure, writes before calls, batched calls
   attachment   the desired Attachment of a detaching node
   pod_trigger  a managed DaemonSet's terminating pod as a detach trigger
-  names, triggers, targets   the annotations and labels, what starts a detach, memberships
+  triggers     what starts a detach
+  targets      a node's load-balancer memberships and how they are written down
+
+The annotations, labels and kinds are vocabulary: hooks/detacher_names.py.
 """

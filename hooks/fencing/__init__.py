@@ -1,2 +1,13 @@
-"""Fencing's pure pieces: names, policies, the node timeline, the storm guard,
-fast-failover pod selection and the FencingRequest state machine."""
+"""Fencing's rules (pure).
+
+  node, node_phases/    the Node Fencing KEP's timeline on one node (node-fencing)
+  request_rules,
+  request_phases/       the FencingRequest state machine (fencing-request)
+  policy, selectors     NodeFencingPolicies: parsing, and which nodes a policy governs
+  health                which NodeConditions make a node unhealthy, and since when
+  storm, records        the storm guard's counts, and the UnhealthyNode records they count
+  failover              the pods fast failover force-deletes
+  control_plane         whether a node is control plane
+
+The names the KEP and we use are vocabulary: hooks/fencing_names.py.
+"""

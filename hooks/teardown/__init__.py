@@ -1,6 +1,5 @@
 """cluster-gc's rules: what a deleted cluster's teardown collects, and what each finalize call answers.
 
-  names      the annotations, labels and finalizer CAPA, clusterctl and we use
   tasks      GC tasks (CAPA's names, plus ``volume``), their order, and the
              resource kinds of each
   ownership  which resource a controller of the workload cluster made, from
@@ -13,7 +12,8 @@
              error, and the backoff while nothing moves
   decision   one finalize call's plan, from the request and what discovery found
 
-hooks/controllers/cluster_gc.py wires them to the API server and to AWS
-(hooks/aws/gc/: discovery, the delete calls and their runner); everything here
-is pure.
+The annotations, labels and finalizer CAPA, clusterctl and we use are
+vocabulary: hooks/teardown_names.py. hooks/controllers/cluster_gc.py wires
+these rules to the API server and to AWS (hooks/aws/gc/: discovery, the
+delete calls and their runner); everything here is pure.
 """

@@ -1,6 +1,6 @@
 """The answer while the cluster is held: what remains, the last error, and the backoff while nothing moves.
 
-Progress lives in annotations on the parent (hooks.teardown.names); a
+Progress lives in annotations on the parent (hooks.teardown_names); a
 problem is said as a Warning Event only when it differs from the one
 recorded, so a stall repeats no Event.
 """
@@ -12,7 +12,7 @@ from hooks import events, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.plan import Outcome, Plan
-from hooks.teardown.names import LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE
+from hooks.teardown_names import LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE
 from hooks.teardown.scope import Scope
 from hooks.teardown.targets import Target, summarize
 

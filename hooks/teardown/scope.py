@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hooks import fields
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError
-from hooks.teardown.names import (
+from hooks.teardown_names import (
     CLUSTER_NAME_LABEL,
     DELETE_FOR_MOVE,
     GC_ANNOTATION,

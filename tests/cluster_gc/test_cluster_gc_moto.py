@@ -13,12 +13,12 @@ import datetime as dt
 import pytest
 
 from hooks.controllers import cluster_gc
-from hooks.teardown import names
+from hooks import teardown_names
 from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.moto
 
-REMAINING, LAST_ERROR, STALLED_SINCE = names.REMAINING, names.LAST_ERROR, names.STALLED_SINCE
+REMAINING, LAST_ERROR, STALLED_SINCE = teardown_names.REMAINING, teardown_names.LAST_ERROR, teardown_names.STALLED_SINCE
 START = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 
 
@@ -124,7 +124,7 @@ def test_volume_task_deletes_only_available_volumes_and_waits_for_the_rest(aws, 
     ec2.attach_volume(VolumeId=in_use, InstanceId=instance, Device="/dev/sdf")
 
     ctx, kube = gc_ctx()
-    parent = w.aws_cluster(annotations={names.TASKS_ANNOTATION: "security-group,volume"})
+    parent = w.aws_cluster(annotations={teardown_names.TASKS_ANNOTATION: "security-group,volume"})
     run = w.finalize_until_done(ctx, parent, max_calls=4, advance=ctx.clock.advance)
     assert not run.finalized
     assert w.existing(aws, made) == w.Made(volumes=[in_use])
@@ -325,7 +325,7 @@ def test_opted_out_cluster_is_finalized_at_once_and_keeps_everything(aws, net, g
     made = alpha_everything(aws, net)
     ctx, kube = gc_ctx()
     calls = w.Calls().attach(ctx.aws)
-    response = w.finalize_once(ctx, w.aws_cluster(annotations={names.GC_ANNOTATION: "false"}))
+    response = w.finalize_once(ctx, w.aws_cluster(annotations={teardown_names.GC_ANNOTATION: "false"}))
     assert response["finalized"] is True
     assert calls.total == 0 and w.existing(aws, made) == made
     assert kube.reasons() == ["ExternalResourceGCSkipped"]
@@ -449,7 +449,7 @@ def test_a_cluster_being_moved_by_clusterctl_keeps_everything(aws, net, gc_ctx):
     made = alpha_everything(aws, net)
     ctx, kube = gc_ctx()
     calls = w.Calls().attach(ctx.aws)
-    moving = w.aws_cluster(annotations={names.DELETE_FOR_MOVE: ""})
+    moving = w.aws_cluster(annotations={teardown_names.DELETE_FOR_MOVE: ""})
     response = w.finalize_once(ctx, moving)
     assert response["finalized"] is True
     assert calls.total == 0 and w.existing(aws, made) == made
@@ -474,10 +474,10 @@ def test_an_empty_tagging_answer_is_not_finalized_while_the_listing_finds_resour
 
 
 @pytest.mark.parametrize("annotations", [
-    {names.DELETE_FOR_MOVE: ""},
-    {names.GC_ANNOTATION: "false"},
-    {names.GC_ANNOTATION: "maybe"},
-    {names.TASKS_ANNOTATION: "nat-gateway"},
+    {teardown_names.DELETE_FOR_MOVE: ""},
+    {teardown_names.GC_ANNOTATION: "false"},
+    {teardown_names.GC_ANNOTATION: "maybe"},
+    {teardown_names.TASKS_ANNOTATION: "nat-gateway"},
 ])
 def test_a_forged_body_gets_no_event_and_no_finalized_whatever_it_claims(aws, net, gc_ctx, annotations):
     """A body that skips or blocks (a move, an opt-out, a bad value) is still checked with the API server first."""
@@ -496,7 +496,7 @@ def test_a_move_is_read_from_the_api_server_not_from_a_stale_body(aws, net, gc_c
     """clusterctl annotated the object, then deleted it; the body Metacontroller sent predates the annotation."""
     made = alpha_everything(aws, net)
     ctx, kube = gc_ctx()
-    kube.add_object(w.aws_cluster(annotations={names.DELETE_FOR_MOVE: ""}))
+    kube.add_object(w.aws_cluster(annotations={teardown_names.DELETE_FOR_MOVE: ""}))
     response = cluster_gc.finalize(w.parse_finalize(w.aws_cluster()), ctx=ctx)
     assert response["finalized"] is True
     assert w.existing(aws, made) == made

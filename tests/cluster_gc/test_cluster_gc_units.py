@@ -13,8 +13,9 @@ from hooks.aws.gc import resources as r
 from hooks.aws.gc import runner
 from hooks.cli import build_parser
 from hooks.config import load_settings
-from hooks.plan import DEFERRED, HELD, Action
-from hooks.teardown import names, ownership, scope
+from hooks.plan import Action, DEFERRED, HELD
+from hooks.teardown import ownership, scope
+from hooks import teardown_names
 from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, ELBV2_LB, SG, TASK_ORDER, TG, VOL
 from worlds.cluster_gc import aws_cluster
 from worlds.envelope import hook_request
@@ -46,7 +47,7 @@ def test_tasks_annotation(value, tasks):
 
 def test_unknown_task_is_a_problem_naming_it():
     tasks, problem = scope.parse_tasks("load-balancer,eni")
-    assert tasks == () and "eni" in problem and names.TASKS_ANNOTATION in problem
+    assert tasks == () and "eni" in problem and teardown_names.TASKS_ANNOTATION in problem
 
 
 @pytest.mark.parametrize("name,namespace,expected", [
@@ -196,7 +197,7 @@ def test_cli_follows_the_capi_cluster_to_its_infrastructure(capsys):
     ])
     assert cli_gc.run(_args("disable", "--cluster-name", "prod", "-n", "ns"), kube=kube) == 0
     assert kube.patches == [("AWSCluster", "ns", "prod-x1",
-                             {"metadata": {"annotations": {names.GC_ANNOTATION: "false"}}})]
+                             {"metadata": {"annotations": {teardown_names.GC_ANNOTATION: "false"}}})]
     assert "AWSCluster ns/prod-x1" in capsys.readouterr().out
 
 
@@ -212,15 +213,15 @@ def test_cli_eks_cluster_annotates_the_control_plane():
 
 
 def test_cli_without_cluster_api_uses_the_label_then_the_name():
-    kube = FakeKube([_obj("AWSCluster", "alpha-infra", labels={names.CLUSTER_NAME_LABEL: "alpha"}),
+    kube = FakeKube([_obj("AWSCluster", "alpha-infra", labels={teardown_names.CLUSTER_NAME_LABEL: "alpha"}),
                      _obj("AWSManagedControlPlane", "beta")], without_crds=("Cluster",))
     assert cli_gc.run(_args("configure", "--cluster-name", "alpha", "-n", "ns",
                             "--gc-task", "security-group,load-balancer", "--gc-task", "volume"), kube=kube) == 0
     assert kube.patches[-1] == ("AWSCluster", "ns", "alpha-infra", {"metadata": {"annotations": {
-        names.TASKS_ANNOTATION: "load-balancer,security-group,volume"}}})
+        teardown_names.TASKS_ANNOTATION: "load-balancer,security-group,volume"}}})
     assert cli_gc.run(_args("configure", "--cluster-name", "beta", "-n", "ns"), kube=kube) == 0
     assert kube.patches[-1] == ("AWSManagedControlPlane", "ns", "beta",
-                                {"metadata": {"annotations": {names.TASKS_ANNOTATION: None}}})
+                                {"metadata": {"annotations": {teardown_names.TASKS_ANNOTATION: None}}})
 
 
 def test_cli_errors_are_plain(capsys):
@@ -260,7 +261,7 @@ def test_finalize_route_v1_body_with_aws_unreachable_answers_200_and_holds(clien
     assert reply.status_code == 200
     data = reply.get_json()
     assert data["finalized"] is False and data["status"] is None
-    assert data["annotations"][names.LAST_ERROR].startswith("discovery failed:")
+    assert data["annotations"][teardown_names.LAST_ERROR].startswith("discovery failed:")
 
 
 def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
@@ -269,7 +270,7 @@ def test_finalize_route_refuses_a_cluster_the_api_server_does_not_have(client):
     assert reply.status_code == 200
     data = reply.get_json()
     assert data["finalized"] is False
-    assert "does not exist on the API server" in data["annotations"][names.LAST_ERROR]
+    assert "does not exist on the API server" in data["annotations"][teardown_names.LAST_ERROR]
 
 
 def test_finalize_route_rejects_a_malformed_request(client):

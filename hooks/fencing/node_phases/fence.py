@@ -1,12 +1,6 @@
 """Unhealthy under a policy: triaged, then required, then complete; pods chosen for fast failover go.
 
-  triaged    an unhealthy condition of the policy: FencingTriaged=True and the
-             node.kubernetes.io/fencingtriaged PreferNoSchedule taint
-  required   it lasted the policy's duration, the node is not control plane
-             (unless allowed) and the storm guard allows: FencingRequired=True,
-             the node.kubernetes.io/fencingrequired NoSchedule taint, and a
-             FencingRequest; pods chosen for fast failover are force-deleted
-  complete   the FencingRequest confirmed the power-off: FencingComplete=True
+What each of the three steps writes is listed in hooks/fencing/node.py.
 """
 from __future__ import annotations
 
