@@ -19,7 +19,7 @@ from hooks import events, fencing_names, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.fencing import records
-from hooks.fencing.node import decide
+from hooks.fencing.node import decide  # the pipeline's decide step for this controller
 from hooks.fencing.node_phases.situation import assess, governing_policy, needs_pods
 from hooks.kube import fresh, node_timeline
 from hooks.plan import Outcome, Plan, backoff, failure_text, unverified_text

@@ -4,6 +4,7 @@
   request_rules,
   request_phases/       the FencingRequest state machine (fencing-request)
   policy, selectors     NodeFencingPolicies: parsing, and which nodes a policy governs
+  policy_count          a policy's count, its storm guard, and the admitted Nodes told (node-fencing-policy)
   health                which NodeConditions make a node unhealthy, and since when
   storm, records        the storm guard's counts, and the UnhealthyNode records they count
   failover              the pods fast failover force-deletes

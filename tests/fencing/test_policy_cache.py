@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-
-from hooks.contract import ObjectGroups, parse_request
 import datetime as dt
 import json
 import pathlib
 
 from hooks import fencing_names
+from hooks.contract import ObjectGroups, parse_request
 from hooks.controllers import node, node_fencing_policy
+from hooks.fencing import policy_count
 from hooks.kube import policy_cache
 from hooks.plan import DEFERRED, Outcome, TimeAllowance
 from tests.controllers.test_node_controller import _api, _case, _request
@@ -166,11 +166,11 @@ def test_announcements_put_off_by_the_calls_budget_are_made_on_the_next_call(mak
     monkeypatch.setitem(actuators.ACTUATORS, "kube.annotate-node", slow)
     ctx = make_ctx(now=NOW, kube=FakeKube())
     plan = node_fencing_policy.decide(crowded, ctx.settings, NOW, {})
-    assert isinstance(plan.gate, TimeAllowance) and plan.gate.seconds == node_fencing_policy.ANNOUNCE_BUDGET_SECONDS
+    assert isinstance(plan.gate, TimeAllowance) and plan.gate.seconds == policy_count.ANNOUNCE_BUDGET_SECONDS
     gate = TimeAllowance(plan.gate.seconds, clock=lambda: clock[0])  # the test's clock: 0.3 s an action
     outcomes = actuators.act(node_fencing_policy.NAME, plan.actions, ctx, gate, 0.0)
     told_now = {t for k, t in ran if k == "kube.annotate-node"}
-    assert 0 < len(told_now) < 40 and len(ran) <= 2 * node_fencing_policy.ANNOUNCE_BUDGET_SECONDS / 0.3 + 1
+    assert 0 < len(told_now) < 40 and len(ran) <= 2 * policy_count.ANNOUNCE_BUDGET_SECONDS / 0.3 + 1
     settled = node_fencing_policy.settle(crowded, plan, outcomes, ctx.settings, NOW)
     assert set(settled.response["status"]["announcedNodeNames"]) == told_now
     assert settled.response["resyncAfterSeconds"] <= 1.0
