@@ -94,7 +94,6 @@ TAINTS_FLAG = "--register-with-taints"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 MAX_PODS = "110"
 EPHEMERAL_STORAGE = "20Gi"
-RUNNING = "running"
 
 _log = logging.getLogger("devcluster.kubelet")
 # Its lines go to its own file, as every component's output does, not to the launcher's terminal.
@@ -381,14 +380,14 @@ class KubeletStandin:
         for instance_id, name in list(self.nodes.items()):
             instance = instances.get(instance_id)
             state = instance["State"]["Name"] if instance else "gone"
-            if state != RUNNING:
+            if state != ec2_names.RUNNING:
                 self._die(instance_id, f"instance {instance_id} is {state}")
         if self.nodes:
             self._forget_deleted_nodes()
         for instance_id, instance in instances.items():
             if instance_id in self.nodes or instance_id in self.dead or instance_id in self.skipped:
                 continue
-            if instance["State"]["Name"] != RUNNING:
+            if instance["State"]["Name"] != ec2_names.RUNNING:
                 self._booting.pop(instance_id, None)  # it stopped before it booted
                 continue
             first_seen = self._booting.setdefault(instance_id, self.clock())
