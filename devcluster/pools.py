@@ -9,8 +9,10 @@ POOLS = "/apis/nodewarden.io/v1alpha1/nodepools"
 MACHINES = "/apis/nodewarden.io/v1alpha1/machines"
 
 
-def pool_subnet(cloud: fleet.Aws) -> str:
-    return next(s["SubnetId"] for s in cloud.ec2.describe_subnets()["Subnets"] if s["AvailabilityZone"] == fleet.ZONE)
+def pool_subnet(cloud: fleet.Aws, zone: str = fleet.ZONE) -> str:
+    """The default subnet of ``zone``: moto's default VPC has one in each of the region's zones."""
+    return next(s["SubnetId"] for s in cloud.ec2.describe_subnets(
+        Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"] if s["AvailabilityZone"] == zone)
 
 
 def pool_manifest(name: str, subnet: str, replicas: int, **spec) -> dict:
@@ -20,6 +22,24 @@ def pool_manifest(name: str, subnet: str, replicas: int, **spec) -> dict:
             "spec": {"replicas": replicas, "registrationTTL": spec.pop("registrationTTL", "5m"),
                      "drainTimeout": spec.pop("drainTimeout", "60s"),
                      "template": {"metadata": {"labels": {"e2e-pool": name}}, "spec": template_spec}}}
+
+
+def provisioning_pool_manifest(name: str, subnets: list[str], *, requirements: list[dict],
+                               limits: dict | None = None, disruption: dict | None = None, **spec) -> dict:
+    """A NodePool without replicas: it launches Machines for the pending pods that select it
+    (its label ``e2e-pool: <name>``) and fit its requirements."""
+    pool = pool_manifest(name, subnets[0], 0, **spec)
+    del pool["spec"]["replicas"]
+    template = pool["spec"]["template"]["spec"]
+    template["subnets"] = list(subnets)
+    if "instanceTypes" not in spec.get("template_spec", {}):
+        del template["instanceTypes"]
+    pool["spec"]["requirements"] = requirements
+    if limits is not None:
+        pool["spec"]["limits"] = limits
+    if disruption is not None:
+        pool["spec"]["disruption"] = disruption
+    return pool
 
 
 def pool_machines(api, pool: str) -> list[dict]:
