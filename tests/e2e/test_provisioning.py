@@ -184,11 +184,6 @@ def provisioning_status(api, pool: str) -> dict:
     return ((api.get(f"{POOLS}/{pool}").get("status") or {}).get("provisioning")) or {}
 
 
-def settled_machines(api, pool: str, count: int) -> list[dict]:
-    """The pool's live Machines once there are ``count`` of them, all Initialized."""
-    return initialized_machines(api, pool, count)
-
-
 def _node_of(api, pod: dict) -> dict:
     return api.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
 
@@ -321,7 +316,7 @@ def test_scaled_to_zero_the_empty_machines_go_one_at_a_time(api, cloud, cluster,
     expected = machines_for(count, per_node)
     app = stage.deployment(pool, count)
     workloads.wait_running(api, stage.namespace, app, count, timeout=SETTLE)
-    machines = settled_machines(api, pool, expected)
+    machines = initialized_machines(api, pool, expected)
     consolidated = _metric(cluster, "nodewarden_consolidations_total", pool=pool, reason="Empty")
 
     workloads.scale(api, stage.namespace, app, 0)
@@ -332,7 +327,7 @@ def test_scaled_to_zero_the_empty_machines_go_one_at_a_time(api, cloud, cluster,
         most[0] = max(most[0], sum(1 for m in listed if m["metadata"].get("deletionTimestamp")))
         return not listed
     wait_for(gone, "every empty Machine deleted", timeout=SETTLE, interval=0.2)
-    assert most[0] == 1, f"{most[0]} Machines were deleted at once; the budget allows 1"
+    assert most[0] <= 1, f"{most[0]} Machines were being deleted at once; the budget allows 1"
     states = {tags["state"] for tags in pool_instances(cloud, pool).values()}
     assert states == {"terminated"}, states
     assert _metric(cluster, "nodewarden_consolidations_total", pool=pool, reason="Empty") - consolidated == len(machines)
