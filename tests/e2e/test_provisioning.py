@@ -197,12 +197,9 @@ def test_pods_run_on_a_static_pools_nodes_and_the_rest_wait_unschedulable(api, c
     machines = initialized_machines(api, pool, 2)
     expected = allocatable(cloud, STATIC_TYPE)
     nodes = [api.get(f"/api/v1/nodes/{m['status']['nodeName']}") for m in machines]
-    for node in nodes:
-        offered = _quantities(node["status"]["allocatable"])
-        held = _quantities(node["status"]["capacity"])
-        assert all(offered[k] <= held[k] for k in ("cpu", "memory", "pods")), node["status"]
-        assert offered["cpu"] >= expected["cpu"] and offered["memory"] >= expected["memory"], (offered, expected)
-    per_node = int(min(_quantities(n["status"]["allocatable"])["cpu"] for n in nodes) // parse_quantity(POD["cpu"]))
+    for node in nodes:  # the figures the hooks plan a Machine with, so pods planned onto it fit its Node
+        assert _quantities(node["status"]["allocatable"]) == expected, (node["status"]["allocatable"], expected)
+    per_node = pods_per_node(cloud, api, pool, STATIC_TYPE, overhead=False)
     assert per_node >= 1
 
     app = stage.deployment(pool, 2 * per_node + 1)
