@@ -26,7 +26,7 @@ from devcluster import fleet, workloads
 from devcluster.api import wait_for
 from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_machines,
                               pool_manifest, pool_subnet, provisioning_pool_manifest)
-from hooks import machine_names
+from hooks import events, machine_names, provisioning_names
 from hooks.aws.instances import type_facts
 from hooks.machines import capacity
 from tests.e2e.conftest import unique
@@ -41,8 +41,8 @@ needs_provisioning = pytest.mark.xfail(not PROVISIONING, run=False, strict=True,
 
 INSTANCE_TYPE = "c5.2xlarge"  # 8 vCPUs: 7900m allocatable, 16 GiB
 STATIC_TYPE = "m5.xlarge"
-TYPE_KEY = "node.kubernetes.io/instance-type"
-ZONE_KEY = "topology.kubernetes.io/zone"
+TYPE_KEY = provisioning_names.INSTANCE_TYPE_LABEL
+ZONE_KEY = provisioning_names.ZONE_LABEL
 ZONES = ("us-east-1a", "us-east-1b")
 POD = {"cpu": "1", "memory": "256Mi"}
 # Deadlines, not measurements: a Machine's life on two shared cores takes seconds to tens of seconds.
@@ -244,8 +244,9 @@ def test_forty_pods_get_just_enough_machines_and_all_run(api, cloud, stage):
     for name in nodes:
         labels = api.get(f"/api/v1/nodes/{name}")["metadata"]["labels"]
         assert labels[TYPE_KEY] == INSTANCE_TYPE and labels[ZONE_KEY] == ZONES[0]
-        assert labels["nodewarden.io/capacity-type"] == "on-demand"
-        assert (labels["nodewarden.io/instance-family"], labels["nodewarden.io/instance-size"]) == ("c5", "2xlarge")
+        assert labels[provisioning_names.CAPACITY_TYPE_LABEL] == "on-demand"
+        assert (labels[provisioning_names.INSTANCE_FAMILY_LABEL], labels[provisioning_names.INSTANCE_SIZE_LABEL]) == ("c5", "2xlarge")
+        assert (labels[provisioning_names.INSTANCE_CPU_LABEL], labels[provisioning_names.INSTANCE_MEMORY_LABEL]) == ("8", "16384")
         assert labels[machine_names.POOL_LABEL] == pool
     wait_for(lambda: (provisioning_status(api, pool).get("resources") or {}).get("machines") == expected,
              f"the pool's status counting {expected} Machines", timeout=60, interval=0.5)
@@ -266,7 +267,7 @@ def test_a_second_deployment_uses_the_room_left_on_machines_in_flight(api, cloud
         two = stage.deployment(pool, second, "second")
 
         def nominated():
-            named = {e["involvedObject"]["name"] for e in pod_events(api, stage.namespace, "Nominated")}
+            named = {e["involvedObject"]["name"] for e in pod_events(api, stage.namespace, events.NOMINATED)}
             pods = workloads.deployment_pods(api, stage.namespace, one) + workloads.deployment_pods(api, stage.namespace, two)
             return len(pods) == first + second and all(p["metadata"]["name"] in named for p in pods)
         wait_for(nominated, "every pod Nominated to a Machine", timeout=120, interval=0.5)
@@ -291,7 +292,7 @@ def test_a_pod_no_pool_can_run_gets_an_event_and_no_machine(api, cloud, stage):
         "spec": {"nodeSelector": {"e2e-pool": pool, TYPE_KEY: "m5.large"}, "terminationGracePeriodSeconds": 0,
                  "containers": [{"name": "app", "image": workloads.IMAGE,
                                  "resources": {"requests": POD, "limits": POD}}]}})
-    failed = wait_for(lambda: [e for e in pod_events(api, stage.namespace, "FailedProvisioning")
+    failed = wait_for(lambda: [e for e in pod_events(api, stage.namespace, events.FAILED_PROVISIONING)
                                if e["involvedObject"]["name"] == pod],
                       "a FailedProvisioning Event on the pod", timeout=120, interval=0.5)
     assert pool in failed[0]["message"], failed[0]["message"]
@@ -314,7 +315,7 @@ def test_scaled_to_zero_the_empty_machines_go_one_at_a_time(api, cloud, cluster,
     app = stage.deployment(pool, count)
     workloads.wait_running(api, stage.namespace, app, count, timeout=SETTLE)
     machines = initialized_machines(api, pool, expected)
-    consolidated = _metric(cluster, "nodewarden_consolidations_total", pool=pool, reason="Empty")
+    consolidated = _metric(cluster, "nodewarden_consolidations_total", nodepool=pool, reason="Empty")
 
     workloads.scale(api, stage.namespace, app, 0)
     most = [0]
@@ -327,7 +328,7 @@ def test_scaled_to_zero_the_empty_machines_go_one_at_a_time(api, cloud, cluster,
     assert most[0] <= 1, f"{most[0]} Machines were being deleted at once; the budget allows 1"
     states = {tags["state"] for tags in pool_instances(cloud, pool).values()}
     assert states == {"terminated"}, states
-    assert _metric(cluster, "nodewarden_consolidations_total", pool=pool, reason="Empty") - consolidated == len(machines)
+    assert _metric(cluster, "nodewarden_consolidations_total", nodepool=pool, reason="Empty") - consolidated == len(machines)
 
 
 @needs_provisioning
