@@ -54,12 +54,22 @@ def live_machines(machines: list[dict]) -> list[dict]:
     return [m for m in machines if not m["metadata"].get("deletionTimestamp")]
 
 
-def pool_instances(cloud: fleet.Aws, pool: str) -> dict[str, str]:
+def pool_instance_tags(cloud: fleet.Aws, pool: str) -> dict[str, dict[str, str]]:
+    """Every instance launched for the pool, terminated ones too: instance id -> its tags and its ``state``."""
     found = {}
-    for r in cloud.ec2.describe_instances(Filters=[{"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool]}])["Reservations"]:
-        for i in r["Instances"]:
-            found[i["InstanceId"]] = i["State"]["Name"]
+    pages = cloud.ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+                found[instance["InstanceId"]] = {**tags, "state": instance["State"]["Name"]}
     return found
+
+
+def pool_instances(cloud: fleet.Aws, pool: str) -> dict[str, str]:
+    """Instance id -> state, of every instance launched for the pool."""
+    return {instance: tags["state"] for instance, tags in pool_instance_tags(cloud, pool).items()}
 
 
 def initialized_machines(api, pool: str, count: int) -> list[dict]:

@@ -22,10 +22,10 @@ from decimal import Decimal
 import pytest
 from lightkube.utils.quantity import parse_quantity
 
-from devcluster import fleet, workloads
+from devcluster import workloads
 from devcluster.api import wait_for
-from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_machines,
-                              pool_manifest, pool_subnet, provisioning_pool_manifest)
+from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instance_tags,
+                              pool_machines, pool_manifest, pool_subnet, provisioning_pool_manifest)
 from hooks import events, machine_names, provisioning_names
 from hooks.aws.instances import type_facts
 from hooks.machines import capacity
@@ -45,6 +45,9 @@ TYPE_KEY = provisioning_names.INSTANCE_TYPE_LABEL
 ZONE_KEY = provisioning_names.ZONE_LABEL
 ZONES = ("us-east-1a", "us-east-1b")
 POD = {"cpu": "1", "memory": "256Mi"}
+WELL_KNOWN_OF_TYPE = (provisioning_names.CAPACITY_TYPE_LABEL, provisioning_names.INSTANCE_FAMILY_LABEL,
+                      provisioning_names.INSTANCE_SIZE_LABEL, provisioning_names.INSTANCE_CPU_LABEL,
+                      provisioning_names.INSTANCE_MEMORY_LABEL)
 # Deadlines, not measurements: a Machine's life on two shared cores takes seconds to tens of seconds.
 SETTLE = 300
 EVENTS = "/api/v1/namespaces/{}/events"
@@ -155,22 +158,9 @@ def machines_for(pods: int, per_node: int) -> int:
 
 # -- what the pool did -------------------------------------------------------------------
 
-def pool_instances(cloud, pool: str) -> dict[str, dict[str, str]]:
-    """Every instance ever launched for the pool, terminated ones too: instance id -> tags."""
-    found = {}
-    pages = cloud.ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool]}])
-    for page in pages:
-        for reservation in page["Reservations"]:
-            for instance in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
-                found[instance["InstanceId"]] = {**tags, "state": instance["State"]["Name"]}
-    return found
-
-
 def assert_one_instance_each(cloud, pool: str, machines: list[dict]) -> None:
     """The pool launched exactly one instance per Machine, and nothing else."""
-    instances = pool_instances(cloud, pool)
+    instances = pool_instance_tags(cloud, pool)
     assert sorted(m["status"]["instanceID"] for m in machines) == sorted(instances), instances
     by_uid = Counter(tags[machine_names.TAG_MACHINE_UID] for tags in instances.values())
     assert by_uid == Counter(m["metadata"]["uid"] for m in machines), by_uid
@@ -244,9 +234,12 @@ def test_forty_pods_get_just_enough_machines_and_all_run(api, cloud, stage):
     for name in nodes:
         labels = api.get(f"/api/v1/nodes/{name}")["metadata"]["labels"]
         assert labels[TYPE_KEY] == INSTANCE_TYPE and labels[ZONE_KEY] == ZONES[0]
-        assert labels[provisioning_names.CAPACITY_TYPE_LABEL] == "on-demand"
-        assert (labels[provisioning_names.INSTANCE_FAMILY_LABEL], labels[provisioning_names.INSTANCE_SIZE_LABEL]) == ("c5", "2xlarge")
-        assert (labels[provisioning_names.INSTANCE_CPU_LABEL], labels[provisioning_names.INSTANCE_MEMORY_LABEL]) == ("8", "16384")
+        described = {key: labels.get(key) for key in WELL_KNOWN_OF_TYPE}
+        assert described == {provisioning_names.CAPACITY_TYPE_LABEL: "on-demand",
+                             provisioning_names.INSTANCE_FAMILY_LABEL: "c5",
+                             provisioning_names.INSTANCE_SIZE_LABEL: "2xlarge",
+                             provisioning_names.INSTANCE_CPU_LABEL: "8",
+                             provisioning_names.INSTANCE_MEMORY_LABEL: "16384"}, labels
         assert labels[machine_names.POOL_LABEL] == pool
     wait_for(lambda: (provisioning_status(api, pool).get("resources") or {}).get("machines") == expected,
              f"the pool's status counting {expected} Machines", timeout=60, interval=0.5)
@@ -268,7 +261,7 @@ def test_a_second_deployment_uses_the_room_left_on_machines_in_flight(api, cloud
 
         def nominated():
             named = {e["involvedObject"]["name"] for e in pod_events(api, stage.namespace, events.NOMINATED)}
-            pods = workloads.deployment_pods(api, stage.namespace, one) + workloads.deployment_pods(api, stage.namespace, two)
+            pods = [p for app in (one, two) for p in workloads.deployment_pods(api, stage.namespace, app)]
             return len(pods) == first + second and all(p["metadata"]["name"] in named for p in pods)
         wait_for(nominated, "every pod Nominated to a Machine", timeout=120, interval=0.5)
         machines = live_machines(pool_machines(api, pool))
@@ -301,7 +294,7 @@ def test_a_pod_no_pool_can_run_gets_an_event_and_no_machine(api, cloud, stage):
     wait_for(lambda: provisioning_status(api, pool).get("lastRound") not in (None, seen),
              "another provisioning round", timeout=120, interval=0.5)
     assert not pool_machines(api, pool)
-    assert not pool_instances(cloud, pool)
+    assert not pool_instance_tags(cloud, pool)
     assert api.get(f"/api/v1/namespaces/{stage.namespace}/pods/{pod}")["status"]["phase"] == "Pending"
 
 
@@ -326,9 +319,10 @@ def test_scaled_to_zero_the_empty_machines_go_one_at_a_time(api, cloud, cluster,
         return not listed
     wait_for(gone, "every empty Machine deleted", timeout=SETTLE, interval=0.2)
     assert most[0] <= 1, f"{most[0]} Machines were being deleted at once; the budget allows 1"
-    states = {tags["state"] for tags in pool_instances(cloud, pool).values()}
+    states = {tags["state"] for tags in pool_instance_tags(cloud, pool).values()}
     assert states == {"terminated"}, states
-    assert _metric(cluster, "nodewarden_consolidations_total", nodepool=pool, reason="Empty") - consolidated == len(machines)
+    after = _metric(cluster, "nodewarden_consolidations_total", nodepool=pool, reason="Empty")
+    assert after - consolidated == len(machines)
 
 
 @needs_provisioning
