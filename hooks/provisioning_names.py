@@ -29,7 +29,7 @@ OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 
 # On a Machine a pool created for pending pods: JSON {"pods": ["ns/name", ...], "more": n}, written once.
 PROVISIONED_FOR = "nodewarden.io/provisioned-for"
-PROVISIONED_FOR_MAX_PODS = 50
+PROVISIONED_FOR_MAX_PODS = 200
 
 LINUX = "linux"
 # EC2's architecture names -> Kubernetes' (GOARCH) names.

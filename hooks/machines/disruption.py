@@ -41,7 +41,8 @@ expiry, then drift; each by the time of its signal. A provisioning pool's
 consolidation (Empty, Underutilized) is chosen by its provisioning round, not
 here; once marked, such a Machine is recorded and proven like the others. A
 provisioning pool has no replicas to count: its disrupted Machines wait for
-a replacement. A replacement a Machine still waits for is a candidate for
+a replacement, except a consolidated one, whose pods fit on the pool's other
+Nodes. A replacement a Machine still waits for is a candidate for
 repair only (it cannot initialize once powered off); that repair is never
 held by a budget, since the Machine waiting for it would wait for ever, and
 counts as disrupting while it lasts.
@@ -258,6 +259,8 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
                 outcome.leaving.add(record["machine"])
         elif replicas is not None and counted >= replicas:
             outcome.leaving.add(record["machine"])  # none needed: the pool has its replicas without it
+        elif replicas is None and record["reason"] in signals.CONSOLIDATION:
+            outcome.leaving.add(record["machine"])  # chosen because its pods fit elsewhere: nothing replaces it
         else:
             waiting.append((0, record))
     waiting.sort(key=lambda item: (item[0], item[1]["at"], item[1]["machine"]))

@@ -77,3 +77,27 @@ def options(type_facts: Mapping[str, dict], zone_offerings: Mapping[str, list[st
             allocatable=resources.parse(allocatable_quantities, f"{name}.allocatable"),
             offerings=tuple(offerings)))
     return found
+
+
+class _Memo:
+    """The last catalog built, kept while its inputs are the very same objects and the prices equal.
+
+    Building ~1,400 types costs ~80 ms, and EC2's answers are cached per process (hooks.aws.instance_catalog)
+    as the same objects for hours: every round but the first reuses the catalog. The inputs are held, so
+    their identities cannot be reused by other objects while the entry lives."""
+
+    def __init__(self):
+        self._entry: tuple = (None, (), [])  # (key, inputs held, catalog): replaced whole, never in part
+
+    def options(self, type_facts: Mapping[str, dict], zone_offerings: Mapping[str, list[str]],
+                prices: Mapping[str, Mapping]) -> list[InstanceOption]:
+        key = (id(type_facts), id(zone_offerings),
+               tuple(sorted((kind, tuple(sorted(table.items()))) for kind, table in prices.items())))
+        entry = self._entry
+        if entry[0] != key:
+            entry = (key, (type_facts, zone_offerings), options(type_facts, zone_offerings, prices))
+            self._entry = entry
+        return entry[2]
+
+
+MEMO = _Memo()

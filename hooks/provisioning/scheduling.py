@@ -670,7 +670,8 @@ class _Scheduler:
             if zones is not None and stage == 0 and not zones:
                 reasons.append("topology spread over zones: no zone keeps the skew within maxSkew")
             elif stage == 0:
-                reasons.append("no instance type offered meets the requirements"
+                asked_for = "; ".join(sorted({wk.only(WELL_KNOWN).describe() for wk in admitted} - {""}))
+                reasons.append(f"no instance type offered meets {asked_for or 'the requirements'}"
                                + (" in the zones the topology spread allows" if zones is not None else ""))
             elif stage == 1:
                 reasons.append(f"no instance type fits {_describe(asked)} (with DaemonSets)")
