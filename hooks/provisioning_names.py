@@ -32,6 +32,8 @@ ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
 # On a Machine created for pending pods: JSON {"pods": ["ns/name", ...], "more": 0}.
 PROVISIONED_FOR = "nodewarden.io/provisioned-for"
 PROVISIONED_FOR_MAX_PODS = 50
+# On a pod, a Node or a Machine, "true": consolidation never removes the Machine it is on, or it.
+DO_NOT_DISRUPT = "nodewarden.io/do-not-disrupt"
 
 
 def instance_labels(instance_type: str, facts: dict) -> dict[str, str]:

@@ -57,7 +57,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from hooks import conditions, machine_names, objects, provisioning_names, timefmt
 from hooks.machines import budgets, signals
-from hooks.provisioning import pods as pod_views, scheduling, slots
+from hooks.provisioning import pods, scheduling, slots
 from hooks.provisioning.resources import Resources
 
 # The disruption reasons consolidation starts (budgeted like the others).
@@ -326,11 +326,11 @@ def _claims_volume(pod: dict) -> bool:
                for v in (volumes if isinstance(volumes, list) else []))
 
 
-def _view(pod: dict, zone: str | None) -> pod_views.PodView | None:
+def _view(pod: dict, zone: str | None) -> pods.PodView | None:
     """The pod as the scheduler places it elsewhere; None when it may not move at all. A pod with a volume
     claim keeps to its Node's zone."""
     if not _claims_volume(pod):
-        return pod_views.view(pod)
+        return pods.view(pod)
     if not zone:
         return None
     spec = dict(pod.get("spec") or {})
@@ -338,7 +338,7 @@ def _view(pod: dict, zone: str | None) -> pod_views.PodView | None:
     if selector.get(provisioning_names.ZONE, zone) != zone:
         return None
     spec["nodeSelector"] = {**selector, provisioning_names.ZONE: zone}
-    return pod_views.view({**pod, "spec": spec})
+    return pods.view({**pod, "spec": spec})
 
 
 def _started(pod: dict) -> dt.datetime | None:

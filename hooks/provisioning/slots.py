@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from hooks import conditions, machine_names
 from hooks.contract import RequestError
 from hooks.machines.spec import Taint
-from hooks.provisioning import pods as pod_views, resources
+from hooks.provisioning import pods, resources
 from hooks.provisioning.resources import Resources
 from hooks.provisioning.scheduling import Slot
 
@@ -44,14 +44,14 @@ def taints_of(node: Any) -> tuple[Taint, ...]:
     return tuple(found)
 
 
-def requested(pods: Iterable[Any]) -> Resources:
+def requested(bound: Iterable[Any]) -> Resources:
     """What the pods bound to a Node ask of it; a pod whose requests do not read asks for one pod's place."""
     total = resources.ZERO
-    for pod in pods:
+    for pod in bound:
         if finished(pod):
             continue
         try:
-            total += pod_views.requests_of(_mapping(_mapping(pod).get("spec")))
+            total += pods.requests_of(_mapping(_mapping(pod).get("spec")))
         except RequestError:
             total += resources.ONE_POD
     return total
@@ -68,17 +68,17 @@ def usable(node: Any) -> bool:
     return conditions.is_true(node.get("status"), "Ready")
 
 
-def of_node(node: Any, pods: Iterable[Any], pool: str, machine: str | None = None) -> Slot | None:
-    """The Node as a Slot, with ``pods`` bound to it; None when its allocatable does not read."""
+def of_node(node: Any, bound: Iterable[Any], pool: str, machine: str | None = None) -> Slot | None:
+    """The Node as a Slot, with the pods ``bound`` to it; None when its allocatable does not read."""
     node = _mapping(node)
     labels = _mapping(_mapping(node.get("metadata")).get("labels"))
     try:
         allocatable = resources.parse(_mapping(node.get("status")).get("allocatable"), "node.status.allocatable")
     except RequestError:
         return None
-    bound = [p for p in pods if not finished(p)]
+    bound = [p for p in bound if not finished(p)]
     return Slot(name=name_of(node), pool=pool,
                 labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
                 taints=taints_of(node), allocatable=allocatable, requested=requested(bound),
-                pods=tuple(pod_views.resident(p) for p in bound), machine=machine)
+                pods=tuple(pods.resident(p) for p in bound), machine=machine)
 

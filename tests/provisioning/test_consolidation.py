@@ -7,9 +7,11 @@ import datetime as dt
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hooks import machine_names, provisioning_names, timefmt
-from hooks.machines import budgets, pool as machine_pool, signals
-from hooks.provisioning import consolidation, pods as pod_views, resources
-from hooks.provisioning.consolidation import BudgetState, Policy
+from hooks.machines import budgets, signals
+from hooks.machines.pool import machines_of
+from hooks.provisioning import consolidation, resources
+from hooks.provisioning.consolidation import EMPTY, UNDERUTILIZED, BudgetState, Policy
+from hooks.provisioning.pods import requests_of
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 POOL = "general"
@@ -80,7 +82,7 @@ class World:
         by_node: dict[str, list] = {}
         for p in self.pods:
             by_node.setdefault(p["spec"]["nodeName"], []).append(p)
-        machines = machine_pool.machines_of(self.machines)
+        machines = machines_of(self.machines)
         state = BudgetState(rules, len(machines), disrupting, frozenset(held))
         return consolidation.decide(machines, self.nodes, by_node, set(placed), launching, policy, list(previous),
                                     state, now)
@@ -110,46 +112,46 @@ def test_a_node_with_only_daemonset_and_static_pods_is_empty_and_goes_once_due()
     mirror = running("kube-proxy", "a", owner="Node", annotations={consolidation.MIRROR_ANNOTATION: "x"})
     world = World().add("a", daemon("logs-a", "a"), mirror).add("b", busy("b"))
     first = world.decide()
-    assert reasons(first) == {"a": consolidation.EMPTY}
+    assert reasons(first) == {"a": EMPTY}
     assert first.candidates[0]["since"] == timefmt.fmt(NOW) and not first.remove
     later = world.decide(previous=first.candidates, now=NOW + dt.timedelta(seconds=30))
-    assert removed(later) == {"a": consolidation.EMPTY}
+    assert removed(later) == {"a": EMPTY}
     assert later.remove[0].placement == {} and later.remove[0].node == "node-a"
     assert "Machine a" in later.events[0] and "Empty" in later.events[0]
 
 
 def test_the_clock_must_run_for_consolidate_after_before_a_removal():
     world = World().add("a").add("b", busy("b"))
-    assert not world.decide(previous=[record("a", consolidation.EMPTY, 29)]).remove
-    assert removed(world.decide(previous=[record("a", consolidation.EMPTY, 30)])) == {"a": consolidation.EMPTY}
+    assert not world.decide(previous=[record("a", EMPTY, 29)]).remove
+    assert removed(world.decide(previous=[record("a", EMPTY, 30)])) == {"a": EMPTY}
     slow = Policy(consolidate_after=600.0)
-    out = world.decide(previous=[record("a", consolidation.EMPTY, 599)], policy=slow)
-    assert not out.remove and out.candidates == [record("a", consolidation.EMPTY, 599)]
+    out = world.decide(previous=[record("a", EMPTY, 599)], policy=slow)
+    assert not out.remove and out.candidates == [record("a", EMPTY, 599)]
 
 
 def test_a_candidate_lost_then_regained_starts_its_clock_again():
     world = World().add("a").add("b", busy("b"))
-    old = [record("a", consolidation.EMPTY, 3600)]
+    old = [record("a", EMPTY, 3600)]
     world.pods.append(running("web-1", "a", "3", "1Gi"))  # a pod lands: no longer Empty, nor movable
     lost = world.decide(previous=old)
     assert "a" not in reasons(lost) and not lost.remove
     world.pods.pop()
     back = world.decide(previous=lost.candidates, now=NOW + dt.timedelta(seconds=10))
-    assert back.candidates == [{"machine": "a", "uid": "uid-a", "reason": consolidation.EMPTY,
+    assert back.candidates == [{"machine": "a", "uid": "uid-a", "reason": EMPTY,
                                 "since": timefmt.fmt(NOW + dt.timedelta(seconds=10))}]
     assert not back.remove
 
 
 def test_a_record_for_another_machine_of_the_same_name_does_not_carry():
     world = World().add("a").add("b", busy("b"))
-    stale = [{**record("a", consolidation.EMPTY, 3600), "uid": "uid-of-an-older-a"}]
+    stale = [{**record("a", EMPTY, 3600), "uid": "uid-of-an-older-a"}]
     out = world.decide(previous=stale)
     assert out.candidates[0]["since"] == timefmt.fmt(NOW) and not out.remove
 
 
 def test_consolidate_after_never_makes_no_candidate():
     world = World().add("a").add("b")
-    out = world.decide(previous=[record("a", consolidation.EMPTY, 3600)], policy=Policy(consolidate_after=None))
+    out = world.decide(previous=[record("a", EMPTY, 3600)], policy=Policy(consolidate_after=None))
     assert out.candidates == [] and out.remove == []
 
 
@@ -159,7 +161,7 @@ def test_finished_and_terminating_pods_leave_a_node_empty():
     leaving = running("web-1", "a", annotations={provisioning_names.DO_NOT_DISRUPT: "true"})
     leaving["metadata"]["deletionTimestamp"] = ago(5)
     world = World().add("a", done, leaving).add("b", busy("b"))
-    assert removed(world.decide(previous=[record("a", consolidation.EMPTY, 60)])) == {"a": consolidation.EMPTY}
+    assert removed(world.decide(previous=[record("a", EMPTY, 60)])) == {"a": EMPTY}
 
 
 # --------------------------------------------------------------------------- who may be a candidate
@@ -179,22 +181,22 @@ def test_only_settled_machines_are_candidates():
     world.add("tainted", taints=[{"key": machine_names.DISRUPTED_TAINT, "effect": "NoSchedule"}])
     world.add("placed")
     world.add("ok")
-    previous = [record(m["metadata"]["name"], consolidation.EMPTY, 3600) for m in world.machines]
+    previous = [record(m["metadata"]["name"], EMPTY, 3600) for m in world.machines]
     out = world.decide(previous=previous, placed={"node-placed"}, held={"held"})
-    assert reasons(out) == {"ok": consolidation.EMPTY}
-    assert removed(out) == {"ok": consolidation.EMPTY}
+    assert reasons(out) == {"ok": EMPTY}
+    assert removed(out) == {"ok": EMPTY}
 
 
 def test_a_machine_named_as_a_slot_of_this_round_is_not_a_candidate():
     world = World().add("a").add("b", busy("b"))
-    out = world.decide(previous=[record("a", consolidation.EMPTY, 3600)], placed={"a"})
+    out = world.decide(previous=[record("a", EMPTY, 3600)], placed={"a"})
     assert out.candidates == [] and not out.remove
 
 
 def test_a_node_that_names_another_machine_is_not_this_machines_node():
     world = World().add("a").add("b", busy("b"))
     world.nodes[0]["metadata"]["labels"][machine_names.MACHINE_LABEL] = "someone-else"
-    assert world.decide(previous=[record("a", consolidation.EMPTY, 3600)]).candidates == []
+    assert world.decide(previous=[record("a", EMPTY, 3600)]).candidates == []
 
 
 def test_do_not_disrupt_on_a_pod_the_node_or_the_machine_blocks_consolidation():
@@ -204,12 +206,12 @@ def test_do_not_disrupt_on_a_pod_the_node_or_the_machine_blocks_consolidation():
     world.add("node", annotations=keep).add("machine", machine_kw={"annotations": keep})
     world.add("room", busy("room", "1"))
     previous = [record(n, r, 3600) for n in ("pod", "daemon", "node", "machine")
-                for r in (consolidation.EMPTY, consolidation.UNDERUTILIZED)]
+                for r in (EMPTY, UNDERUTILIZED)]
     out = world.decide(previous=previous)
     assert set(reasons(out)) == {"room"}  # room's pod would fit elsewhere; the others are kept
     other = World().add("pod", running("web-1", "pod", annotations={provisioning_names.DO_NOT_DISRUPT: "false"}))
     other.add("room", busy("room"))
-    assert reasons(other.decide())["pod"] == consolidation.UNDERUTILIZED
+    assert reasons(other.decide())["pod"] == UNDERUTILIZED
 
 
 # --------------------------------------------------------------------------- Underutilized
@@ -218,39 +220,39 @@ def test_do_not_disrupt_on_a_pod_the_node_or_the_machine_blocks_consolidation():
 def test_an_underutilized_machine_goes_when_its_pods_fit_on_the_others():
     world = World().add("a", running("web-1", "a"), running("web-2", "a"), daemon("logs-a", "a"))
     world.add("b", busy("b", "2"), daemon("logs-b", "b"))
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 60)])
-    assert reasons(out) == {"a": consolidation.UNDERUTILIZED, "b": consolidation.UNDERUTILIZED}
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 60)])
+    assert reasons(out) == {"a": UNDERUTILIZED, "b": UNDERUTILIZED}
     [removal] = out.remove
-    assert (removal.machine, removal.reason) == ("a", consolidation.UNDERUTILIZED)
+    assert (removal.machine, removal.reason) == ("a", UNDERUTILIZED)
     assert removal.placement == {"default/web-1": "node-b", "default/web-2": "node-b"}
     assert "2 pods" in removal.message and "node-b" in removal.message
 
 
 def test_pods_that_do_not_fit_elsewhere_make_no_candidate():
     world = World().add("a", running("web-1", "a", "2")).add("b", busy("b", "3"))
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)])
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)])
     assert out.candidates == [] and not out.remove
 
 
 def test_when_empty_never_moves_pods():
     world = World().add("a", running("web-1", "a")).add("b").add("c", busy("c"))
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)],
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)],
                        policy=Policy(underutilized=False))
-    assert reasons(out) == {"b": consolidation.EMPTY}
+    assert reasons(out) == {"b": EMPTY}
     assert removed(out) == {}  # b's clock starts now
 
 
 def test_a_bare_pod_blocks_underutilized():
     world = World().add("a", running("lonely", "a", owner=None)).add("b")
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600), record("b", consolidation.EMPTY, 3600)])
-    assert reasons(out) == {"b": consolidation.EMPTY}
-    assert removed(out) == {"b": consolidation.EMPTY}
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600), record("b", EMPTY, 3600)])
+    assert reasons(out) == {"b": EMPTY}
+    assert removed(out) == {"b": EMPTY}
 
 
 def test_a_pod_with_a_host_port_is_not_moved():
     port = running("ingress", "a", containers=[{"name": "main", "ports": [{"containerPort": 80, "hostPort": 80}]}])
     world = World().add("a", port).add("b", busy("b", "1"))
-    assert "a" not in reasons(world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)]))
+    assert "a" not in reasons(world.decide(previous=[record("a", UNDERUTILIZED, 3600)]))
 
 
 def test_each_pods_constraints_are_kept():
@@ -273,13 +275,13 @@ def test_a_pod_with_a_volume_claim_moves_only_within_its_zone():
     world.add("b", busy("b", "1"), zone=ZONE_B)
     assert "a" not in reasons(world.decide())
     world.add("c", busy("c", "1"), zone=ZONE_A)
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)])
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)])
     assert out.remove[0].placement == {"default/db-0": "node-c"}
 
 
 def test_a_pod_just_started_holds_the_clock_back():
     world = World().add("a", running("web-1", "a", started=10)).add("b", busy("b", "1"))
-    out = world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)])
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)])
     assert out.candidates[0]["since"] == ago(10) and not out.remove
 
 
@@ -289,47 +291,47 @@ def test_one_underutilized_removal_per_round_fewest_pods_first():
     world.add("one-big", running("o1", "one-big", "1"))
     world.add("one-small", running("s1", "one-small", "200m"))
     world.add("target", busy("target", "1"))
-    previous = [record(n, consolidation.UNDERUTILIZED, 3600) for n in ("three", "one-big", "one-small", "target")]
+    previous = [record(n, UNDERUTILIZED, 3600) for n in ("three", "one-big", "one-small", "target")]
     out = world.decide(previous=previous)
-    assert removed(out) == {"one-small": consolidation.UNDERUTILIZED}
+    assert removed(out) == {"one-small": UNDERUTILIZED}
     assert len(out.candidates) == 4
 
 
 def test_the_choice_then_prefers_the_node_that_frees_the_most():
     world = World().add("small", running("p1", "small"), cpu="2", memory="8Gi")
     world.add("large", running("p2", "large"), cpu="8", memory="32Gi").add("target", busy("target", "2"))
-    previous = [record(n, consolidation.UNDERUTILIZED, 3600) for n in ("small", "large")]
-    assert removed(world.decide(previous=previous)) == {"large": consolidation.UNDERUTILIZED}
+    previous = [record(n, UNDERUTILIZED, 3600) for n in ("small", "large")]
+    assert removed(world.decide(previous=previous)) == {"large": UNDERUTILIZED}
     twins = World().add("x", running("p1", "x")).add("w", running("p2", "w")).add("target", busy("target", "2"))
-    previous = [record(n, consolidation.UNDERUTILIZED, 3600) for n in ("x", "w")]
-    assert removed(twins.decide(previous=previous)) == {"w": consolidation.UNDERUTILIZED}
+    previous = [record(n, UNDERUTILIZED, 3600) for n in ("x", "w")]
+    assert removed(twins.decide(previous=previous)) == {"w": UNDERUTILIZED}
 
 
 def test_only_due_candidates_are_chosen():
     world = World().add("fresh", running("p1", "fresh", "100m")).add("old", running("p2", "old", "1"))
     world.add("target", busy("target", "1"))
-    previous = [record("fresh", consolidation.UNDERUTILIZED, 5), record("old", consolidation.UNDERUTILIZED, 3600)]
-    assert removed(world.decide(previous=previous)) == {"old": consolidation.UNDERUTILIZED}
+    previous = [record("fresh", UNDERUTILIZED, 5), record("old", UNDERUTILIZED, 3600)]
+    assert removed(world.decide(previous=previous)) == {"old": UNDERUTILIZED}
 
 
 def test_targets_exclude_nodes_taking_pending_pods_disrupting_or_removed_this_round():
     world = World().add("u", running("web-1", "u")).add("e").add("d", busy("d", "1"))
-    previous = [record("u", consolidation.UNDERUTILIZED, 3600), record("e", consolidation.EMPTY, 3600)]
+    previous = [record("u", UNDERUTILIZED, 3600), record("e", EMPTY, 3600)]
     # e goes (Empty): u's pod would fit only on e or d, and d is disrupting.
     out = world.decide(previous=previous, held={"d"})
-    assert removed(out) == {"e": consolidation.EMPTY}
+    assert removed(out) == {"e": EMPTY}
     assert "u" not in reasons(out)
     # e takes a pending pod this round: neither a candidate nor a target; d is the only room for u's pod.
     out = world.decide(previous=previous, placed={"node-e"})
-    assert reasons(out)["u"] == consolidation.UNDERUTILIZED and "e" not in reasons(out)
+    assert reasons(out)["u"] == UNDERUTILIZED and "e" not in reasons(out)
     assert out.remove[0].placement == {"default/web-1": "node-d"}
 
 
 def test_a_pod_disruption_budget_does_not_hold_the_choice():
     """A PodDisruptionBudget is the drain's to respect as the Machine leaves: it is not read here."""
     world = World().add("a", running("web-1", "a", labels={"app": "web"})).add("b", busy("b", "1"))
-    assert removed(world.decide(previous=[record("a", consolidation.UNDERUTILIZED, 3600)])) == {
-        "a": consolidation.UNDERUTILIZED}
+    assert removed(world.decide(previous=[record("a", UNDERUTILIZED, 3600)])) == {
+        "a": UNDERUTILIZED}
 
 
 # --------------------------------------------------------------------------- no churn
@@ -337,7 +339,7 @@ def test_a_pod_disruption_budget_does_not_hold_the_choice():
 
 def test_pending_pods_the_round_launches_for_hold_every_removal_but_keep_the_clocks():
     world = World().add("a").add("b", running("web-1", "b")).add("c", busy("c", "1"))
-    previous = [record("a", consolidation.EMPTY, 3600), record("b", consolidation.UNDERUTILIZED, 3600)]
+    previous = [record("a", EMPTY, 3600), record("b", UNDERUTILIZED, 3600)]
     out = world.decide(previous=previous, launching=3)
     assert out.remove == [] and out.held == 2
     assert [r for r in out.candidates if r["machine"] in "ab"] == previous
@@ -346,25 +348,25 @@ def test_pending_pods_the_round_launches_for_hold_every_removal_but_keep_the_clo
 
 def test_a_budget_of_zero_holds_and_the_disrupting_count_against_it():
     world = World().add("a").add("b").add("c").add("d", busy("d"))
-    previous = [record(n, consolidation.EMPTY, 3600) for n in "abc"]
-    none = world.decide(previous=previous, rules=(budgets.Budget("0", (consolidation.EMPTY,)),))
-    assert none.remove == [] and none.blocked == {consolidation.EMPTY: 3}
+    previous = [record(n, EMPTY, 3600) for n in "abc"]
+    none = world.decide(previous=previous, rules=(budgets.Budget("0", (EMPTY,)),))
+    assert none.remove == [] and none.blocked == {EMPTY: 3}
     assert len(none.candidates) == 3 and any("budget" in e for e in none.events)
     two = world.decide(previous=previous, rules=(budgets.Budget("2"),), disrupting=1)
-    assert removed(two) == {"a": consolidation.EMPTY} and two.blocked == {consolidation.EMPTY: 2}
+    assert removed(two) == {"a": EMPTY} and two.blocked == {EMPTY: 2}
     other_reason = world.decide(previous=previous, rules=(budgets.Budget("0", (signals.DRIFTED,)),))
     assert len(other_reason.remove) == 3
 
 
 def test_empty_removals_and_the_underutilized_one_share_the_budget():
     world = World().add("e").add("u", running("web-1", "u")).add("t", busy("t", "1"))
-    previous = [record("e", consolidation.EMPTY, 3600), record("u", consolidation.UNDERUTILIZED, 3600)]
+    previous = [record("e", EMPTY, 3600), record("u", UNDERUTILIZED, 3600)]
     out = world.decide(previous=previous, rules=(budgets.Budget("1"),))
-    assert removed(out) == {"e": consolidation.EMPTY} and out.blocked == {consolidation.UNDERUTILIZED: 1}
+    assert removed(out) == {"e": EMPTY} and out.blocked == {UNDERUTILIZED: 1}
 
 
 def test_records_are_read_through_bounds():
-    good = record("a", consolidation.EMPTY, 10)
+    good = record("a", EMPTY, 10)
     status = {"consolidation": [good, "junk", {**good, "reason": "Whim"}, {**good, "since": "yesterday"},
                                 {"machine": "b"}, {**good, "uid": 7}]}
     assert consolidation.records_of(status) == [good]
@@ -411,7 +413,7 @@ def _worlds(draw):
 def test_a_removal_never_leaves_a_pod_that_does_not_fit_on_the_remaining_nodes(world, launching):
     previous = []
     for m in world.machines:
-        for reason in (consolidation.EMPTY, consolidation.UNDERUTILIZED):
+        for reason in (EMPTY, UNDERUTILIZED):
             previous.append(record(m["metadata"]["name"], reason, 3600))
     out = world.decide(previous=previous, launching=int(launching))
     if launching:
@@ -422,7 +424,7 @@ def test_a_removal_never_leaves_a_pod_that_does_not_fit_on_the_remaining_nodes(w
     free = {name: resources.parse(n["status"]["allocatable"]) for name, n in nodes.items() if name not in gone}
     for p in world.pods:
         if p["spec"]["nodeName"] in free:
-            free[p["spec"]["nodeName"]] -= pod_views.requests_of(p["spec"])
+            free[p["spec"]["nodeName"]] -= requests_of(p["spec"])
     for removal in out.remove:
         moving = [p for p in world.pods if p["spec"]["nodeName"] == f"node-{removal.machine}"
                   and p["metadata"]["ownerReferences"][0]["kind"] != "DaemonSet"]
@@ -435,6 +437,6 @@ def test_a_removal_never_leaves_a_pod_that_does_not_fit_on_the_remaining_nodes(w
             if p["spec"].get("volumes"):
                 source = nodes[p["spec"]["nodeName"]]["metadata"]["labels"][provisioning_names.ZONE]
                 assert labels[provisioning_names.ZONE] == source
-            free[target] -= pod_views.requests_of(p["spec"])
+            free[target] -= requests_of(p["spec"])
             assert resources.ZERO.fits(free[target]), f"{target} overcommitted"
-    assert sum(1 for r in out.remove if r.reason == consolidation.UNDERUTILIZED) <= 1
+    assert sum(1 for r in out.remove if r.reason == UNDERUTILIZED) <= 1
