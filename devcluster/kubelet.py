@@ -45,9 +45,12 @@ the parsed labels plus ``kubernetes.io/hostname``, ``kubernetes.io/os``,
 ``kubernetes.io/arch`` (from the instance type's processor, amd64 if unknown),
 ``node.kubernetes.io/instance-type`` and ``topology.kubernetes.io/region`` and
 ``zone``; ``spec.providerID`` ``aws:///<zone>/<instance-id>``; the parsed
-taints; capacity and allocatable from DescribeInstanceTypes (vCPUs, memory,
-110 pods, 20Gi of ephemeral storage), the instance's addresses, its
-architecture. The conditions (Ready=True, no pressure) are kwok's to post.
+taints; capacity and allocatable as ``hooks.machines.capacity.resources``
+computes them from the instance type's DescribeInstanceTypes facts (a
+Machine's in-flight figures, so the kube-scheduler places pods by the
+allocatable the hooks plan with; a type EC2 does not describe counts as 2
+vCPUs and 4 GiB); the instance's addresses, its architecture. The
+conditions (Ready=True, no pressure) are kwok's to post.
 
 Restarts are safe: a Node of that name with the same providerID is adopted
 (its status is posted again and kwok's label put back; its other labels and
@@ -78,6 +81,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hooks import ec2_names, machine_names
+from hooks.aws.instances import type_facts
+from hooks.machines.capacity import resources
 
 from . import fleet, kwok
 from .api import STRATEGIC, AdminApi, ApiError
@@ -92,8 +97,6 @@ NEVER_REGISTER = "--nodewarden-standin=never-register"
 LABELS_FLAG = "--node-labels"
 TAINTS_FLAG = "--register-with-taints"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-MAX_PODS = "110"
-EPHEMERAL_STORAGE = "20Gi"
 
 _log = logging.getLogger("devcluster.kubelet")
 # Its lines go to its own file, as every component's output does, not to the launcher's terminal.
@@ -113,15 +116,8 @@ class KubeletFlags:
     never_register: bool = False
 
 
-@dataclass(frozen=True)
-class InstanceType:
-    vcpus: int
-    memory_mib: int
-    arch: str  # a Kubernetes GOARCH: amd64, arm64
-
-
-# When DescribeInstanceTypes does not know the type: a small x86 machine.
-UNKNOWN_TYPE = InstanceType(vcpus=2, memory_mib=4096, arch="amd64")
+# When DescribeInstanceTypes does not know the type: a small x86 machine's facts.
+UNKNOWN_TYPE = {"vcpus": 2, "memoryMiB": 4096, "architectures": ["x86_64"]}
 
 
 # -- user data -------------------------------------------------------------------
@@ -230,12 +226,10 @@ def parse_user_data(text: str) -> KubeletFlags:
 
 # -- the Node ----------------------------------------------------------------------
 
-def instance_type(description: dict) -> InstanceType:
-    """An entry of DescribeInstanceTypes' InstanceTypes."""
-    archs = (description.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []
-    arch = "arm64" if "arm64" in archs and "x86_64" not in archs else "amd64"
-    return InstanceType(vcpus=int(description["VCpuInfo"]["DefaultVCpus"]),
-                        memory_mib=int(description["MemoryInfo"]["SizeInMiB"]), arch=arch)
+def node_arch(facts: dict) -> str:
+    """The Kubernetes GOARCH of an instance type's facts: arm64 for a Graviton, amd64 otherwise."""
+    archs = facts.get("architectures") or []
+    return "arm64" if "arm64" in archs and "x86_64" not in archs else "amd64"
 
 
 def node_name(instance: dict) -> str:
@@ -246,33 +240,34 @@ def provider_id(instance: dict) -> str:
     return f"aws:///{instance['Placement']['AvailabilityZone']}/{instance['InstanceId']}"
 
 
-def node_status(instance: dict, itype: InstanceType) -> dict:
+def node_status(instance: dict, facts: dict) -> dict:
     """What a kubelet posts at registration, but for the conditions (kwok's): capacity, addresses."""
-    resources = {"cpu": str(itype.vcpus), "memory": f"{itype.memory_mib * 1024}Ki",
-                 "pods": MAX_PODS, "ephemeral-storage": EPHEMERAL_STORAGE}
+    capacity, allocatable = resources(facts)
+    if not capacity:
+        capacity, allocatable = resources(UNKNOWN_TYPE)
     addresses = [{"type": "InternalIP", "address": instance["PrivateIpAddress"]}] \
         if instance.get("PrivateIpAddress") else []
     addresses.append({"type": "Hostname", "address": node_name(instance)})
     if instance.get("PrivateDnsName"):
         addresses.append({"type": "InternalDNS", "address": instance["PrivateDnsName"]})
     return {
-        "capacity": resources,
-        "allocatable": dict(resources),
+        "capacity": capacity,
+        "allocatable": allocatable,
         "addresses": addresses,
-        "nodeInfo": {"architecture": itype.arch, "operatingSystem": "linux"},
+        "nodeInfo": {"architecture": node_arch(facts), "operatingSystem": "linux"},
     }
 
 
-def node_manifest(instance: dict, flags: KubeletFlags, itype: InstanceType, region: str) -> dict:
-    """The Node a kubelet on ``instance`` (a DescribeInstances entry) registers; kwok's
-    label comes once its status is posted."""
+def node_manifest(instance: dict, flags: KubeletFlags, facts: dict, region: str) -> dict:
+    """The Node a kubelet on ``instance`` (a DescribeInstances entry, its type's ``facts`` as
+    ``hooks.aws.instances.type_facts`` gives them) registers; kwok's label comes once its status is posted."""
     name = node_name(instance)
     zone = instance["Placement"]["AvailabilityZone"]
     labels = {
         **flags.labels,
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": itype.arch,
+        "kubernetes.io/arch": node_arch(facts),
         "node.kubernetes.io/instance-type": instance["InstanceType"],
         "topology.kubernetes.io/region": region,
         "topology.kubernetes.io/zone": zone,
@@ -285,7 +280,7 @@ def node_manifest(instance: dict, flags: KubeletFlags, itype: InstanceType, regi
         "kind": "Node",
         "metadata": {"name": name, "labels": labels, "annotations": {ADC_ANNOTATION: "true"}},
         "spec": spec,
-        "status": node_status(instance, itype),
+        "status": node_status(instance, facts),
     }
 
 
@@ -316,7 +311,7 @@ class KubeletStandin:
         self.skipped: dict[str, str] = {}  # instance id -> why it is never registered
         self._booting: dict[str, float] = {}  # instance id -> when it was first seen running
         self._conflicts: set[str] = set()  # instance ids whose name clash was logged
-        self._types: dict[str, InstanceType] = {}
+        self._types: dict[str, dict] = {}  # instance type -> its facts
         self._last_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kubelet-standin", daemon=True)
@@ -440,14 +435,14 @@ class KubeletStandin:
         attribute = self.aws.ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
         return decode_user_data((attribute.get("UserData") or {}).get("Value"))
 
-    def _instance_type(self, name: str) -> InstanceType:
+    def _instance_type(self, name: str) -> dict:
         if name not in self._types:
             try:
                 described = self.aws.ec2.describe_instance_types(InstanceTypes=[name])["InstanceTypes"]
-                self._types[name] = instance_type(described[0])
+                self._types[name] = type_facts(described[0])
             except (ClientError, BotoCoreError, IndexError, KeyError) as exc:
                 self.log.warning("instance type %s not described (%s): %d vCPUs, %d MiB, %s", name, exc,
-                                 UNKNOWN_TYPE.vcpus, UNKNOWN_TYPE.memory_mib, UNKNOWN_TYPE.arch)
+                                 UNKNOWN_TYPE["vcpus"], UNKNOWN_TYPE["memoryMiB"], node_arch(UNKNOWN_TYPE))
                 self._types[name] = UNKNOWN_TYPE
         return self._types[name]
 

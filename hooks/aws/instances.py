@@ -149,18 +149,29 @@ class _TypeCache:
 TYPES = _TypeCache()
 
 
+def _default_card_enis(network: dict) -> int | None:
+    """The ENIs of the default network card: the only card the VPC CNI gives pods addresses on."""
+    index = network.get("DefaultNetworkCardIndex")
+    for card in network.get("NetworkCards") or []:
+        if card.get("NetworkCardIndex") == index:
+            return card.get("MaximumNetworkInterfaces")
+    return network.get("MaximumNetworkInterfaces")
+
+
 def type_facts(described: dict) -> dict:
-    """The parts of DescribeInstanceTypes a Machine's capacity is computed from."""
+    """The parts of DescribeInstanceTypes a Machine's capacity and a provisioning catalog are computed from."""
     network = described.get("NetworkInfo") or {}
     gpus = (described.get("GpuInfo") or {}).get("Gpus") or []
     return {
         "vcpus": (described.get("VCpuInfo") or {}).get("DefaultVCpus"),
         "memoryMiB": (described.get("MemoryInfo") or {}).get("SizeInMiB"),
-        "maxENIs": network.get("MaximumNetworkInterfaces"),
+        "maxENIs": _default_card_enis(network),
         "ipv4PerENI": network.get("Ipv4AddressesPerInterface"),
         "gpus": sum(int(g.get("Count") or 0) for g in gpus),
         "gpuManufacturer": (gpus[0].get("Manufacturer") or "") if gpus else "",
         "architectures": list((described.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []),
+        "supportedUsageClasses": list(described.get("SupportedUsageClasses") or []),
+        "currentGeneration": bool(described.get("CurrentGeneration")),
     }
 
 

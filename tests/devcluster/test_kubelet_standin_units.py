@@ -12,10 +12,12 @@ import requests
 
 from devcluster import fleet, kwok
 from devcluster.api import ApiError
-from devcluster.kubelet import (ADC_ANNOTATION, BadFlag, InstanceType, KubeletFlags, KubeletStandin,
-                                decode_user_data, instance_type, node_manifest, parse_labels, parse_taints,
+from devcluster.kubelet import (ADC_ANNOTATION, UNKNOWN_TYPE, BadFlag, KubeletFlags, KubeletStandin,
+                                decode_user_data, node_arch, node_manifest, parse_labels, parse_taints,
                                 parse_user_data)
 from hooks import ec2_names, machine_names
+from hooks.aws.instances import type_facts
+from hooks.machines import capacity
 from tests.support.user_data import default_user_data
 from worlds.fake_kube import apply_merge_patch
 
@@ -102,9 +104,12 @@ INSTANCE = {
 }
 
 
+M5_LARGE = {"vcpus": 2, "memoryMiB": 8192, "maxENIs": 3, "ipv4PerENI": 10, "architectures": ["x86_64"]}
+
+
 def test_the_node_a_kubelet_registers_for_an_instance():
     flags = parse_user_data(default_user_data())
-    node = node_manifest(INSTANCE, flags, InstanceType(vcpus=2, memory_mib=8192, arch="amd64"), "us-east-1")
+    node = node_manifest(INSTANCE, flags, M5_LARGE, "us-east-1")
     meta, spec, status = node["metadata"], node["spec"], node["status"]
     assert meta["name"] == "ip-10-0-1-23.ec2.internal"
     assert meta["labels"] == {
@@ -116,15 +121,17 @@ def test_the_node_a_kubelet_registers_for_an_instance():
     assert meta["annotations"] == {ADC_ANNOTATION: "true"}
     assert spec == {"providerID": "aws:///us-east-1b/i-0123456789abcdef0",
                     "taints": [{"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": "NoExecute"}]}
-    resources = {"cpu": "2", "memory": "8388608Ki", "pods": "110", "ephemeral-storage": "20Gi"}
-    assert status["capacity"] == resources and status["allocatable"] == resources
+    # The Machine's in-flight figures: the kube-scheduler places pods by the allocatable the hooks plan with.
+    assert (status["capacity"], status["allocatable"]) == capacity.resources(M5_LARGE)
+    assert status["capacity"]["pods"] == "29" and status["allocatable"]["cpu"] == "1930m"
     assert "conditions" not in status, "kwok posts the conditions"
     assert {"type": "InternalIP", "address": "10.0.1.23"} in status["addresses"]
 
 
 def test_no_private_dns_name_means_the_instance_id_and_no_taints_means_none():
     instance = {k: v for k, v in INSTANCE.items() if k not in ("PrivateDnsName", "PrivateIpAddress")}
-    node = node_manifest(instance, KubeletFlags(), InstanceType(4, 16384, "arm64"), "us-east-1")
+    graviton = {"vcpus": 4, "memoryMiB": 16384, "maxENIs": 4, "ipv4PerENI": 15, "architectures": ["arm64"]}
+    node = node_manifest(instance, KubeletFlags(), graviton, "us-east-1")
     assert node["metadata"]["name"] == "i-0123456789abcdef0"
     assert node["metadata"]["labels"]["kubernetes.io/arch"] == "arm64"
     assert "taints" not in node["spec"]
@@ -133,11 +140,17 @@ def test_no_private_dns_name_means_the_instance_id_and_no_taints_means_none():
 
 def test_architecture_from_the_instance_type():
     def described(*archs):
-        return {"VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192},
-                "ProcessorInfo": {"SupportedArchitectures": list(archs)}}
-    assert instance_type(described("arm64")).arch == "arm64"
-    assert instance_type(described("i386", "x86_64")).arch == "amd64"
-    assert instance_type(described()).arch == "amd64"
+        return type_facts({"VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192},
+                           "ProcessorInfo": {"SupportedArchitectures": list(archs)}})
+    assert node_arch(described("arm64")) == "arm64"
+    assert node_arch(described("i386", "x86_64")) == "amd64"
+    assert node_arch(described()) == "amd64"
+
+
+def test_a_type_without_figures_registers_as_the_small_default():
+    node = node_manifest(INSTANCE, KubeletFlags(), {"architectures": ["arm64"]}, "us-east-1")
+    assert (node["status"]["capacity"], node["status"]["allocatable"]) == capacity.resources(UNKNOWN_TYPE)
+    assert node["status"]["capacity"]["cpu"] == "2"
 
 
 # -- one pass against moto ------------------------------------------------------------
@@ -249,7 +262,10 @@ def test_one_pass_registers_a_machines_instance_after_its_boot_delay(aws, standi
     assert labels[machine_names.MACHINE_LABEL] == "pool-abc12" and labels[machine_names.POOL_LABEL] == "pool"
     assert labels["node.kubernetes.io/instance-type"] == "m5.large"
     assert labels["topology.kubernetes.io/zone"] == "us-east-1a" and labels["kubernetes.io/arch"] == "amd64"
-    assert node["status"]["capacity"]["cpu"] == "2" and node["status"]["capacity"]["memory"] == "8388608Ki"
+    described = ec2.describe_instance_types(InstanceTypes=["m5.large"])["InstanceTypes"][0]
+    assert node["status"]["capacity"] == capacity.resources(type_facts(described))[0]
+    assert node["status"]["allocatable"] == capacity.resources(type_facts(described))[1]
+    assert node["status"]["capacity"]["cpu"] == "2" and node["status"]["capacity"]["pods"] == "29"
     assert labels[kwok.LABEL] == kwok.VALUE, "handed to kwok"
     assert standin.nodes == {launched["InstanceId"]: name}
     assert [p for p in api.objects if p.startswith("/api/v1/nodes/")] == [f"/api/v1/nodes/{name}"], \

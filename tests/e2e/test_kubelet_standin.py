@@ -18,6 +18,8 @@ from devcluster.api import wait_for
 from devcluster.cluster import CLUSTER_NAME
 from devcluster.kwok import LEASES
 from hooks import ec2_names, machine_names
+from hooks.aws.instances import type_facts
+from hooks.machines.capacity import resources
 from tests.support.user_data import default_user_data
 
 pytestmark = pytest.mark.e2e
@@ -55,8 +57,12 @@ def test_a_machines_instance_registers_stays_alive_and_dies_with_its_instance(cl
         assert node["spec"]["providerID"] == f"aws:///{fleet.ZONE}/{instance_id}"
         assert {"key": machine_names.UNREGISTERED_TAINT, "value": "true", "effect": machine_names.UNREGISTERED_EFFECT} \
             in node["spec"]["taints"]
-        # The stand-in's status (the instance's), kwok's conditions.
-        assert node["status"]["capacity"]["cpu"] == "2"
+        # The stand-in's status (the instance's), kwok's conditions. Capacity and allocatable are the hooks' own
+        # in-flight figures for the type, so the kube-scheduler places pods by the allocatable the hooks plan with.
+        described = cloud.ec2.describe_instance_types(InstanceTypes=["m5.large"])["InstanceTypes"][0]
+        capacity, allocatable = resources(type_facts(described))
+        assert node["status"]["capacity"] == capacity and node["status"]["allocatable"] == allocatable
+        assert capacity["cpu"] == "2" and capacity["pods"] == "29" and allocatable["cpu"] == "1930m"
         assert {"type": "InternalIP", "address": instance["PrivateIpAddress"]} in node["status"]["addresses"]
         assert kwok.ready(node)["reason"] == "KubeletReady"
         uid = node["metadata"]["uid"]
