@@ -4,7 +4,9 @@ An offering is an instance type in one zone at one capacity type. An
 on-demand offering exists wherever EC2 offers the type; its price may be
 unknown (a type missing from the price list is still offered, ranked after
 every priced one). A spot offering exists only where a spot price is known:
-a zone without spot price history has no spot capacity to rank.
+a zone without spot price history has no spot capacity to rank. A type EC2
+does not sell at a capacity type (its supported usage classes) has no
+offering of it.
 """
 from __future__ import annotations
 
@@ -58,12 +60,17 @@ def options(type_facts: Mapping[str, dict], zone_offerings: Mapping[str, list[st
         zones = sorted(set(zone_offerings.get(name) or ()))
         if not capacity_quantities or not zones:
             continue
+        usage = facts.get("supportedUsageClasses")
+        sold = set(usage) if isinstance(usage, list) and usage else {ON_DEMAND, SPOT}
         offerings = []
         for zone in zones:
-            offerings.append(Offering(zone, ON_DEMAND, _price(on_demand.get(name))))
+            if ON_DEMAND in sold:
+                offerings.append(Offering(zone, ON_DEMAND, _price(on_demand.get(name))))
             spot_price = _price(spot.get((name, zone)))
-            if spot_price is not None:
+            if SPOT in sold and spot_price is not None:
                 offerings.append(Offering(zone, SPOT, spot_price))
+        if not offerings:
+            continue
         found.append(InstanceOption(
             name=name, labels=provisioning_names.instance_labels(name, facts),
             capacity=resources.parse(capacity_quantities, f"{name}.capacity"),

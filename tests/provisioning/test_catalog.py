@@ -23,3 +23,16 @@ def test_options_carry_labels_sizes_and_offerings():
         catalog.Offering("us-east-1b", "on-demand", 0.096))
     # No on-demand price: still offered, at an unknown price; an unreadable spot price: no spot offering.
     assert c5.offerings == (catalog.Offering("us-east-1a", "on-demand", None),)
+
+
+def test_a_capacity_type_the_type_is_not_sold_at_is_not_offered():
+    spot_only = {**facts(2, 8), "supportedUsageClasses": ["spot"]}
+    on_demand_only = {**facts(2, 8), "supportedUsageClasses": ["on-demand"]}
+    found = catalog.options({"a.large": spot_only, "b.large": on_demand_only, "c.large": spot_only},
+                            {"a.large": ["z"], "b.large": ["z"], "c.large": ["z"]},
+                            {"on-demand": {"a.large": 0.1, "b.large": 0.1}, "spot": {("a.large", "z"): 0.03,
+                                                                                    ("b.large", "z"): 0.03}})
+    # c.large: sold only as spot, with no spot price anywhere: nothing to offer.
+    assert {o.name: o.offerings for o in found} == {
+        "a.large": (catalog.Offering("z", "spot", 0.03),),
+        "b.large": (catalog.Offering("z", "on-demand", 0.1),)}

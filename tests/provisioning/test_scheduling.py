@@ -211,7 +211,7 @@ def test_limits_count_what_the_pool_already_runs():
 
 def test_machine_limit():
     one = pool(limits=Limits(machines=3), used=Limits(cpu=0, memory=0, machines=2))
-    result = schedule([pod("a-1", "1500m"), pod("b-1", "1500m", "7Gi")], [one, pool("other")], [],
+    result = schedule([pod("a-1", "1500m"), pod("b-1", "1500m", "5Gi")], [one, pool("other")], [],
                       options({"m5.large": (2, 8, 0.1)}))
     assert [c.pool for c in result.claims] == ["general", "other"]
     alone = schedule([pod("a-1", "1500m"), pod("b-1", "1500m")], [one], [], options({"m5.large": (2, 8, 0.1)}))
