@@ -105,6 +105,10 @@ class Settings:
     machine_terminate_retry_seconds: float = 60
     leaked_instance_grace_seconds: float = 600
     leaked_instance_check_seconds: float = 60
+    # provisioning NodePools
+    provisioning_poll_seconds: float = 0.5
+    batch_idle_seconds: float = 1
+    batch_max_seconds: float = 10
     # shared
     error_backoff_seconds: float = 5
     error_backoff_max_seconds: float = 300
@@ -125,10 +129,17 @@ def _check_auth(settings: Settings) -> Settings:
     return settings
 
 
+def _check_batch(settings: Settings) -> Settings:
+    if settings.batch_max_seconds < settings.batch_idle_seconds:
+        raise ConfigError("NODEWARDEN_BATCH_MAX_SECONDS must be at least NODEWARDEN_BATCH_IDLE_SECONDS: "
+                          "a batch closes at the latest after the longest wait")
+    return settings
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read settings; raise ConfigError with the variable's name when one is wrong."""
     env = os.environ if env is None else env
-    return _check_auth(Settings(
+    return _check_batch(_check_auth(Settings(
         cluster_name=env.get("NODEWARDEN_CLUSTER_NAME", "").strip(),
         namespace=env.get("NODEWARDEN_NAMESPACE", "").strip() or "nodewarden-system",
         aws_region=(env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "").strip(),
@@ -182,7 +193,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         machine_terminate_retry_seconds=_number(env, "NODEWARDEN_MACHINE_TERMINATE_RETRY_SECONDS", 60, minimum=1),
         leaked_instance_grace_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS", 600),
         leaked_instance_check_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_CHECK_SECONDS", 60, minimum=1),
+        provisioning_poll_seconds=_number(env, "NODEWARDEN_PROVISIONING_POLL_SECONDS", 0.5, minimum=0.1),
+        batch_idle_seconds=_number(env, "NODEWARDEN_BATCH_IDLE_SECONDS", 1),
+        batch_max_seconds=_number(env, "NODEWARDEN_BATCH_MAX_SECONDS", 10),
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),
         error_backoff_max_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_MAX_SECONDS", 300, minimum=1),
         extra={k: v for k, v in env.items() if k.startswith("NODEWARDEN_")},
-    ))
+    )))

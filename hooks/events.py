@@ -94,6 +94,12 @@ MACHINE_INTERRUPTED = "MachineInterrupted"
 INTERRUPTION_RETIRED = "InterruptionRetired"  # a stop EC2 no longer agrees with, taken off the Machine
 DISRUPTION_STARTED = "DisruptionStarted"
 REPLACEMENT_INITIALIZED = "ReplacementInitialized"
+# Provisioning NodePools: on a pod, a Machine will run it, or no pool can; on a Machine, the pods it was made for;
+# on a pool, a Machine it consolidates.
+NOMINATED = "Nominated"
+FAILED_PROVISIONING = "FailedProvisioning"
+PROVISIONED = "Provisioned"
+CONSOLIDATION = "Consolidating"
 
 MESSAGE_LIMIT = 1024
 

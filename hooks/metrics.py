@@ -72,7 +72,7 @@ MACHINE_EVENTS = Counter(
 MACHINES_DISRUPTED = Counter(
     "nodewarden_machines_disrupted_total",
     "Machines a NodePool started to disrupt, by reason: Repair, Drifted, Expired, SpotInterruption,"
-    " InstanceStopping, RebalanceRecommendation, ScheduledChange, StatusImpaired.",
+    " InstanceStopping, RebalanceRecommendation, ScheduledChange, StatusImpaired, Empty, Underutilized.",
     ["nodepool", "reason"],
 )
 REPLACEMENT_SECONDS = Histogram(
@@ -81,6 +81,36 @@ REPLACEMENT_SECONDS = Histogram(
     " replacement Machine Initialized.",
     ["nodepool", "reason"],
     buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 3600),
+)
+PROVISIONED_PODS = Counter(
+    "nodewarden_provisioning_pods_total",
+    "Pending pods a provisioning NodePool placed on a Machine it created for them.",
+    ["nodepool"],
+)
+# The reasons of nodewarden_machines_launched_total.
+LAUNCH_PROVISIONING, LAUNCH_REPLACEMENT, LAUNCH_REPLICAS = "Provisioning", "Replacement", "Replicas"
+MACHINES_LAUNCHED = Counter(
+    "nodewarden_machines_launched_total",
+    "Machines a NodePool created, by reason: Provisioning (for pending pods), Replacement (for a disrupted"
+    " Machine), Replicas (a static pool's count).",
+    ["nodepool", "reason"],
+)
+PROVISIONING_DECISION_SECONDS = Histogram(
+    "nodewarden_provisioning_decision_seconds",
+    "Time a provisioning round takes to decide, from its readings to the Machines to create.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+PROVISIONED_REQUEST_RATIO = Histogram(
+    "nodewarden_provisioned_request_ratio",
+    "For each Machine a provisioning NodePool created, the requests of the pods it was made for over its"
+    " allocatable, by resource (cpu, memory).",
+    ["nodepool", "resource"],
+    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1),
+)
+CONSOLIDATIONS = Counter(
+    "nodewarden_consolidations_total",
+    "Machines a provisioning NodePool consolidated, by reason: Empty, Underutilized.",
+    ["nodepool", "reason"],
 )
 INTERRUPTION_MESSAGES = Counter(
     "nodewarden_interruption_messages_total",

@@ -1,4 +1,5 @@
-"""The label keys provisioning shares with users, pods and Nodes, and the annotation on a provisioned Machine.
+"""The names provisioning shares with users, pods and Nodes: well-known label keys, requirement operators,
+annotations on a provisioned Machine and on what consolidation must leave alone.
 
 A NodePool requirement or a pod's node selector may name any of WELL_KNOWN;
 every Node of a provisioned Machine carries all of them (the Machine's
@@ -24,6 +25,10 @@ INSTANCE_TYPE_KEYS = (INSTANCE_TYPE, ARCH, OS, INSTANCE_FAMILY, INSTANCE_SIZE, I
                       INSTANCE_GPU_COUNT)
 # The labels of where and how it launches.
 WELL_KNOWN = INSTANCE_TYPE_KEYS + (ZONE, CAPACITY_TYPE)
+
+# Requirement operators, as a Node selector requirement's.
+IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
+OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 
 LINUX = "linux"
 # EC2 architecture names -> Kubernetes' (GOARCH) names.

@@ -79,6 +79,47 @@ def _selected(query: str, labels: dict) -> bool:
     return True
 
 
+def _matches(value, wanted) -> bool:
+    """One selector term (lightkube's: a string, None for "exists", an iterable for "in", or an operator) on a
+    value, None when the object has none."""
+    op = getattr(wanted, "op_name", None)
+    if op is None:
+        if wanted is None:
+            return value is not None
+        if isinstance(wanted, str):
+            return value == wanted
+        return value in set(wanted)
+    if op == "equal":
+        return value == wanted.value
+    if op == "not_equal":
+        return value != wanted.value
+    if op == "in_":
+        return value in set(wanted.value)
+    if op == "not_in":
+        return value not in set(wanted.value)
+    if op == "exists":
+        return value is not None
+    if op == "not_exists":
+        return value is None
+    raise AssertionError(f"FakeKube: selector operator {op} not supported")
+
+
+def _labels_match(obj: dict, labels) -> bool:
+    present = (obj.get("metadata") or {}).get("labels") or {}
+    return all(_matches(present.get(key), wanted) for key, wanted in (labels or {}).items())
+
+
+def _fields_match(obj: dict, fields) -> bool:
+    """A field selector as the API server applies it: a field the object lacks reads as ""."""
+    for path, wanted in (fields or {}).items():
+        value = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not _matches("" if value is None else value, wanted):
+            return False
+    return True
+
+
 def _kind(res) -> str:
     info = getattr(res, "_api_info", None)
     return info.resource.kind if info is not None else res.__name__
@@ -178,19 +219,17 @@ class FakeKube:
         if kind in self.without_crds:
             raise _no_such_type(kind)
         if kind == "Pod":
-            node = (fields or {}).get("spec.nodeName")
-            return [_Obj(p) for p in self.pods.values() if node is None or p["spec"].get("nodeName") == node]
+            return [_Obj(p) for p in self.pods.values() if _fields_match(p, fields) and _labels_match(p, labels)
+                    and namespace in (None, "*", p["metadata"].get("namespace"))]
         if kind == "VolumeAttachment":
             return [_Obj(v) for v in self.volume_attachments.values()]
         if kind == "FencingRequest":
             return [_Obj(f) for f in self.fencing_requests]
         if kind == "Node":
             return [res.from_dict(copy.deepcopy(n)) if hasattr(res, "from_dict") else _Obj(n)
-                    for n in self.nodes.values()
-                    if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in (labels or {}).items())]
+                    for n in self.nodes.values() if _labels_match(n, labels)]
         return [_Obj(copy.deepcopy(o)) for (k, ns, _), o in sorted(self.objects.items())
-                if k == kind and namespace in (None, "*", ns)
-                and all((o["metadata"].get("labels") or {}).get(key) == value for key, value in (labels or {}).items())]
+                if k == kind and namespace in (None, "*", ns) and _labels_match(o, labels) and _fields_match(o, fields)]
 
     def table(self, res, labels="", page_size=500):
         """Nodes as the API server prints them for ``kubectl get nodes``: Name and Status columns."""

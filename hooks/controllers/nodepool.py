@@ -1,5 +1,8 @@
 """nodepool: keep ``replicas`` Machines, and terminate instances no Machine owns.
 
+A pool without ``replicas`` provisions for pending pods: it keeps the
+Machines it has (none is created or removed for a count).
+
 CompositeController on NodePool with Machines as children (created with the
 pool's owner reference by Metacontroller, so they are owned from the start).
 Every call is decided on the NodePool read fresh from the API server, and on
@@ -148,10 +151,17 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     for name in removed:
         said.append(events.normal(events.MACHINE_REMOVED, f"Machine {name} removed"))
     actions += _leaks(request, settings, now, observed, machines + (current or []), status, said)
-    ready = counts["Initialized"] >= pool_spec.replicas and not request.finalizing
-    kept, _ = conditions.set(previous, "Ready", "True" if ready else "False",
-                             "MachinesInitialized" if ready else "MachinesPending",
-                             f"{counts['Initialized']} of {pool_spec.replicas} Machines initialized", stamp)
+    if pool_spec.replicas is None:
+        # A provisioning pool is ready to provision whatever its Machines are doing.
+        ready = not request.finalizing
+        kept, _ = conditions.set(previous, "Ready", "True" if ready else "False", "Provisioning",
+                                 f"{counts['Initialized']} Machines initialized; Machines follow the pending pods",
+                                 stamp)
+    else:
+        ready = counts["Initialized"] >= pool_spec.replicas and not request.finalizing
+        kept, _ = conditions.set(previous, "Ready", "True" if ready else "False",
+                                 "MachinesInitialized" if ready else "MachinesPending",
+                                 f"{counts['Initialized']} of {pool_spec.replicas} Machines initialized", stamp)
     status["conditions"] = [c for c in kept["conditions"] if c.get("type") == "Ready"]
     finalized = None
     if request.finalizing:
@@ -212,7 +222,11 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
             actions.append(Action("kube.mark-disrupted", record["machine"], {"uid": record["uid"], "value": value},
                                   requires=(SameObject(machine_names.MACHINE_KIND, record["machine"], record["uid"]),)))
     status["disruptions"] = out.records
-    status["disruption"] = disruption.budget_status(pool_spec.budgets, size, out.disrupting, now, out.blocked)
+    # Only a provisioning pool consolidates: a static pool's status names the reasons it can have.
+    reasons = signals.BUDGETED if pool_spec.replicas is None else \
+        tuple(r for r in signals.BUDGETED if r not in signals.CONSOLIDATION)
+    status["disruption"] = disruption.budget_status(pool_spec.budgets, size, out.disrupting, now, out.blocked,
+                                                    reasons)
     return children, created, removed
 
 

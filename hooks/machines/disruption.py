@@ -37,10 +37,14 @@ Disrupting, for the budgets, is every Machine of the pool with a Node that is
 being deleted, plus every recorded one not yet deleted (a Machine that never
 had a Node disrupts nothing). Candidates are started in order: repair,
 then EC2's notices (scheduled change, impaired status, rebalance), then
-expiry, then drift; each by the time of its signal. A replacement a Machine
-still waits for is a candidate for repair only (it cannot initialize once
-powered off); that repair is never held by a budget, since the Machine
-waiting for it would wait for ever, and counts as disrupting while it lasts.
+expiry, then drift; each by the time of its signal. A provisioning pool's
+consolidation (Empty, Underutilized) is chosen by its provisioning round, not
+here; once marked, such a Machine is recorded and proven like the others. A
+provisioning pool has no replicas to count: its disrupted Machines wait for
+a replacement. A replacement a Machine still waits for is a candidate for
+repair only (it cannot initialize once powered off); that repair is never
+held by a budget, since the Machine waiting for it would wait for ever, and
+counts as disrupting while it lasts.
 """
 from __future__ import annotations
 
@@ -56,7 +60,7 @@ MAX_RECORDS = 1000
 # A record whose Machine is gone is kept until its replacement is Initialized, at most this long.
 RECORD_KEEP_SECONDS = 3600.0
 _ORDER = {signals.REPAIR: 0, signals.SCHEDULED_CHANGE: 1, signals.STATUS_IMPAIRED: 2, signals.REBALANCE: 3,
-          signals.EXPIRED: 4, signals.DRIFTED: 5}
+          signals.EXPIRED: 4, signals.DRIFTED: 5, signals.EMPTY: 6, signals.UNDERUTILIZED: 7}
 # What a record may be for: the pool's own choices, and forceful signals (recorded for the count and timing).
 _RECORDED = tuple(_ORDER) + signals.FORCEFUL
 _RECORD_KEYS = {"machine": str, "uid": str, "reason": str, "at": str, "startedAt": str, "replacement": str,
@@ -167,13 +171,15 @@ def candidate(machine: dict, now: dt.datetime, expire_after: float | None, fence
 
 
 def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budget, ...],
-           expire_after: float | None, fenced: dict[str, Fenced], replicas: int, now: dt.datetime,
+           expire_after: float | None, fenced: dict[str, Fenced], replicas: int | None, now: dt.datetime,
            template_hash: str = "") -> Outcome:
     """What the pool's disruptions are after this call.
 
     ``machines`` are the pool's Machines as the API server lists them now
     (hooks.machines.pool.machines_of), ``previous`` its records
     (``records_of``), ``fenced`` the Fenced facts by Machine uid,
+    ``replicas`` None for a provisioning pool (a Machine without a
+    replacement waits for one: no count says it can go without),
     ``template_hash`` the hash of the pool's template now (drift).
     """
     stamp = timefmt.fmt(now)
@@ -250,7 +256,7 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
         if replacement is not None:
             if _initialized(replacement):
                 outcome.leaving.add(record["machine"])
-        elif counted >= replicas:
+        elif replicas is not None and counted >= replicas:
             outcome.leaving.add(record["machine"])  # none needed: the pool has its replicas without it
         else:
             waiting.append((0, record))
@@ -369,10 +375,10 @@ def assign_replacements(needs: list[dict], created: list[str]) -> None:
 
 
 def budget_status(rules: tuple[budgets.Budget, ...], size: int, disrupting: int, now: dt.datetime,
-                  blocked: dict[str, int]) -> dict:
-    """What status shows: disrupting now, and how many more each reason may start."""
+                  blocked: dict[str, int], reasons: tuple[str, ...] = signals.BUDGETED) -> dict:
+    """What status shows: disrupting now, and how many more each of ``reasons`` may start."""
     allowed = {}
-    for reason in signals.BUDGETED:
+    for reason in reasons:
         limit = budgets.allowed(rules, reason, size, now)
         allowed[reason] = -1 if limit is None else max(0, limit - disrupting)
     out = {"disrupting": disrupting, "allowed": allowed}

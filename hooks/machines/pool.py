@@ -112,7 +112,8 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
             leaving: frozenset[str] | set[str] = frozenset(),
             scale_down_limit: int | None = None, kept: frozenset[str] | set[str] = frozenset(),
             replacing: list[dict[str, str]] | tuple = ()) -> tuple[list[dict], list[str], list[str]]:
-    """(children, names created, names removed) for ``spec.replicas`` counted Machines.
+    """(children, names created, names removed) for ``spec.replicas`` counted Machines (a provisioning
+    pool, without replicas: the Machines it has, none created or taken as surplus).
 
     ``machines`` are the request's children (what Metacontroller can delete:
     only these are returned or left out); ``fresh`` the pool's Machines as the
@@ -133,10 +134,12 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
     live = [m for m in current if not m["metadata"]["deletionTimestamp"]]
     going = [m for m in current if m["metadata"]["deletionTimestamp"]]
     counted = [m for m in live if m["metadata"]["name"] not in held]
+    # A provisioning pool (no replicas) has no count to keep: its Machines stay, and only leave when let go.
+    wanted = len(counted) if spec.replicas is None else spec.replicas
     surplus: list[str] = []
-    if len(counted) > spec.replicas:
+    if len(counted) > wanted:
         # Only a Machine Metacontroller has seen can be left out; one it has not is counted, and removed later.
-        many = len(counted) - spec.replicas
+        many = len(counted) - wanted
         # A Machine without a Node disrupts nothing: only those with one count against the limit.
         limit = None if scale_down_limit is None else max(0, scale_down_limit)
         for m in removal_order(counted):
@@ -154,7 +157,7 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
     taken = {m["metadata"]["name"] for m in machines} | {m["metadata"]["name"] for m in current}
     created: list[str] = []
     slot = 0
-    while len(counted) - len(surplus) + len(created) < spec.replicas:
+    while len(counted) - len(surplus) + len(created) < wanted:
         name = machine_name(pool_name, pool_uid, slot)
         slot += 1
         if name in taken:

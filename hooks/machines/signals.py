@@ -46,9 +46,13 @@ REPAIR = "Repair"  # its Node was fenced: powered off, confirmed, recovered
 DRIFTED = "Drifted"
 EXPIRED = "Expired"
 SCALE_DOWN = "ScaleDown"
-REASONS = INTERRUPTIONS + (REPAIR, DRIFTED, EXPIRED, SCALE_DOWN)
+# A provisioning pool's consolidation: no pod but DaemonSet ones, or its pods fit elsewhere for less.
+EMPTY = "Empty"
+UNDERUTILIZED = "Underutilized"
+CONSOLIDATION = (EMPTY, UNDERUTILIZED)
+REASONS = INTERRUPTIONS + (REPAIR, DRIFTED, EXPIRED, SCALE_DOWN) + CONSOLIDATION
 # Reasons a budget can name (everything a pool chooses; forceful ones are counted, never held).
-BUDGETED = (REBALANCE, SCHEDULED_CHANGE, STATUS_IMPAIRED, REPAIR, DRIFTED, EXPIRED, SCALE_DOWN)
+BUDGETED = (REBALANCE, SCHEDULED_CHANGE, STATUS_IMPAIRED, REPAIR, DRIFTED, EXPIRED, SCALE_DOWN) + CONSOLIDATION
 
 # A spot instance is reclaimed two minutes after its warning.
 SPOT_NOTICE_SECONDS = 120.0

@@ -4,14 +4,21 @@ A Machine's spec is its NodePool's template, copied when the Machine is
 created and immutable afterwards (the CRD refuses changes), so a Machine
 never depends on its pool to know what it is. ``template_hash`` is how a
 Machine tells that its pool's template has moved on (Drifted).
+
+A NodePool with ``spec.replicas`` is static: it keeps that many Machines.
+One without is a provisioning pool: its Machines follow the pending pods,
+within its requirements and limits (``ProvisioningSpec``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
-from hooks import bounds, fields, machine_names
+from lightkube.utils.quantity import parse_quantity
+
+from hooks import bounds, fields, machine_names, provisioning_names
 from hooks.contract import RequestError
 from hooks.machines import budgets
 
@@ -26,6 +33,22 @@ DEFAULT_REGISTRATION_TTL = "15m"
 DEFAULT_DRAIN_TIMEOUT = "10m"
 NEVER = "Never"
 MAX_EXPIRE_AFTER = 10 * 366 * 24 * 3600.0
+# Provisioning pools.
+MAX_WEIGHT = 100
+MAX_REQUIREMENTS = 30
+MAX_REQUIREMENT_VALUES = 100
+MAX_POOL_MACHINES = 10000
+MAX_LABEL_KEY = 316  # a DNS subdomain prefix (253), "/" and a name (63), as the CRD bounds it
+MAX_LABEL_VALUE = 63
+WHEN_EMPTY = "WhenEmpty"
+WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+CONSOLIDATION_POLICIES = (WHEN_EMPTY, WHEN_EMPTY_OR_UNDERUTILIZED)
+DEFAULT_CONSOLIDATE_AFTER = 30.0
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_INTEGER = re.compile(r"^[0-9]{1,18}$")
+_QUANTITY_LENGTH = 64
 
 
 @dataclass(frozen=True)
@@ -131,10 +154,13 @@ def _optional_string(spec: dict, key: str, where: str, maximum: int = 255) -> st
 
 
 def parse_template(spec: dict, where: str, *, labels: dict, annotations: dict, registration_ttl,
-                   drain_timeout) -> MachineSpec:
-    """A MachineSpec from a Machine's spec or a pool's template spec; RequestError names what is wrong."""
+                   drain_timeout, instance_types_required: bool = True) -> MachineSpec:
+    """A MachineSpec from a Machine's spec or a pool's template spec; RequestError names what is wrong.
+
+    ``instance_types_required`` False: a provisioning pool's template, whose instance types may come from
+    its requirements instead."""
     instance_types = _strings(spec, "instanceTypes", where, maximum=20)
-    if not instance_types:
+    if not instance_types and (instance_types_required or spec.get("instanceTypes") is not None):
         raise RequestError(f"{where}.instanceTypes", "must name at least one instance type")
     image_id = _optional_string(spec, "imageId", where)
     template = fields.mapping(spec, "launchTemplate", where=where) or None
@@ -183,14 +209,39 @@ def machine(obj: dict) -> MachineSpec:
                           registration_ttl=spec.get("registrationTTL"), drain_timeout=spec.get("drainTimeout"))
 
 
+Requirement = tuple[str, str, tuple[str, ...]]  # (label key, operator, values)
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """What a provisioning pool's Machines may add up to; None: no limit."""
+
+    cpu: str | None = None  # a quantity, as written
+    memory: str | None = None
+    machines: int | None = None
+
+
+@dataclass(frozen=True)
+class ProvisioningSpec:
+    """The fields a provisioning pool (no ``replicas``) is read with."""
+
+    weight: int = 0  # higher is tried first; ties by name
+    # The template's instanceTypes, when given, come first as an In requirement on the instance type.
+    requirements: tuple[Requirement, ...] = ()
+    limits: PoolLimits = field(default_factory=PoolLimits)
+    consolidation_policy: str = WHEN_EMPTY_OR_UNDERUTILIZED
+    consolidate_after: float | None = DEFAULT_CONSOLIDATE_AFTER  # seconds; None: Never
+
+
 @dataclass(frozen=True)
 class PoolSpec:
-    replicas: int
+    replicas: int | None  # None: a provisioning pool
     template: MachineSpec
     machine_spec: dict  # the spec every new Machine of the pool gets, as written
     template_hash: str
     budgets: tuple = budgets.DEFAULT  # hooks.machines.budgets.Budget, most restrictive active one wins
     expire_after: float | None = None  # seconds a Machine lives before it is replaced; None: never
+    provisioning: ProvisioningSpec | None = None  # set exactly when replicas is None
 
 
 def expire_after(spec: dict) -> float | None:
@@ -201,11 +252,105 @@ def expire_after(spec: dict) -> float | None:
     return bounds.duration(value, "parent.spec.expireAfter", positive=True, maximum=MAX_EXPIRE_AFTER)
 
 
+def _label_key(key, where: str) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_LABEL_KEY or not _LABEL_KEY.match(key):
+        raise RequestError(where, f"must be a label key of at most {MAX_LABEL_KEY} characters")
+    if key.startswith(machine_names.OWN_KEY_PREFIX) and key not in provisioning_names.WELL_KNOWN:
+        ours = ", ".join(k for k in provisioning_names.WELL_KNOWN if k.startswith(machine_names.OWN_KEY_PREFIX))
+        raise RequestError(where, f"{key!r} is in the {machine_names.OWN_KEY_PREFIX} domain; of its keys a "
+                                  f"requirement may name only {ours}")
+    return key
+
+
+def _requirement(item: dict, where: str) -> Requirement:
+    key = _label_key(item.get("key"), f"{where}.key")
+    operator = item.get("operator")
+    if operator not in provisioning_names.OPERATORS:
+        raise RequestError(f"{where}.operator", f"must be one of {', '.join(provisioning_names.OPERATORS)}")
+    raw = item.get("values")
+    raw = [] if raw is None else raw
+    if not isinstance(raw, list) or len(raw) > MAX_REQUIREMENT_VALUES:
+        raise RequestError(f"{where}.values", f"must be a list of at most {MAX_REQUIREMENT_VALUES} strings")
+    for i, value in enumerate(raw):
+        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.match(value):
+            raise RequestError(f"{where}.values[{i}]", f"must be a label value of at most {MAX_LABEL_VALUE} "
+                                                       "characters")
+    if operator in (provisioning_names.IN, provisioning_names.NOT_IN) and not raw:
+        raise RequestError(f"{where}.values", f"{operator} needs at least one value")
+    if operator in (provisioning_names.EXISTS, provisioning_names.DOES_NOT_EXIST) and raw:
+        raise RequestError(f"{where}.values", f"{operator} takes no values")
+    if operator in (provisioning_names.GT, provisioning_names.LT) and (len(raw) != 1 or not _INTEGER.match(raw[0])):
+        raise RequestError(f"{where}.values", f"{operator} needs exactly one whole number (\"4\")")
+    if key == provisioning_names.CAPACITY_TYPE and any(v not in CAPACITY_TYPES for v in raw):
+        raise RequestError(f"{where}.values", f"the capacity types are {', '.join(CAPACITY_TYPES)}")
+    return key, operator, tuple(dict.fromkeys(raw))
+
+
+def requirements(spec: dict, where: str = "parent.spec") -> tuple[Requirement, ...]:
+    """A pool's ``requirements`` as (key, operator, values) triples, checked as the CRD checks them."""
+    items = fields.objects(spec, "requirements", where=where)
+    if len(items) > MAX_REQUIREMENTS:
+        raise RequestError(f"{where}.requirements", f"has more than {MAX_REQUIREMENTS} requirements")
+    return tuple(_requirement(item, f"{where}.requirements[{i}]") for i, item in enumerate(items))
+
+
+def _quantity(limits: dict, key: str, where: str) -> str | None:
+    value = limits.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise RequestError(f"{where}.{key}", f"must be a quantity, got {type(value).__name__}")
+    text = str(value).strip()
+    try:
+        if len(text) > _QUANTITY_LENGTH or parse_quantity(text) < 0:
+            raise ValueError(text)
+    except ValueError:
+        raise RequestError(f"{where}.{key}", f"must be a quantity of at least 0 (\"1000\", \"4000Gi\"), "
+                                             f"got {text[:40]!r}") from None
+    return text
+
+
+def limits(spec: dict, where: str = "parent.spec") -> PoolLimits:
+    """A pool's ``limits``: cpu and memory as quantities, machines a count; each optional."""
+    raw = fields.mapping(spec, "limits", where=where)
+    where = f"{where}.limits"
+    machines = raw.get("machines")
+    return PoolLimits(
+        cpu=_quantity(raw, "cpu", where), memory=_quantity(raw, "memory", where),
+        machines=None if machines is None else bounds.whole_number(machines, f"{where}.machines", minimum=0,
+                                                                   maximum=MAX_POOL_MACHINES))
+
+
+def consolidate_after(disruption: dict, where: str = "parent.spec.disruption") -> float | None:
+    """``consolidateAfter``: a duration (default 30s), or Never."""
+    value = disruption.get("consolidateAfter")
+    if value == NEVER:
+        return None
+    return bounds.duration(value, f"{where}.consolidateAfter", default=DEFAULT_CONSOLIDATE_AFTER)
+
+
+def provisioning(spec: dict, instance_types: tuple[str, ...]) -> ProvisioningSpec:
+    """What a provisioning pool is read with; the template's ``instance_types`` become the first requirement."""
+    where = "parent.spec"
+    weight = bounds.whole_number(spec.get("weight"), f"{where}.weight", minimum=0, maximum=MAX_WEIGHT, default=0)
+    found = requirements(spec, where)
+    if instance_types:
+        found = ((provisioning_names.INSTANCE_TYPE, provisioning_names.IN, instance_types),) + found
+    disruption = fields.mapping(spec, "disruption", where=where)
+    policy = fields.string(disruption, "consolidationPolicy", where=f"{where}.disruption",
+                           default=WHEN_EMPTY_OR_UNDERUTILIZED)
+    if policy not in CONSOLIDATION_POLICIES:
+        raise RequestError(f"{where}.disruption.consolidationPolicy",
+                           f"must be one of {', '.join(CONSOLIDATION_POLICIES)}")
+    return ProvisioningSpec(weight=weight, requirements=found, limits=limits(spec, where),
+                            consolidation_policy=policy, consolidate_after=consolidate_after(disruption))
+
+
 def pool(obj: dict) -> PoolSpec:
     _name(obj, "parent")
     spec = fields.mapping(obj, "spec")
-    replicas = bounds.whole_number(spec.get("replicas"), "parent.spec.replicas", minimum=0, maximum=MAX_REPLICAS,
-                                   default=0)
+    replicas = None if spec.get("replicas") is None else bounds.whole_number(
+        spec.get("replicas"), "parent.spec.replicas", minimum=0, maximum=MAX_REPLICAS)
     template = fields.mapping(spec, "template")
     meta = fields.mapping(template, "metadata", where="parent.spec.template")
     inner = fields.mapping(template, "spec", where="parent.spec.template")
@@ -213,13 +358,23 @@ def pool(obj: dict) -> PoolSpec:
     labels = _node_map(meta, "labels", f"{where}.metadata")
     annotations = _node_map(meta, "annotations", f"{where}.metadata")
     parsed = parse_template(inner, f"{where}.spec", labels=labels, annotations=annotations,
-                            registration_ttl=spec.get("registrationTTL"), drain_timeout=spec.get("drainTimeout"))
+                            registration_ttl=spec.get("registrationTTL"), drain_timeout=spec.get("drainTimeout"),
+                            instance_types_required=replicas is not None)
     machine_spec = {k: inner[k] for k in TEMPLATE_FIELDS if inner.get(k) not in (None, [], {}, "")}
     machine_spec.update({"labels": labels, "annotations": annotations,
                          "registrationTTL": spec.get("registrationTTL") or DEFAULT_REGISTRATION_TTL,
                          "drainTimeout": spec.get("drainTimeout") or DEFAULT_DRAIN_TIMEOUT})
-    return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec), budgets.parse(obj),
-                    expire_after(spec))
+    if replicas is not None:
+        return PoolSpec(replicas, parsed, machine_spec, template_hash(machine_spec), budgets.parse(obj),
+                        expire_after(spec))
+    provisioning_spec = provisioning(spec, parsed.instance_types)
+    written = provisioning_spec.requirements[1:] if parsed.instance_types else provisioning_spec.requirements
+    # A requirement narrows what a Machine may be: changing one drifts the Machines made before. None written,
+    # the hash is a static pool's, so a pool turned from one kind into the other keeps its Machines.
+    hashed = {**machine_spec, "requirements": sorted([k, op, sorted(values)] for k, op, values in written)} \
+        if written else machine_spec
+    return PoolSpec(None, parsed, machine_spec, template_hash(hashed), budgets.parse(obj), expire_after(spec),
+                    provisioning_spec)
 
 
 def template_hash(machine_spec: dict) -> str:

@@ -81,7 +81,9 @@ def test_both_kinds_match_the_names_module(nodepool, machine):
 def test_the_nodepool_spec_has_the_contract_fields(nodepool):
     spec = _schema(nodepool)["properties"]["spec"]
     replicas = spec["properties"]["replicas"]
-    assert (replicas["type"], replicas["minimum"], replicas["maximum"], replicas["default"]) == ("integer", 0, 1000, 0)
+    # No default: a pool written without replicas is a provisioning pool.
+    assert (replicas["type"], replicas["minimum"], replicas["maximum"], replicas.get("default")) == \
+        ("integer", 0, 1000, None)
     for field, default in DURATION_DEFAULTS.items():
         assert spec["properties"][field]["default"] == default
     template = spec["properties"]["template"]["properties"]
@@ -96,7 +98,8 @@ def test_the_template_fields_are_there_with_their_types(nodepool, machine, where
     expected = TEMPLATE_FIELDS if where == "nodepool" else {**TEMPLATE_FIELDS, **MACHINE_ONLY_FIELDS}
     assert {k: v["type"] for k, v in spec["properties"].items()} == expected
     props = spec["properties"]
-    assert spec["required"] == ["instanceTypes"]
+    # A provisioning pool's template may leave the instance types to its requirements.
+    assert spec.get("required") == (None if where == "nodepool" else ["instanceTypes"])
     assert (props["instanceTypes"]["minItems"], props["instanceTypes"]["maxItems"]) == (1, 20)
     assert props["subnets"]["maxItems"] == 16 and props["securityGroups"]["maxItems"] == 16
     assert props["userData"]["maxLength"] == 16384
@@ -147,7 +150,15 @@ def test_durations_are_checked_like_the_fencing_request_ones(crd_name):
 def test_the_nodepool_status_has_the_contract_fields(nodepool):
     status = _schema(nodepool)["properties"]["status"]["properties"]
     assert set(status) == {"observedGeneration", "replicas", "machines", "leakedInstancesTerminated",
-                           "lastLeakCheck", "conditions", "disruption", "disruptions"}
+                           "lastLeakCheck", "conditions", "disruption", "disruptions", "provisioning",
+                           "consolidation"}
+    provisioning = status["provisioning"]["properties"]
+    assert set(provisioning) == {"pendingPods", "unschedulablePods", "inFlight", "resources", "limits", "lastRound"}
+    for field in ("inFlight", "resources", "limits"):
+        assert {k: v["type"] for k, v in provisioning[field]["properties"].items()} == \
+            {"machines": "integer", "cpu": "string", "memory": "string"}
+    assert provisioning["lastRound"]["format"] == "date-time"
+    assert set(status["consolidation"]["items"]["properties"]) == {"machine", "reason", "since"}
     # The API server prunes what the schema lacks: every field of a disruption record must be in it.
     from hooks.machines import disruption
     assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
@@ -193,6 +204,48 @@ def test_every_field_has_bounds_for_the_cel_cost_estimate(crd_name):
             assert "maxProperties" in schema, path
 
 
+def _spec_properties(nodepool: dict) -> dict:
+    return _schema(nodepool)["properties"]["spec"]["properties"]
+
+
+def test_a_static_pool_needs_instance_types_and_a_provisioning_pool_does_not(nodepool):
+    assert "!has(self.replicas) || has(self.template.spec.instanceTypes)" in _rules(_schema(nodepool)["properties"]["spec"])
+
+
+def test_the_provisioning_fields_match_what_the_hooks_read(nodepool):
+    from hooks import provisioning_names
+    from hooks.machines import signals, spec
+
+    props = _spec_properties(nodepool)
+    assert (props["weight"]["minimum"], props["weight"]["maximum"]) == (0, spec.MAX_WEIGHT)
+    requirements = props["requirements"]
+    assert requirements["maxItems"] == spec.MAX_REQUIREMENTS
+    item = requirements["items"]
+    assert item["properties"]["operator"]["enum"] == list(provisioning_names.OPERATORS)
+    assert item["properties"]["values"]["maxItems"] == spec.MAX_REQUIREMENT_VALUES
+    assert item["properties"]["values"]["items"]["maxLength"] == spec.MAX_LABEL_VALUE
+    assert item["properties"]["key"]["maxLength"] == spec.MAX_LABEL_KEY
+    # The nodewarden.io/ keys a requirement may name: exactly the well-known ones.
+    [rule] = _rules(item["properties"]["key"])
+    named = set(re.findall(r"'(nodewarden\.io/[a-z-]+)'", rule))
+    assert named == {k for k in provisioning_names.WELL_KNOWN if k.startswith(machine_names.OWN_KEY_PREFIX)}
+    assert "'on-demand', 'spot'" in " ".join(_rules(item)) and spec.CAPACITY_TYPES == ("on-demand", "spot")
+    limits = props["limits"]["properties"]
+    assert set(limits) == {"cpu", "memory", "machines"} and limits["machines"]["maximum"] == spec.MAX_POOL_MACHINES
+    disruption = props["disruption"]["properties"]
+    assert disruption["consolidationPolicy"]["enum"] == list(spec.CONSOLIDATION_POLICIES)
+    assert disruption["consolidateAfter"]["pattern"] == props["expireAfter"]["pattern"]
+    reasons = disruption["budgets"]["items"]["properties"]["reasons"]
+    assert set(reasons["items"]["enum"]) == set(signals.BUDGETED) and reasons["maxItems"] == len(signals.BUDGETED)
+
+
+def test_the_nodepool_columns_tell_the_two_kinds_apart(nodepool):
+    columns = {c["name"]: c for c in nodepool["spec"]["versions"][0]["additionalPrinterColumns"]}
+    assert columns["Replicas"]["jsonPath"] == ".spec.replicas"  # empty for a provisioning pool
+    assert columns["Pending"]["jsonPath"] == ".status.provisioning.pendingPods"
+    assert (columns["Weight"]["jsonPath"], columns["Weight"]["priority"]) == (".spec.weight", 1)
+
+
 def _plain(schema):
     """The schema as JSON Schema: without the Kubernetes extensions (CEL is checked on the API server)."""
     if isinstance(schema, dict):
@@ -222,6 +275,46 @@ def test_a_full_nodepool_and_machine_fit_their_schemas(nodepool, machine):
                       "termination": {"startedAt": "2026-01-01T00:00:00Z", "evictions": 4},
                       "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}}
     jsonschema.validate(one, _plain(_schema(machine)))
+
+
+PROVISIONING = {"weight": 10,
+                "requirements": [{"key": "nodewarden.io/instance-family", "operator": "In", "values": ["m7i", "c7i"]},
+                                 {"key": "nodewarden.io/instance-cpu", "operator": "Gt", "values": ["3"]},
+                                 {"key": "example.com/dedicated", "operator": "Exists"}],
+                "limits": {"cpu": 1000, "memory": "4000Gi", "machines": 50},
+                "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never",
+                               "budgets": [{"nodes": "1", "reasons": ["Empty", "Underutilized"]}]}}
+
+
+def test_a_full_provisioning_pool_fits_its_schema(nodepool):
+    template = {k: v for k, v in TEMPLATE.items() if k != "instanceTypes"}
+    pool = {"apiVersion": machine_names.API_VERSION, "kind": "NodePool", "metadata": {"name": "general"},
+            "spec": {**PROVISIONING, "template": {"spec": template}},
+            "status": {"provisioning": {"pendingPods": 12, "unschedulablePods": 1,
+                                        "inFlight": {"machines": 3, "cpu": "12", "memory": "48Gi"},
+                                        "resources": {"machines": 10, "cpu": "40", "memory": "160Gi"},
+                                        "limits": {"machines": 50, "cpu": "1000", "memory": "4000Gi"},
+                                        "lastRound": "2026-11-27T13:00:00Z"},
+                       "consolidation": [{"machine": "general-ab12c", "reason": "Empty",
+                                          "since": "2026-11-27T12:59:00Z"}]}}
+    jsonschema.validate(pool, _plain(_schema(nodepool)))
+
+
+@pytest.mark.parametrize("change", [
+    {"weight": 101}, {"weight": -1},
+    {"requirements": [{"key": "kubernetes.io/arch", "operator": "Within", "values": ["amd64"]}]},
+    {"requirements": [{"key": "kubernetes.io/arch", "values": ["amd64"]}]},
+    {"requirements": [{"key": "bad key", "operator": "Exists"}]},
+    {"requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["not a value"]}]},
+    {"requirements": [{"key": "example.com/k", "operator": "Exists"}] * 31},
+    {"limits": {"cpu": "lots"}}, {"limits": {"memory": "-4Gi"}}, {"limits": {"machines": 10001}},
+    {"disruption": {"consolidationPolicy": "WhenIdle"}}, {"disruption": {"consolidateAfter": "soon"}},
+    {"disruption": {"budgets": [{"nodes": "1", "reasons": ["Whim"]}]}},
+])
+def test_the_schema_refuses_a_malformed_provisioning_field(nodepool, change):
+    spec = {"template": {"spec": TEMPLATE}, **change}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"spec": spec}, _plain(_schema(nodepool)))
 
 
 @pytest.mark.parametrize("change", [

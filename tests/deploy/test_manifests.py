@@ -204,7 +204,8 @@ def test_nodepool_scales_through_the_scale_subresource(aws_objects):
 @pytest.mark.parametrize("name, columns", [
     ("nodepools.nodewarden.io", [("Replicas", ".spec.replicas", 0), ("Ready", ".status.machines.Initialized", 0),
                                  ("Disrupting", ".status.disruption.disrupting", 0),
-                                 ("Age", ".metadata.creationTimestamp", 0)]),
+                                 ("Pending", ".status.provisioning.pendingPods", 0),
+                                 ("Age", ".metadata.creationTimestamp", 0), ("Weight", ".spec.weight", 1)]),
     ("machines.nodewarden.io", [("Type", ".status.instanceType", 0), ("Zone", ".status.zone", 0),
                                 ("Node", ".status.nodeName", 0),
                                 ("Ready", '.status.conditions[?(@.type=="Initialized")].status', 0),
@@ -248,6 +249,9 @@ def test_machine_controller_has_no_children_and_relates_its_node(aws_objects):
     ("nodewarden.io", "machines", "delete"),
     ("", "nodes", "patch"), ("", "nodes", "delete"), ("", "pods", "list"), ("", "pods/eviction", "create"),
     ("storage.k8s.io", "volumeattachments", "list"), ("", "events", "create"),
+    # A provisioning pool's reads (hooks/kube/provisioning_reads.py).
+    ("nodewarden.io", "nodepools", "list"), ("nodewarden.io", "machines", "list"), ("", "nodes", "list"),
+    ("apps", "daemonsets", "list"),
 ])
 def test_the_hook_server_may_do_what_the_machine_controllers_need(aws_objects, group, resource, verb):
     deploy = next(o for o in aws_objects if o["kind"] == "Deployment")

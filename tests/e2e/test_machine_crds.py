@@ -14,13 +14,14 @@ import uuid
 import pytest
 
 from devcluster.api import ApiError, wait_for
-from hooks import machine_names
+from hooks import machine_names, provisioning_names
 from hooks.controllers import CONTROLLERS
 
 pytestmark = pytest.mark.e2e
 
 NODEPOOLS = "/apis/nodewarden.io/v1alpha1/nodepools"
 MACHINES = "/apis/nodewarden.io/v1alpha1/machines"
+JSON_PATCH = "application/json-patch+json"
 
 TEMPLATE = {
     "instanceTypes": ["m7i.large", "m6i.large"],
@@ -112,9 +113,95 @@ def test_a_nodepool_and_a_machine_are_accepted_and_defaulted(api, made):
 
 
 def test_a_nodepool_without_replicas_has_none(api, made):
+    """No default: a pool written without replicas is a provisioning pool, and may leave its instance types to
+    its requirements."""
     pool = _pool(unique("e2e-np"))
     del pool["spec"]["replicas"]
-    assert made(pool)["spec"]["replicas"] == 0
+    assert "replicas" not in made(pool)["spec"]
+    del pool["spec"]["template"]["spec"]["instanceTypes"]
+    pool["metadata"]["name"] = unique("e2e-np")
+    assert "instanceTypes" not in made(pool)["spec"]["template"]["spec"]
+
+
+def test_a_static_pool_needs_instance_types(api, made):
+    template = {k: v for k, v in TEMPLATE.items() if k != "instanceTypes"}
+    why = "a static pool (replicas set) needs template.spec.instanceTypes"
+    assert why in _refused(api, NODEPOOLS, _pool(unique("e2e-np"), replicas=1, template=template))
+    name = unique("e2e-np")
+    made(_pool(name, replicas=0))
+    with pytest.raises(ApiError) as refused:
+        api.patch(f"{NODEPOOLS}/{name}", [{"op": "remove", "path": "/spec/template/spec/instanceTypes"}], JSON_PATCH)
+    assert refused.value.status == 422 and why in str(refused.value), refused.value
+
+
+def test_removing_replicas_turns_a_static_pool_into_a_provisioning_pool(api, made):
+    """As docs/upgrading.md says: one JSON patch, and its Machines keep their template."""
+    name = unique("e2e-np")
+    made(_pool(name, replicas=0))
+    api.patch(f"{NODEPOOLS}/{name}", [{"op": "remove", "path": "/spec/replicas"}], JSON_PATCH)
+    assert "replicas" not in api.get(f"{NODEPOOLS}/{name}")["spec"]
+
+
+PROVISIONING = {
+    "weight": 100,
+    "requirements": [
+        {"key": "node.kubernetes.io/instance-type", "operator": "NotIn", "values": ["t3.nano", "t3.micro"]},
+        {"key": "nodewarden.io/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+        {"key": "nodewarden.io/instance-cpu", "operator": "Gt", "values": ["3"]},
+        {"key": "nodewarden.io/instance-memory", "operator": "Lt", "values": ["65537"]},
+        {"key": "example.com/dedicated", "operator": "Exists"},
+        {"key": "nodewarden.io/instance-gpu-count", "operator": "DoesNotExist"},
+    ],
+    "limits": {"cpu": 1000, "memory": "4000Gi", "machines": 50},
+    "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5m",
+                   "budgets": [{"nodes": "1", "reasons": ["Empty", "Underutilized"]}]},
+}
+
+
+def test_a_full_provisioning_pool_is_accepted_as_written(api, made):
+    pool = _pool(unique("e2e-np"), **PROVISIONING)
+    del pool["spec"]["replicas"]
+    spec = made(pool)["spec"]
+    assert {k: spec[k] for k in PROVISIONING} == PROVISIONING
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"weight": 101}, "100"),
+    ({"requirements": [{"key": "kubernetes.io/arch", "operator": "In"}]}, "In and NotIn need at least one value"),
+    ({"requirements": [{"key": "kubernetes.io/arch", "operator": "NotIn", "values": []}]},
+     "In and NotIn need at least one value"),
+    ({"requirements": [{"key": "example.com/gpu", "operator": "Exists", "values": ["yes"]}]},
+     "Exists and DoesNotExist take no values"),
+    ({"requirements": [{"key": "nodewarden.io/instance-cpu", "operator": "Gt", "values": ["3", "4"]}]},
+     "Gt and Lt need exactly one whole number"),
+    ({"requirements": [{"key": "nodewarden.io/instance-cpu", "operator": "Lt", "values": ["four"]}]},
+     "Gt and Lt need exactly one whole number"),
+    ({"requirements": [{"key": "nodewarden.io/nodepool", "operator": "In", "values": ["other"]}]},
+     "only the well-known ones"),
+    ({"requirements": [{"key": "nodewarden.io/capacity-type", "operator": "In", "values": ["reserved"]}]},
+     "the capacity types are on-demand and spot"),
+    ({"requirements": [{"key": "kubernetes.io/arch", "operator": "Within", "values": ["amd64"]}]}, "Unsupported value"),
+    ({"requirements": [{"key": "bad key", "operator": "Exists"}]}, "should match"),
+    ({"limits": {"cpu": "lots"}}, "should match"),
+    ({"limits": {"cpu": -4}}, "cpu must be at least 0"),
+    ({"limits": {"machines": 10001}}, "10000"),
+    ({"disruption": {"consolidationPolicy": "WhenIdle"}}, "Unsupported value"),
+    ({"disruption": {"consolidateAfter": "soon"}}, "should match"),
+])
+def test_a_malformed_provisioning_field_is_refused(api, change, why):
+    pool = _pool(unique("e2e-np"), **change)
+    del pool["spec"]["replicas"]
+    message = _refused(api, NODEPOOLS, pool)
+    assert why in message, message
+
+
+def test_a_machine_may_carry_the_pods_it_was_provisioned_for(made):
+    """The pool writes nodewarden.io/provisioned-for in the Machine's metadata when it creates it: nothing
+    refuses it there (the nodewarden.io/ rules hold for the spec's labels and annotations)."""
+    machine = _machine(unique("e2e-m"))
+    value = '{"more":0,"pods":["default/web-0"]}'
+    machine["metadata"]["annotations"] = {provisioning_names.PROVISIONED_FOR: value}
+    assert made(machine)["metadata"]["annotations"][provisioning_names.PROVISIONED_FOR] == value
 
 
 def test_a_machine_spec_cannot_change(api, made):
@@ -229,7 +316,20 @@ def test_kubectl_scale_nodepool_goes_through_the_scale_subresource(api, cluster,
     refused = cluster.kubectl("scale", f"nodepool/{name}", "--replicas=1001", check=False)
     assert refused.returncode != 0 and "1000" in refused.stderr, refused.stderr
     header = cluster.kubectl("get", "nodepools", name).stdout.splitlines()[0].split()
-    assert header == ["NAME", "REPLICAS", "READY", "DISRUPTING", "AGE"]
+    assert header == ["NAME", "REPLICAS", "READY", "DISRUPTING", "PENDING", "AGE"]
+
+
+def test_kubectl_get_nodepools_shows_which_pools_provision(cluster, made):
+    name = unique("e2e-np")
+    pool = _pool(name, weight=30)
+    del pool["spec"]["replicas"]
+    made(pool)
+    header, row = cluster.kubectl("get", "nodepools", name, "-o", "wide").stdout.splitlines()[:2]
+    assert header.split() == ["NAME", "REPLICAS", "READY", "DISRUPTING", "PENDING", "AGE", "WEIGHT"]
+    # Cells by the header's columns: kubectl leaves a missing value blank.
+    starts = [header.index(column) for column in header.split()] + [None]
+    cells = {column: row[start:end].strip() for column, start, end in zip(header.split(), starts, starts[1:])}
+    assert (cells["NAME"], cells["REPLICAS"], cells["WEIGHT"]) == (name, "", "30")  # no replicas: provisioning
 
 
 def test_kubectl_get_machines_shows_the_machine_columns(cluster, made):
@@ -251,6 +351,8 @@ def _can_i(cluster, verb: str, resource: str, subresource: str = "") -> bool:
     args = ["auth", "can-i", verb, resource] + ([f"--subresource={subresource}"] if subresource else [])
     if subresource == "eviction":
         args.append("--namespace=default")
+    elif resource == "pods":
+        args.append("--all-namespaces")  # a provisioning pool lists the pending pods of every namespace
     result = cluster.kubectl(*args, check=False, kubeconfig_path=cluster.layout.hooks_kubeconfig)
     assert result.stdout.strip() in ("yes", "no"), result.stderr
     return result.stdout.strip() == "yes"
@@ -261,6 +363,8 @@ def _can_i(cluster, verb: str, resource: str, subresource: str = "") -> bool:
     ("delete", "machines.nodewarden.io", ""), ("patch", "machines.nodewarden.io", ""),
     ("list", "fencingrequests.nodewarden.io", ""), ("delete", "nodes", ""), ("patch", "nodes", ""),
     ("create", "pods", "eviction"), ("list", "volumeattachments.storage.k8s.io", ""),
+    ("list", "nodepools.nodewarden.io", ""), ("list", "machines.nodewarden.io", ""), ("list", "nodes", ""),
+    ("list", "daemonsets.apps", ""), ("list", "pods", ""), ("create", "events", ""),
 ])
 def test_the_hook_server_may_do_what_the_machine_hooks_do(cluster, verb, resource, subresource):
     assert _can_i(cluster, verb, resource, subresource)

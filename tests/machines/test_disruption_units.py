@@ -13,7 +13,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from hooks import timefmt
 from hooks.contract import RequestError
-from hooks.machines import budgets, disruption, pool, repair, signals
+from hooks.machines import budgets, disruption, pool, repair, signals, spec
+from tests.fixtures.make_machines import pool_obj
 from worlds.pools import PoolWorld, check_converged, check_sync
 
 NOW = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)  # a Monday
@@ -257,6 +258,44 @@ def test_malformed_records_are_dropped():
     assert disruption.records_of({"disruptions": [1, {"machine": "a"}, {"machine": "a", "uid": "u", "reason": "Whim",
                                                                          "at": "2026-01-01T00:00:00Z"}]}) == []
     assert disruption.records_of({"disruptions": "nope"}) == []
+
+
+# --------------------------------------------------------------------------- provisioning pools (no replicas)
+
+
+def _decide_provisioning(machines, previous=()):
+    return disruption.decide(machines, list(previous), budgets.DEFAULT, None, {}, None, NOW, HASH)
+
+
+def test_without_replicas_a_disrupted_machine_waits_for_its_replacement():
+    """A static pool with its replicas without the Machine lets it go; a provisioning pool has no count to say so."""
+    machines = [_machine("a", drifted=60), _machine("b")]
+    assert _decide(machines, replicas=1).leaving == {"a"}
+    out = _decide_provisioning(machines)
+    assert out.leaving == set() and out.held == {"a"} and [r["machine"] for r in out.needs] == ["a"]
+
+
+@pytest.mark.parametrize("reason", signals.CONSOLIDATION)
+def test_a_consolidation_mark_is_recorded_and_proven_like_the_pools_other_choices(reason):
+    mark = {signals.DISRUPTION_ANNOTATION: signals.Signal(reason, NOW).encode()}
+    out = _decide_provisioning([_machine("a", annotations=mark), _machine("b")])
+    assert [(r["machine"], r["reason"]) for r in out.records] == [("a", reason)]
+    assert out.held == {"a"} and out.started == [] and out.disrupting == 1
+    assert disruption.records_of({"disruptions": out.records}) == out.records
+    new = _machine("new", initialized=False, annotations=disruption.replaces(out.records[0]))
+    assert disruption.replaces_of(new).reason == reason
+    again = _decide_provisioning([_machine("a", annotations=mark), _machine("b"), new], out.records)
+    assert again.needs == [] and again.kept == {"new"} and again.records[0]["replacement"] == "new"
+    assert disruption.budget_status(budgets.DEFAULT, 2, out.disrupting, NOW, {})["allowed"][reason] == 0
+
+
+def test_a_pool_without_replicas_creates_and_removes_no_machine_for_a_count():
+    provisioning = spec.pool(pool_obj(None))
+    machines = [_machine("a"), _machine("b", initialized=False, node=False), _machine("c", deleting=True)]
+    children, created, removed = pool.desired("web", "uid-pool", provisioning, machines)
+    assert (created, removed) == ([], []) and [c["metadata"]["name"] for c in children] == ["a", "b", "c"]
+    children, created, removed = pool.desired("web", "uid-pool", provisioning, machines, leaving={"a"})
+    assert (created, removed) == ([], ["a"]) and [c["metadata"]["name"] for c in children] == ["b", "c"]
 
 
 _reasons = st.sampled_from(["none", "drift", "expired", "rebalance", "spot", "fenced"])
