@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
+from hooks.machines.signals import CONSOLIDATION  # noqa: E402
+from hooks.machines.spec import ProvisioningSpec  # noqa: E402
 from hooks.machines.pool import machines_of  # noqa: E402
 from hooks.provisioning import consolidation  # noqa: E402
 
@@ -88,11 +90,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     machines, nodes, by_node = world(args.machines, args.pods, random.Random(args.seed))
     previous = [{"machine": m["metadata"]["name"], "uid": m["metadata"]["uid"], "reason": reason, "since": HOUR_AGO}
-                for m in machines for reason in (consolidation.EMPTY, consolidation.UNDERUTILIZED)]
+                for m in machines for reason in CONSOLIDATION]
     budget = consolidation.BudgetState((Budget("10%"),), len(machines), 0, frozenset())
 
     def run() -> consolidation.Consolidation:
-        return consolidation.decide(machines, nodes, by_node, set(), 0, consolidation.Policy(), previous, budget,
+        return consolidation.decide(machines, nodes, by_node, set(), 0, ProvisioningSpec(), previous, budget,
                                     NOW)
 
     out, runs = run(), []
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs.append(time.process_time() - start)
     results = {"machines": args.machines, "pods": sum(len(p) for p in by_node.values()),
                "candidates": {reason: sum(1 for r in out.candidates if r["reason"] == reason)
-                              for reason in (consolidation.EMPTY, consolidation.UNDERUTILIZED)},
+                              for reason in CONSOLIDATION},
                "removals": [(r.machine, r.reason) for r in out.remove],
                "cpu_time": {"median_ms": round(statistics.median(runs) * 1000, 1),
                             "max_ms": round(max(runs) * 1000, 1)}}

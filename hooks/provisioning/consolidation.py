@@ -57,23 +57,13 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from hooks import conditions, machine_names, objects, provisioning_names, timefmt
 from hooks.machines import budgets, signals
+from hooks.machines.spec import WHEN_EMPTY_OR_UNDERUTILIZED, ProvisioningSpec
 from hooks.provisioning import pods, scheduling, slots
 from hooks.provisioning.resources import Resources
 
-# The disruption reasons consolidation starts (budgeted like the others).
-EMPTY = "Empty"
-UNDERUTILIZED = "Underutilized"
 MAX_RECORDS = 1000
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _RECORD_KEYS = {"machine": str, "uid": str, "reason": str, "since": str}
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The pool's spec.disruption as consolidation reads it (hooks.machines.spec.ProvisioningSpec)."""
-
-    underutilized: bool = True  # consolidationPolicy WhenEmptyOrUnderutilized; False: WhenEmpty
-    consolidate_after: float | None = 30.0  # seconds; None: Never
 
 
 @dataclass(frozen=True)
@@ -91,7 +81,7 @@ class Removal:
     machine: str
     uid: str
     node: str
-    reason: str  # EMPTY or UNDERUTILIZED
+    reason: str  # signals.EMPTY or signals.UNDERUTILIZED
     since: dt.datetime
     placement: Mapping[str, str]  # each pod it evicts ("ns/name") -> the Node it fits on; Empty: none
     message: str
@@ -143,14 +133,14 @@ def records_of(status: Any) -> list[dict]:
         if not isinstance(item, dict):
             continue
         record = {k: item[k] for k, kind in _RECORD_KEYS.items() if isinstance(item.get(k), kind)}
-        if record.get("machine") and record.get("uid") and record.get("reason") in (EMPTY, UNDERUTILIZED) \
+        if record.get("machine") and record.get("uid") and record.get("reason") in signals.CONSOLIDATION \
                 and timefmt.parse(record.get("since")):
             found.append(record)
     return found[:MAX_RECORDS]
 
 
 def decide(machines: Sequence[dict], nodes: Iterable[dict], pods_by_node: Mapping[str, Sequence[dict]],
-           placed_slots: Collection[str], launching: int, policy: Policy, previous: Sequence[dict],
+           placed_slots: Collection[str], launching: int, provisioning: ProvisioningSpec, previous: Sequence[dict],
            budget: BudgetState, now: dt.datetime) -> Consolidation:
     """This round's consolidation of one provisioning pool.
 
@@ -161,11 +151,12 @@ def decide(machines: Sequence[dict], nodes: Iterable[dict], pods_by_node: Mappin
     each of them, from one successful list; ``placed_slots``: the Slot
     names (Node or Machine names) this round's scheduling placed pending
     pods on; ``launching``: the pending pods the round launches Machines of
-    this pool for (new claims and in-flight Machines); ``previous``:
+    this pool for (new claims and in-flight Machines); ``provisioning``:
+    the pool's consolidationPolicy and consolidateAfter; ``previous``:
     ``records_of`` the pool's status.
     """
     out = Consolidation()
-    after = policy.consolidate_after
+    after = provisioning.consolidate_after
     if after is None:
         return out
     carried = {(r["uid"], r["reason"]): timefmt.parse(r["since"]) for r in previous}
@@ -177,11 +168,11 @@ def decide(machines: Sequence[dict], nodes: Iterable[dict], pods_by_node: Mappin
     found: list[_Found] = []
     for member in eligible:
         if _empty(member):
-            found.append(_Found(member, EMPTY, _since(carried, member, EMPTY, now)))
+            found.append(_Found(member, signals.EMPTY, _since(carried, member, signals.EMPTY, now)))
     state = _Choice(budget, launching, now, out)
     for cand in sorted((f for f in found if _due(f, after, now)), key=lambda f: (f.since, f.member.name)):
         state.take(cand)
-    if policy.underutilized:
+    if provisioning.consolidation_policy == WHEN_EMPTY_OR_UNDERUTILIZED:
         # An Empty candidate is no target: removing it moves nothing, so filling it would be churn.
         empty = {f.member.name for f in found}
         pool = machines[0]["metadata"]["labels"].get(machine_names.POOL_LABEL, "") if machines else ""
@@ -221,7 +212,7 @@ class _Choice:
             return
         self.disrupting += 1
         member, since = cand.member, timefmt.fmt(cand.since)
-        if cand.reason == EMPTY:
+        if cand.reason == signals.EMPTY:
             message = (f"Machine {member.name} (Node {member.node_name}) has run no pod but DaemonSet pods since "
                        f"{since}: removing it (Empty)")
         else:
@@ -377,7 +368,7 @@ def _underutilized(member: _Member, pool: str, room: Mapping[str, scheduling.Slo
     if result.unschedulable or result.claims or len(result.placed) != len(views):
         return None
     newest = max((t for t in (_started(p) for p in moving) if t is not None), default=None)
-    return _Found(member, UNDERUTILIZED, _since(carried, member, UNDERUTILIZED, now, newest),
+    return _Found(member, signals.UNDERUTILIZED, _since(carried, member, signals.UNDERUTILIZED, now, newest),
                   tuple(views), dict(result.placed), own.allocatable)
 
 

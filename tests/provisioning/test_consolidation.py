@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hooks import machine_names, provisioning_names, timefmt
 from hooks.machines import budgets, signals
 from hooks.machines.pool import machines_of
+from hooks.machines.signals import EMPTY, UNDERUTILIZED
+from hooks.machines.spec import WHEN_EMPTY, ProvisioningSpec
 from hooks.provisioning import consolidation, resources
-from hooks.provisioning.consolidation import EMPTY, UNDERUTILIZED, BudgetState, Policy
+from hooks.provisioning.consolidation import BudgetState
 from hooks.provisioning.pods import requests_of
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
@@ -77,7 +79,7 @@ class World:
         self.pods.extend(pods)
         return self
 
-    def decide(self, *, previous=(), placed=(), launching: int = 0, policy: Policy = Policy(),
+    def decide(self, *, previous=(), placed=(), launching: int = 0, policy: ProvisioningSpec = ProvisioningSpec(),
                rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW) -> consolidation.Consolidation:
         by_node: dict[str, list] = {}
         for p in self.pods:
@@ -124,7 +126,7 @@ def test_the_clock_must_run_for_consolidate_after_before_a_removal():
     world = World().add("a").add("b", busy("b"))
     assert not world.decide(previous=[record("a", EMPTY, 29)]).remove
     assert removed(world.decide(previous=[record("a", EMPTY, 30)])) == {"a": EMPTY}
-    slow = Policy(consolidate_after=600.0)
+    slow = ProvisioningSpec(consolidate_after=600.0)
     out = world.decide(previous=[record("a", EMPTY, 599)], policy=slow)
     assert not out.remove and out.candidates == [record("a", EMPTY, 599)]
 
@@ -151,7 +153,7 @@ def test_a_record_for_another_machine_of_the_same_name_does_not_carry():
 
 def test_consolidate_after_never_makes_no_candidate():
     world = World().add("a").add("b")
-    out = world.decide(previous=[record("a", EMPTY, 3600)], policy=Policy(consolidate_after=None))
+    out = world.decide(previous=[record("a", EMPTY, 3600)], policy=ProvisioningSpec(consolidate_after=None))
     assert out.candidates == [] and out.remove == []
 
 
@@ -237,7 +239,7 @@ def test_pods_that_do_not_fit_elsewhere_make_no_candidate():
 def test_when_empty_never_moves_pods():
     world = World().add("a", running("web-1", "a")).add("b").add("c", busy("c"))
     out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)],
-                       policy=Policy(underutilized=False))
+                       policy=ProvisioningSpec(consolidation_policy=WHEN_EMPTY))
     assert reasons(out) == {"b": EMPTY}
     assert removed(out) == {}  # b's clock starts now
 
