@@ -54,8 +54,8 @@ def world(machines: int, per_node: int, rng: random.Random) -> tuple[list, list,
                       "status": {"nodeName": node, "conditions": [{"type": machine_names.INITIALIZED,
                                                                    "status": "True"}]}})
         nodes.append({"metadata": {"name": node, "labels": {
-            machine_names.MACHINE_LABEL: name, provisioning_names.ZONE: ZONES[i % 3],
-            provisioning_names.HOSTNAME: node, "disk": "ssd" if i % 4 == 0 else "hdd"}},
+            machine_names.MACHINE_LABEL: name, provisioning_names.ZONE_LABEL: ZONES[i % 3],
+            provisioning_names.HOSTNAME_LABEL: node, "disk": "ssd" if i % 4 == 0 else "hdd"}},
             "spec": {}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
         bound, used = [_pod(f"ds-{i}", node, 100, 128, {}, owner="DaemonSet")], 100
@@ -67,7 +67,7 @@ def world(machines: int, per_node: int, rng: random.Random) -> tuple[list, list,
             kind = rng.randrange(8)
             spec: dict = {}
             if kind == 0:
-                spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE,
+                spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
                                                       "whenUnsatisfiable": "DoNotSchedule",
                                                       "labelSelector": {"matchLabels": {"app": "spread"}}}]
             elif kind == 1 and i % 4 == 0:

@@ -56,9 +56,9 @@ def world_catalog(count: int) -> list[catalog.InstanceOption]:
 def world_pools() -> list[scheduling.PoolView]:
     return [
         scheduling.PoolView("general", weight=10, requirements=requirements.of(
-            [(provisioning_names.ARCH, "In", ("amd64",))])),
+            [(provisioning_names.ARCH_LABEL, "In", ("amd64",))])),
         scheduling.PoolView("arm-spot", weight=5, requirements=requirements.of(
-            [(provisioning_names.ARCH, "In", ("arm64",)), (provisioning_names.CAPACITY_TYPE, "In", ("spot", "on-demand"))])),
+            [(provisioning_names.ARCH_LABEL, "In", ("arm64",)), (provisioning_names.CAPACITY_TYPE_LABEL, "In", ("spot", "on-demand"))])),
         scheduling.PoolView("batch", weight=0, taints=(Taint("batch", "NoSchedule", "true"),),
                             labels={"workload": "batch"}, limits=scheduling.Limits(cpu=400_000),
                             used=scheduling.Limits(cpu=16_000, memory=64 << 30, machines=2)),
@@ -71,8 +71,8 @@ def world_slots(count: int, rng: random.Random) -> list[scheduling.Slot]:
         zone = ZONES[i % 3]
         residents = tuple(pods.Resident("default", {"app": f"web-{rng.randrange(10)}"}) for _ in range(rng.randrange(3, 12)))
         found.append(scheduling.Slot(
-            name=f"node-{i}", pool="general", labels={provisioning_names.ZONE: zone, provisioning_names.HOSTNAME: f"node-{i}",
-                                                      provisioning_names.ARCH: "amd64"},
+            name=f"node-{i}", pool="general", labels={provisioning_names.ZONE_LABEL: zone, provisioning_names.HOSTNAME_LABEL: f"node-{i}",
+                                                      provisioning_names.ARCH_LABEL: "amd64"},
             taints=(), allocatable=resources.parse({"cpu": "7910m", "memory": "30Gi", "pods": "58"}),
             requested=resources.parse({"cpu": f"{rng.randrange(4000, 7800)}m", "memory": f"{rng.randrange(10, 29)}Gi",
                                        "pods": str(len(residents))}),
@@ -84,7 +84,7 @@ def world_daemonsets() -> list[pods.PodView]:
     found = []
     for name, cpu, memory, spec in (("kube-proxy", "100m", "128Mi", {}), ("aws-node", "25m", "64Mi", {}),
                                     ("logging", "200m", "256Mi", {"tolerations": [{"operator": "Exists"}]}),
-                                    ("arm-agent", "50m", "64Mi", {"nodeSelector": {provisioning_names.ARCH: "arm64"}})):
+                                    ("arm-agent", "50m", "64Mi", {"nodeSelector": {provisioning_names.ARCH_LABEL: "arm64"}})):
         found.append(pods.from_daemonset({"metadata": {"name": name, "namespace": "kube-system"}, "spec": {"template": {
             "metadata": {"labels": {"app": name}},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}], **spec}}}}))
@@ -111,22 +111,22 @@ def world_pods(count: int, rng: random.Random) -> list[dict]:
         kind = d % 8
         selector = {"matchLabels": {"app": app}}
         if kind in (0, 1):
-            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE,
+            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
                                                   "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
         elif kind == 2:
             spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": provisioning_names.HOSTNAME, "labelSelector": selector}]}}
+                {"topologyKey": provisioning_names.HOSTNAME_LABEL, "labelSelector": selector}]}}
         elif kind == 3:
-            spec["nodeSelector"] = {provisioning_names.ARCH: "arm64"}
+            spec["nodeSelector"] = {provisioning_names.ARCH_LABEL: "arm64"}
         elif kind == 4:
             spec["tolerations"] = [{"key": "batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
             spec["nodeSelector"] = {"workload": "batch"}
         elif kind == 5:
             spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                 {"weight": 50, "preference": {"matchExpressions": [
-                    {"key": provisioning_names.ZONE, "operator": "In", "values": [ZONES[d % 3]]}]}}]}}
+                    {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [ZONES[d % 3]]}]}}]}}
         elif kind == 6:
-            spec["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": provisioning_names.HOSTNAME,
+            spec["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": provisioning_names.HOSTNAME_LABEL,
                                                   "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]
         for i in range(per):
             found.append(_raw(f"{app}-{i}", app, cpu, memory, spec))

@@ -1,44 +1,42 @@
-"""The names provisioning shares with users, pods and Nodes: well-known label keys, requirement operators,
-annotations on a provisioned Machine and on what consolidation must leave alone.
-
-A NodePool requirement or a pod's node selector may name any of WELL_KNOWN;
-every Node of a provisioned Machine carries all of them (the Machine's
-registration mirrors them onto the Node with its other labels).
-"""
+"""The names provisioning NodePools share with pods, Nodes and users: well-known label keys, requirement
+operators, the provisioned-for annotation, the labels an instance type gives its Nodes, and the annotation
+consolidation leaves alone. Keep them stable."""
 from __future__ import annotations
 
-INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-ZONE = "topology.kubernetes.io/zone"
-ARCH = "kubernetes.io/arch"
-OS = "kubernetes.io/os"
-CAPACITY_TYPE = "nodewarden.io/capacity-type"
-INSTANCE_FAMILY = "nodewarden.io/instance-family"
-INSTANCE_SIZE = "nodewarden.io/instance-size"
-INSTANCE_CPU = "nodewarden.io/instance-cpu"
-INSTANCE_MEMORY = "nodewarden.io/instance-memory"
-INSTANCE_GPU_COUNT = "nodewarden.io/instance-gpu-count"
-# Every Node has one, but its value is unknown until the Node exists.
-HOSTNAME = "kubernetes.io/hostname"
-
-# The labels an instance type decides (instance_labels gives them).
-INSTANCE_TYPE_KEYS = (INSTANCE_TYPE, ARCH, OS, INSTANCE_FAMILY, INSTANCE_SIZE, INSTANCE_CPU, INSTANCE_MEMORY,
-                      INSTANCE_GPU_COUNT)
-# The labels of where and how it launches.
-WELL_KNOWN = INSTANCE_TYPE_KEYS + (ZONE, CAPACITY_TYPE)
+# Well-known label keys: a pool's requirement or a pod's node selector may name them, and every Node of a
+# provisioned Machine carries them.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+ARCH_LABEL = "kubernetes.io/arch"
+OS_LABEL = "kubernetes.io/os"
+CAPACITY_TYPE_LABEL = "nodewarden.io/capacity-type"  # on-demand or spot
+INSTANCE_FAMILY_LABEL = "nodewarden.io/instance-family"  # m5
+INSTANCE_SIZE_LABEL = "nodewarden.io/instance-size"  # large
+INSTANCE_CPU_LABEL = "nodewarden.io/instance-cpu"  # vCPUs
+INSTANCE_MEMORY_LABEL = "nodewarden.io/instance-memory"  # MiB
+INSTANCE_GPU_COUNT_LABEL = "nodewarden.io/instance-gpu-count"
+WELL_KNOWN = (INSTANCE_TYPE_LABEL, ZONE_LABEL, ARCH_LABEL, OS_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_FAMILY_LABEL,
+              INSTANCE_SIZE_LABEL, INSTANCE_CPU_LABEL, INSTANCE_MEMORY_LABEL, INSTANCE_GPU_COUNT_LABEL)
+# The well-known labels an instance type decides (instance_labels gives them); the zone and the capacity type
+# are where and how it launches.
+INSTANCE_TYPE_LABELS = (INSTANCE_TYPE_LABEL, ARCH_LABEL, OS_LABEL, INSTANCE_FAMILY_LABEL, INSTANCE_SIZE_LABEL,
+                        INSTANCE_CPU_LABEL, INSTANCE_MEMORY_LABEL, INSTANCE_GPU_COUNT_LABEL)
+# Every Node has one, whose value no pod can know before the Node exists.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # Requirement operators, as a Node selector requirement's.
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
 OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 
-LINUX = "linux"
-# EC2 architecture names -> Kubernetes' (GOARCH) names.
-ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
-
-# On a Machine created for pending pods: JSON {"pods": ["ns/name", ...], "more": 0}.
+# On a Machine a pool created for pending pods: JSON {"pods": ["ns/name", ...], "more": n}, written once.
 PROVISIONED_FOR = "nodewarden.io/provisioned-for"
 PROVISIONED_FOR_MAX_PODS = 50
 # On a pod, a Node or a Machine, "true": consolidation never removes the Machine it is on, or it.
 DO_NOT_DISRUPT = "nodewarden.io/do-not-disrupt"
+
+LINUX = "linux"
+# EC2's architecture names -> Kubernetes' (GOARCH) names.
+ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}
 
 
 def instance_labels(instance_type: str, facts: dict) -> dict[str, str]:
@@ -48,14 +46,15 @@ def instance_labels(instance_type: str, facts: dict) -> dict[str, str]:
     leaves its label out rather than guessing.
     """
     family, _, size = instance_type.partition(".")
-    labels = {INSTANCE_TYPE: instance_type, OS: LINUX, INSTANCE_FAMILY: family}
+    labels = {INSTANCE_TYPE_LABEL: instance_type, OS_LABEL: LINUX, INSTANCE_FAMILY_LABEL: family}
     if size:
-        labels[INSTANCE_SIZE] = size
+        labels[INSTANCE_SIZE_LABEL] = size
     for name in facts.get("architectures") or ():
         if name in ARCHITECTURES:
-            labels[ARCH] = ARCHITECTURES[name]
+            labels[ARCH_LABEL] = ARCHITECTURES[name]
             break
-    for key, fact in ((INSTANCE_CPU, "vcpus"), (INSTANCE_MEMORY, "memoryMiB"), (INSTANCE_GPU_COUNT, "gpus")):
+    for key, fact in ((INSTANCE_CPU_LABEL, "vcpus"), (INSTANCE_MEMORY_LABEL, "memoryMiB"),
+                      (INSTANCE_GPU_COUNT_LABEL, "gpus")):
         value = facts.get(fact)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             labels[key] = str(value)

@@ -281,7 +281,7 @@ def _requirement(item: dict, where: str) -> Requirement:
         raise RequestError(f"{where}.values", f"{operator} takes no values")
     if operator in (provisioning_names.GT, provisioning_names.LT) and (len(raw) != 1 or not _INTEGER.match(raw[0])):
         raise RequestError(f"{where}.values", f"{operator} needs exactly one whole number (\"4\")")
-    if key == provisioning_names.CAPACITY_TYPE and any(v not in CAPACITY_TYPES for v in raw):
+    if key == provisioning_names.CAPACITY_TYPE_LABEL and any(v not in CAPACITY_TYPES for v in raw):
         raise RequestError(f"{where}.values", f"the capacity types are {', '.join(CAPACITY_TYPES)}")
     return key, operator, tuple(dict.fromkeys(raw))
 
@@ -335,7 +335,7 @@ def provisioning(spec: dict, instance_types: tuple[str, ...]) -> ProvisioningSpe
     weight = bounds.whole_number(spec.get("weight"), f"{where}.weight", minimum=0, maximum=MAX_WEIGHT, default=0)
     found = requirements(spec, where)
     if instance_types:
-        found = ((provisioning_names.INSTANCE_TYPE, provisioning_names.IN, instance_types),) + found
+        found = ((provisioning_names.INSTANCE_TYPE_LABEL, provisioning_names.IN, instance_types),) + found
     disruption = fields.mapping(spec, "disruption", where=where)
     policy = fields.string(disruption, "consolidationPolicy", where=f"{where}.disruption",
                            default=WHEN_EMPTY_OR_UNDERUTILIZED)

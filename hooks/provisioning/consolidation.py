@@ -326,9 +326,9 @@ def _view(pod: dict, zone: str | None) -> pods.PodView | None:
         return None
     spec = dict(pod.get("spec") or {})
     selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
-    if selector.get(provisioning_names.ZONE, zone) != zone:
+    if selector.get(provisioning_names.ZONE_LABEL, zone) != zone:
         return None
-    spec["nodeSelector"] = {**selector, provisioning_names.ZONE: zone}
+    spec["nodeSelector"] = {**selector, provisioning_names.ZONE_LABEL: zone}
     return pods.view({**pod, "spec": spec})
 
 
@@ -358,7 +358,7 @@ def _underutilized(member: _Member, pool: str, room: Mapping[str, scheduling.Slo
     moving = _moving(member)
     if any(_controller(p) is None or _host_ports(p) for p in moving):
         return None
-    zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE)
+    zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE_LABEL)
     views = [_view(p, zone) for p in moving]
     own = room.get(member.name) or slots.of_node(member.node, member.pods, pool, member.name)
     others = [slot for name, slot in room.items() if name != member.name and slot is not None]

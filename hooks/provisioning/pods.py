@@ -18,13 +18,14 @@ from typing import Any, Mapping
 from hooks import provisioning_names, timefmt
 from hooks.contract import RequestError
 from hooks.provisioning import requirements, resources
-from hooks.provisioning.requirements import IN, Requirements, Rule
+from hooks.provisioning.requirements import Requirements, Rule
+from hooks.provisioning_names import IN
 from hooks.provisioning.resources import Resources
 
 EXISTS, EQUAL = "Exists", "Equal"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DO_NOT_SCHEDULE, SCHEDULE_ANYWAY = "DoNotSchedule", "ScheduleAnyway"
-ZONE, HOSTNAME = provisioning_names.ZONE, provisioning_names.HOSTNAME
+ZONE, HOSTNAME = provisioning_names.ZONE_LABEL, provisioning_names.HOSTNAME_LABEL
 MAX_CONTAINERS = 200
 MAX_ITEMS = 100
 MAX_SKEW = 1_000_000

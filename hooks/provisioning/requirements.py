@@ -7,35 +7,28 @@ intersection of two Rules is again a Rule, so a pool's requirements, a
 pod's node selector and one of its node-affinity terms combine into one
 ``Requirements`` whose emptiness says they cannot all hold. A pod label
 selector (matchLabels, matchExpressions) is the same algebra over pod labels.
+A pool's requirements come checked from hooks.machines.spec; a pod's terms
+and selectors are checked here as they are read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from hooks import provisioning_names
 from hooks.contract import RequestError
+from hooks.provisioning_names import DOES_NOT_EXIST, EXISTS, GT, IN, LT, NOT_IN, OPERATORS
 
-IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
-OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 SELECTOR_OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST)
-MAX_POOL_REQUIREMENTS = 30
 MAX_EXPRESSIONS = 100
 MAX_VALUES = 1000
 MAX_KEY_LENGTH = 317
 MAX_VALUE_LENGTH = 63
 # matchFields may name only this field: the Node's name, which its hostname label carries.
 NODE_NAME_FIELD = "metadata.name"
-HOSTNAME = "kubernetes.io/hostname"
 _INT64 = 2 ** 63
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One requirement as written: ``key operator values``."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
+# One requirement as written: (label key, operator, values), as hooks.machines.spec reads a pool's.
+Requirement = tuple[str, str, tuple[str, ...]]
 
 
 def _integer(value: str) -> int | None:
@@ -219,11 +212,10 @@ class Requirements:
 EVERYTHING = Requirements()
 
 
-def of(requirements: Iterable[Requirement | tuple]) -> Requirements:
-    """Requirements from structurally valid (key, operator, values) items."""
+def of(requirements: Iterable[Requirement]) -> Requirements:
+    """Requirements from (key, operator, values) items already checked (hooks.machines.spec checks a pool's)."""
     rules: dict[str, Rule] = {}
-    for item in requirements:
-        key, operator, values = item if isinstance(item, tuple) else (item.key, item.operator, item.values)
+    for key, operator, values in requirements:
         rule = Rule.of(operator, values)
         rules[key] = rules[key].intersect(rule) if key in rules else rule
     return Requirements(rules)
@@ -235,10 +227,10 @@ def _string(value: Any, where: str, maximum: int, *, empty: bool = False) -> str
     return value
 
 
-def _expression(raw: Any, where: str, operators: tuple[str, ...], *, key_field: str = "key") -> Requirement:
+def _expression(raw: Any, where: str, operators: tuple[str, ...]) -> Requirement:
     if not isinstance(raw, dict):
         raise RequestError(where, f"must be an object, got {type(raw).__name__}")
-    key = _string(raw.get(key_field), f"{where}.{key_field}", MAX_KEY_LENGTH)
+    key = _string(raw.get("key"), f"{where}.key", MAX_KEY_LENGTH)
     operator = raw.get("operator")
     if operator not in operators:
         raise RequestError(f"{where}.operator", f"must be one of {', '.join(operators)}, got {str(operator)[:40]!r}")
@@ -254,21 +246,15 @@ def _expression(raw: Any, where: str, operators: tuple[str, ...], *, key_field: 
         raise RequestError(f"{where}.values", f"must be empty for {operator}")
     if operator in (GT, LT) and (len(values) != 1 or _integer(values[0]) is None):
         raise RequestError(f"{where}.values", f"must be exactly one integer for {operator}")
-    return Requirement(key, operator, values)
+    return key, operator, values
 
 
-def _expressions(raw: Any, where: str, operators: tuple[str, ...], maximum: int,
-                 key_field: str = "key") -> list[Requirement]:
+def _expressions(raw: Any, where: str, operators: tuple[str, ...]) -> list[Requirement]:
     if raw is None:
         return []
-    if not isinstance(raw, list) or len(raw) > maximum:
-        raise RequestError(where, f"must be a list of at most {maximum} requirements")
-    return [_expression(item, f"{where}[{i}]", operators, key_field=key_field) for i, item in enumerate(raw)]
-
-
-def parse(raw: Any, where: str) -> tuple[Requirement, ...]:
-    """A NodePool's ``requirements`` list, checked: RequestError names the first bad entry."""
-    return tuple(_expressions(raw, where, OPERATORS, MAX_POOL_REQUIREMENTS))
+    if not isinstance(raw, list) or len(raw) > MAX_EXPRESSIONS:
+        raise RequestError(where, f"must be a list of at most {MAX_EXPRESSIONS} requirements")
+    return [_expression(item, f"{where}[{i}]", operators) for i, item in enumerate(raw)]
 
 
 def from_node_selector(selector: Any, where: str = "spec.nodeSelector") -> Requirements:
@@ -285,11 +271,11 @@ def from_node_selector_term(term: Any, where: str) -> Requirements | None:
     """One nodeSelectorTerm (its expressions ANDed); None for an empty term, which matches no Node."""
     if not isinstance(term, dict):
         raise RequestError(where, f"must be an object, got {type(term).__name__}")
-    found = _expressions(term.get("matchExpressions"), f"{where}.matchExpressions", OPERATORS, MAX_EXPRESSIONS)
-    for item in _expressions(term.get("matchFields"), f"{where}.matchFields", (IN, NOT_IN), MAX_EXPRESSIONS):
-        if item.key != NODE_NAME_FIELD:
-            raise RequestError(f"{where}.matchFields", f"may name only {NODE_NAME_FIELD}, got {item.key[:60]!r}")
-        found.append(Requirement(HOSTNAME, item.operator, item.values))
+    found = _expressions(term.get("matchExpressions"), f"{where}.matchExpressions", OPERATORS)
+    for key, operator, values in _expressions(term.get("matchFields"), f"{where}.matchFields", (IN, NOT_IN)):
+        if key != NODE_NAME_FIELD:
+            raise RequestError(f"{where}.matchFields", f"may name only {NODE_NAME_FIELD}, got {key[:60]!r}")
+        found.append((provisioning_names.HOSTNAME_LABEL, operator, values))
     return of(found) if found else None
 
 
@@ -304,8 +290,8 @@ def from_label_selector(selector: Any, where: str) -> Requirements | None:
     rules: dict[str, Rule] = {}
     for key, rule in found:
         rules[key] = rule
-    for item in _expressions(selector.get("matchExpressions"), f"{where}.matchExpressions", SELECTOR_OPERATORS,
-                             MAX_EXPRESSIONS):
-        rule = Rule.of(item.operator, item.values)
-        rules[item.key] = rules[item.key].intersect(rule) if item.key in rules else rule
+    for key, operator, values in _expressions(selector.get("matchExpressions"), f"{where}.matchExpressions",
+                                              SELECTOR_OPERATORS):
+        rule = Rule.of(operator, values)
+        rules[key] = rules[key].intersect(rule) if key in rules else rule
     return Requirements(rules)

@@ -33,18 +33,19 @@ from hooks.machines.spec import ON_DEMAND, SPOT
 from hooks.provisioning import requirements
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, tolerates
-from hooks.provisioning.requirements import IN, Requirements, Rule
+from hooks.provisioning.requirements import Requirements, Rule
+from hooks.provisioning_names import EXISTS, IN
 from hooks.provisioning.resources import Resources, ZERO
 
 MAX_INSTANCE_TYPES = 20
 CAPACITY_TYPES = (ON_DEMAND, SPOT)
-ZONE = provisioning_names.ZONE
-CAPACITY_TYPE = provisioning_names.CAPACITY_TYPE
+ZONE = provisioning_names.ZONE_LABEL
+CAPACITY_TYPE = provisioning_names.CAPACITY_TYPE_LABEL
 WELL_KNOWN = frozenset(provisioning_names.WELL_KNOWN)
-TYPE_KEYS = provisioning_names.INSTANCE_TYPE_KEYS
+TYPE_KEYS = provisioning_names.INSTANCE_TYPE_LABELS
 # A new Node's hostname: it has one, which no pod can name yet.
 _UNKNOWN_HOSTNAME = "<new node>"
-_EXISTS = Rule.of(requirements.EXISTS)
+_EXISTS = Rule.of(EXISTS)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class _Pool:
     def __init__(self, view: PoolView, catalog: Sequence[InstanceOption], daemonsets: Sequence[PodView]):
         self.view, self.name = view, view.name
         self.fixed = {**view.labels, machine_names.POOL_LABEL: view.name,
-                      provisioning_names.HOSTNAME: _UNKNOWN_HOSTNAME}
+                      provisioning_names.HOSTNAME_LABEL: _UNKNOWN_HOSTNAME}
         rules = {}
         for key in WELL_KNOWN:
             rule = view.requirements.get(key)

@@ -50,7 +50,7 @@ def test_a_pool_without_replicas_provisions_with_the_defaults():
     parsed = spec.pool(pool_obj(None))
     assert parsed.replicas is None
     assert parsed.provisioning == spec.ProvisioningSpec(
-        weight=0, requirements=((provisioning_names.INSTANCE_TYPE, "In", ("m5.large", "c5.large")),),
+        weight=0, requirements=((provisioning_names.INSTANCE_TYPE_LABEL, "In", ("m5.large", "c5.large")),),
         limits=spec.PoolLimits(), consolidation_policy=spec.WHEN_EMPTY_OR_UNDERUTILIZED, consolidate_after=30.0)
 
 
@@ -78,7 +78,7 @@ def test_the_template_instance_types_are_an_in_requirement_before_the_written_on
     parsed = spec.pool(_provisioning(requirements=written, weight=40))
     assert parsed.provisioning.weight == 40
     assert parsed.provisioning.requirements == (
-        (provisioning_names.INSTANCE_TYPE, "In", ("m5.large", "c5.large")),
+        (provisioning_names.INSTANCE_TYPE_LABEL, "In", ("m5.large", "c5.large")),
         ("kubernetes.io/arch", "In", ("arm64",)),
         ("nodewarden.io/instance-cpu", "Gt", ("3",)),
         ("example.com/dedicated", "Exists", ()),

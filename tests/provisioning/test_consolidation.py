@@ -40,8 +40,8 @@ def node(name: str, cpu: str = "4", memory: str = "16Gi", *, zone: str = ZONE_A,
          taints: list | None = None) -> dict:
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": f"node-{name}", "annotations": dict(annotations or {}), "labels": {
-                machine_names.MACHINE_LABEL: name, machine_names.POOL_LABEL: POOL, provisioning_names.ZONE: zone,
-                provisioning_names.HOSTNAME: f"node-{name}", **(labels or {})}},
+                machine_names.MACHINE_LABEL: name, machine_names.POOL_LABEL: POOL, provisioning_names.ZONE_LABEL: zone,
+                provisioning_names.HOSTNAME_LABEL: f"node-{name}", **(labels or {})}},
             "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
             "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
@@ -265,7 +265,7 @@ def test_each_pods_constraints_are_kept():
         {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
     assert "a" not in reasons(tolerant.decide())
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": provisioning_names.HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}
+        {"topologyKey": provisioning_names.HOSTNAME_LABEL, "labelSelector": {"matchLabels": {"app": "db"}}}]}}
     apart = World().add("a", running("db-1", "a", labels={"app": "db"}, affinity=anti))
     apart.add("b", running("db-0", "b", "1", labels={"app": "db"}, affinity=anti))
     assert apart.decide().candidates == []
@@ -437,8 +437,8 @@ def test_a_removal_never_leaves_a_pod_that_does_not_fit_on_the_remaining_nodes(w
             labels = nodes[target]["metadata"]["labels"]
             assert all(labels.get(k) == v for k, v in (p["spec"].get("nodeSelector") or {}).items())
             if p["spec"].get("volumes"):
-                source = nodes[p["spec"]["nodeName"]]["metadata"]["labels"][provisioning_names.ZONE]
-                assert labels[provisioning_names.ZONE] == source
+                source = nodes[p["spec"]["nodeName"]]["metadata"]["labels"][provisioning_names.ZONE_LABEL]
+                assert labels[provisioning_names.ZONE_LABEL] == source
             free[target] -= requests_of(p["spec"])
             assert resources.ZERO.fits(free[target]), f"{target} overcommitted"
     assert sum(1 for r in out.remove if r.reason == UNDERUTILIZED) <= 1

@@ -52,21 +52,21 @@ def test_a_pod_without_requests_asks_for_a_pod():
 
 def test_key_labels_and_selectors():
     view = pods.view(raw_pod("web-1", namespace="shop", labels={"app": "web"},
-                             nodeSelector={names.ARCH: "arm64"}))
+                             nodeSelector={names.ARCH_LABEL: "arm64"}))
     assert (view.key, view.uid, view.namespace, view.labels) == ("shop/web-1", "uid-shop-web-1", "shop", {"app": "web"})
-    assert view.alternatives[0].allows({names.ARCH: "arm64"})
-    assert not view.alternatives[0].allows({names.ARCH: "amd64"})
+    assert view.alternatives[0].allows({names.ARCH_LABEL: "arm64"})
+    assert not view.alternatives[0].allows({names.ARCH_LABEL: "amd64"})
 
 
 def test_required_terms_are_ored_with_the_node_selector_in_each():
     view = pods.view(raw_pod("p", nodeSelector={"disk": "ssd"}, affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": names.ZONE, "operator": "In", "values": ["a"]}]},
-            {"matchExpressions": [{"key": names.ZONE, "operator": "In", "values": ["b"]}]},
+            {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "In", "values": ["b"]}]},
             {}]}}}))
     assert len(view.alternatives) == 2
-    assert any(alt.allows({"disk": "ssd", names.ZONE: "b"}) for alt in view.alternatives)
-    assert not any(alt.allows({names.ZONE: "b"}) for alt in view.alternatives)
+    assert any(alt.allows({"disk": "ssd", names.ZONE_LABEL: "b"}) for alt in view.alternatives)
+    assert not any(alt.allows({names.ZONE_LABEL: "b"}) for alt in view.alternatives)
 
 
 def test_terms_that_contradict_the_node_selector_leave_no_alternative():
@@ -86,13 +86,13 @@ def test_preferred_terms_heaviest_first():
 def test_spread_and_anti_affinity():
     selector = {"matchLabels": {"app": "web"}}
     view = pods.view(raw_pod("web-1", labels={"app": "web", "rev": "7"}, topologySpreadConstraints=[
-        {"maxSkew": 1, "topologyKey": names.ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector,
+        {"maxSkew": 1, "topologyKey": names.ZONE_LABEL, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector,
          "matchLabelKeys": ["rev"]},
-        {"maxSkew": 2, "topologyKey": names.HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
+        {"maxSkew": 2, "topologyKey": names.HOSTNAME_LABEL, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector},
         {"maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "ScheduleAnyway",
          "labelSelector": selector},
     ], affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.HOSTNAME, "labelSelector": selector}]}}))
+        {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": selector}]}}))
     assert view.unsupported is None
     zone, host = view.spreads
     assert (zone.zone, zone.hard, zone.max_skew) == (True, True, 1)
@@ -111,13 +111,13 @@ def test_spread_and_anti_affinity():
         {"maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule",
          "labelSelector": {}}]}, "not supported"),
     ({"containers": [], "topologySpreadConstraints": [
-        {"maxSkew": 0, "topologyKey": names.ZONE, "whenUnsatisfiable": "DoNotSchedule"}]}, "maxSkew"),
+        {"maxSkew": 0, "topologyKey": names.ZONE_LABEL, "whenUnsatisfiable": "DoNotSchedule"}]}, "maxSkew"),
     ({"containers": [], "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.ZONE, "labelSelector": {}}]}}}, "pod affinity is not supported"),
+        {"topologyKey": names.ZONE_LABEL, "labelSelector": {}}]}}}, "pod affinity is not supported"),
     ({"containers": [], "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.ZONE, "labelSelector": {}}]}}}, "anti-affinity over"),
+        {"topologyKey": names.ZONE_LABEL, "labelSelector": {}}]}}}, "anti-affinity over"),
     ({"containers": [], "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.HOSTNAME, "labelSelector": {}, "namespaceSelector": {"matchLabels": {"a": "b"}}}]}}},
+        {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": {}, "namespaceSelector": {"matchLabels": {"a": "b"}}}]}}},
      "namespaceSelector"),
     ({"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["x"]}]}]}}}},
@@ -141,13 +141,13 @@ def test_garbage_never_raises(garbage):
 def test_a_daemonset_template_keeps_what_admits_it():
     view = pods.from_daemonset({"metadata": {"name": "agent", "namespace": "kube-system"}, "spec": {"template": {
         "metadata": {"labels": {"app": "agent"}},
-        "spec": {"containers": [_container("100m", "64Mi")], "nodeSelector": {names.ARCH: "arm64"},
+        "spec": {"containers": [_container("100m", "64Mi")], "nodeSelector": {names.ARCH_LABEL: "arm64"},
                  "tolerations": [{"operator": "Exists"}],
                  "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}}}}}})
     assert view.unsupported is None
     assert view.key == "kube-system/agent"
     assert view.requests == Resources(cpu=100, memory=64 << 20, pods=1)
-    assert view.alternatives[0].allows({names.ARCH: "arm64"})
+    assert view.alternatives[0].allows({names.ARCH_LABEL: "arm64"})
 
 
 def test_is_provisionable():

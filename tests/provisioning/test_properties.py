@@ -32,7 +32,7 @@ def app_profiles(draw, topology: bool) -> dict:
     for app in APPS:
         spec: dict = {}
         if draw(st.booleans()):
-            spec["nodeSelector"] = {names.ZONE: draw(st.sampled_from(ZONES))}
+            spec["nodeSelector"] = {names.ZONE_LABEL: draw(st.sampled_from(ZONES))}
         if draw(st.integers(0, 3)) == 0:
             spec.setdefault("nodeSelector", {})["team"] = "data"
         if draw(st.booleans()):
@@ -41,18 +41,18 @@ def app_profiles(draw, topology: bool) -> dict:
             selector = {"matchLabels": {"app": app}}
             kind = draw(st.sampled_from(("none", "zone", "anti", "host", "prefer")))
             if kind == "zone":
-                spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": names.ZONE,
+                spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": names.ZONE_LABEL,
                                                       "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
             elif kind == "anti":
                 spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": names.HOSTNAME, "labelSelector": selector}]}}
+                    {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": selector}]}}
             elif kind == "host":
-                spec["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": names.HOSTNAME,
+                spec["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": names.HOSTNAME_LABEL,
                                                       "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]
             elif kind == "prefer":
                 spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                     {"weight": 5, "preference": {"matchExpressions": [
-                        {"key": names.ZONE, "operator": "In", "values": [draw(st.sampled_from(ZONES))]}]}}]}}
+                        {"key": names.ZONE_LABEL, "operator": "In", "values": [draw(st.sampled_from(ZONES))]}]}}]}}
         profiles[app] = (draw(st.sampled_from(("100m", "400m", "900m", "1500m", "2500m"))),
                          draw(st.sampled_from(("128Mi", "1Gi", "3Gi", "6Gi"))), spec)
     return profiles
@@ -66,7 +66,7 @@ def pool_views(draw) -> list[PoolView]:
         zone_rule = draw(st.sampled_from((None, (ZONES[0],), ZONES)))
         found.append(PoolView(
             name=f"p{index}", weight=draw(st.integers(0, 2)),
-            requirements=requirements.of([(names.ZONE, "In", zone_rule)] if zone_rule else []),
+            requirements=requirements.of([(names.ZONE_LABEL, "In", zone_rule)] if zone_rule else []),
             taints=(taint("dedicated", "x"),) if tainted else (),
             labels={"team": "data"} if draw(st.integers(0, 2)) == 0 else {},
             limits=Limits(cpu=draw(st.sampled_from((None, 4000, 12000, 30000))),
@@ -137,15 +137,15 @@ class Cluster:
         found = []
         for node in self.world["nodes"]:
             pool = node["pool"]
-            labels = {**pool.labels, machine_names.POOL_LABEL: pool.name, names.ZONE: node["zone"],
-                      names.HOSTNAME: node["name"], names.CAPACITY_TYPE: pool.capacity_type}
+            labels = {**pool.labels, machine_names.POOL_LABEL: pool.name, names.ZONE_LABEL: node["zone"],
+                      names.HOSTNAME_LABEL: node["name"], names.CAPACITY_TYPE_LABEL: pool.capacity_type}
             found.append(Slot(node["name"], pool.name, labels, pool.taints, node["allocatable"], node["requested"],
                               tuple(node["residents"])))
         for machine in self.machines:
             claim, pool = machine.claim, machine.pool
-            labels = {**pool.labels, machine_names.POOL_LABEL: pool.name, names.CAPACITY_TYPE: claim.capacity_type}
+            labels = {**pool.labels, machine_names.POOL_LABEL: pool.name, names.CAPACITY_TYPE_LABEL: claim.capacity_type}
             if claim.zone:
-                labels[names.ZONE] = claim.zone
+                labels[names.ZONE_LABEL] = claim.zone
             allocatable = BY_NAME[claim.instance_types[0]].allocatable
             for name in claim.instance_types[1:]:
                 allocatable = allocatable.minimum(BY_NAME[name].allocatable)

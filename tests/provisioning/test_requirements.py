@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from hooks import provisioning_names as names
 from hooks.contract import RequestError
 from hooks.provisioning import requirements as rq
 from hooks.provisioning.requirements import Requirements, Rule
@@ -72,26 +73,28 @@ def test_requirements_are_values():
     assert len({rq.of([(K, "In", ("a",))]), rq.of([(K, "In", ("a",))])}) == 1
 
 
-def test_parse_checks_structure():
-    parsed = rq.parse([{"key": K, "operator": "In", "values": ["a"]}, {"key": "n", "operator": "Gt", "values": ["3"]}],
-                      "spec.requirements")
-    assert parsed == (rq.Requirement(K, "In", ("a",)), rq.Requirement("n", "Gt", ("3",)))
+def test_a_pools_checked_requirements():
+    # hooks.machines.spec reads and checks a pool's requirements; of() builds on its triples.
+    built = rq.of([(K, "In", ("a", "b")), (K, "NotIn", ("b",)), ("n", "Gt", ("3",))])
+    assert built.allows({K: "a", "n": "4"})
+    assert not built.allows({K: "b", "n": "4"})
 
 
-@pytest.mark.parametrize("raw, field", [
-    ("x", "spec.requirements"),
-    ([{"key": K, "operator": "Near", "values": ["a"]}], "spec.requirements[0].operator"),
-    ([{"key": K, "operator": "In", "values": []}], "spec.requirements[0].values"),
-    ([{"key": K, "operator": "Exists", "values": ["a"]}], "spec.requirements[0].values"),
-    ([{"key": K, "operator": "Gt", "values": ["a"]}], "spec.requirements[0].values"),
-    ([{"key": K, "operator": "Lt", "values": ["1", "2"]}], "spec.requirements[0].values"),
-    ([{"key": "", "operator": "Exists"}], "spec.requirements[0].key"),
-    ([{"key": K, "operator": "In", "values": [3]}], "spec.requirements[0].values[0]"),
-    ([{"key": K, "operator": "Exists"}] * 31, "spec.requirements"),
+@pytest.mark.parametrize("term, field", [
+    ({"matchExpressions": "x"}, "t.matchExpressions"),
+    ({"matchExpressions": [{"key": K, "operator": "Near", "values": ["a"]}]}, "t.matchExpressions[0].operator"),
+    ({"matchExpressions": [{"key": K, "operator": "In", "values": []}]}, "t.matchExpressions[0].values"),
+    ({"matchExpressions": [{"key": K, "operator": "Exists", "values": ["a"]}]}, "t.matchExpressions[0].values"),
+    ({"matchExpressions": [{"key": K, "operator": "Gt", "values": ["a"]}]}, "t.matchExpressions[0].values"),
+    ({"matchExpressions": [{"key": K, "operator": "Lt", "values": ["1", "2"]}]}, "t.matchExpressions[0].values"),
+    ({"matchExpressions": [{"key": "", "operator": "Exists"}]}, "t.matchExpressions[0].key"),
+    ({"matchExpressions": [{"key": K, "operator": "In", "values": [3]}]}, "t.matchExpressions[0].values[0]"),
+    ({"matchExpressions": [{"key": K, "operator": "Exists"}] * 101}, "t.matchExpressions"),
+    ({"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}, "t.matchFields[0].operator"),
 ])
-def test_parse_names_the_bad_field(raw, field):
+def test_a_bad_term_names_its_field(term, field):
     with pytest.raises(RequestError) as caught:
-        rq.parse(raw, "spec.requirements")
+        rq.from_node_selector_term(term, "t")
     assert caught.value.field == field
 
 
@@ -99,8 +102,8 @@ def test_node_selector_term_with_match_fields_is_the_hostname():
     term = rq.from_node_selector_term({"matchExpressions": [{"key": K, "operator": "Exists"}],
                                        "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
                                       "t")
-    assert term.allows({K: "x", rq.HOSTNAME: "n1"})
-    assert not term.allows({K: "x", rq.HOSTNAME: "n2"})
+    assert term.allows({K: "x", names.HOSTNAME_LABEL: "n1"})
+    assert not term.allows({K: "x", names.HOSTNAME_LABEL: "n2"})
     assert rq.from_node_selector_term({}, "t") is None
     with pytest.raises(RequestError):
         rq.from_node_selector_term({"matchFields": [{"key": "spec.x", "operator": "In", "values": ["a"]}]}, "t")

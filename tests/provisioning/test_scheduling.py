@@ -95,7 +95,7 @@ def test_a_type_without_a_price_is_ranked_last():
 
 
 def test_spot_when_the_pool_allows_it_and_a_spot_price_is_known():
-    spot_pool = pool(requirements=requirements.of([(names.CAPACITY_TYPE, "In", ("spot", "on-demand"))]))
+    spot_pool = pool(requirements=requirements.of([(names.CAPACITY_TYPE_LABEL, "In", ("spot", "on-demand"))]))
     catalog = options(spot={("m5.large", ZONES[0]): 0.04, ("m5.xlarge", ZONES[1]): 0.03})
     claim = schedule([pod("a-1")], [spot_pool], [], catalog).claims[0]
     assert claim.capacity_type == "spot"
@@ -105,18 +105,18 @@ def test_spot_when_the_pool_allows_it_and_a_spot_price_is_known():
 
 
 def test_a_pod_asking_for_spot_from_an_on_demand_pool_is_unschedulable():
-    result = schedule([pod("a-1", nodeSelector={names.CAPACITY_TYPE: "spot"})], [pool()], [], CATALOG)
+    result = schedule([pod("a-1", nodeSelector={names.CAPACITY_TYPE_LABEL: "spot"})], [pool()], [], CATALOG)
     assert result.unschedulable == {
-        "default/a-1": f"{names.CAPACITY_TYPE} In [spot] not met; pools tried: general"}
+        "default/a-1": f"{names.CAPACITY_TYPE_LABEL} In [spot] not met; pools tried: general"}
 
 
 @pytest.mark.parametrize("requirement, expected", [
-    ((names.INSTANCE_TYPE, "In", ("m5.xlarge", "c5.large")), {"m5.xlarge", "c5.large"}),
-    ((names.INSTANCE_FAMILY, "NotIn", ("m5",)), {"c5.large", "c5.xlarge", "r5.large"}),
-    ((names.INSTANCE_CPU, "Gt", ("2",)), {"m5.xlarge", "m5.2xlarge", "c5.xlarge"}),
-    ((names.INSTANCE_MEMORY, "Lt", ("8192",)), {"c5.large"}),
-    ((names.INSTANCE_GPU_COUNT, "DoesNotExist", ()), set()),
-    ((names.ARCH, "Exists", ()), {o.name for o in CATALOG}),
+    ((names.INSTANCE_TYPE_LABEL, "In", ("m5.xlarge", "c5.large")), {"m5.xlarge", "c5.large"}),
+    ((names.INSTANCE_FAMILY_LABEL, "NotIn", ("m5",)), {"c5.large", "c5.xlarge", "r5.large"}),
+    ((names.INSTANCE_CPU_LABEL, "Gt", ("2",)), {"m5.xlarge", "m5.2xlarge", "c5.xlarge"}),
+    ((names.INSTANCE_MEMORY_LABEL, "Lt", ("8192",)), {"c5.large"}),
+    ((names.INSTANCE_GPU_COUNT_LABEL, "DoesNotExist", ()), set()),
+    ((names.ARCH_LABEL, "Exists", ()), {o.name for o in CATALOG}),
 ])
 def test_every_operator_on_a_pool_requirement(requirement, expected):
     result = schedule([pod("a-1", "100m", "1Gi")], [pool(requirements=requirements.of([requirement]))], [], CATALOG)
@@ -125,10 +125,10 @@ def test_every_operator_on_a_pool_requirement(requirement, expected):
 
 
 def test_pod_and_pool_requirements_combine():
-    general = pool(requirements=requirements.of([(names.INSTANCE_FAMILY, "In", ("m5", "c5"))]))
+    general = pool(requirements=requirements.of([(names.INSTANCE_FAMILY_LABEL, "In", ("m5", "c5"))]))
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": names.INSTANCE_CPU, "operator": "Lt", "values": ["8"]},
-                              {"key": names.INSTANCE_SIZE, "operator": "NotIn", "values": ["large"]}]}]}}}
+        {"matchExpressions": [{"key": names.INSTANCE_CPU_LABEL, "operator": "Lt", "values": ["8"]},
+                              {"key": names.INSTANCE_SIZE_LABEL, "operator": "NotIn", "values": ["large"]}]}]}}}
     claim = schedule([pod("a-1", affinity=affinity)], [general], [], CATALOG).claims[0]
     assert _types(claim) == {"m5.xlarge", "c5.xlarge"}
 
@@ -147,7 +147,7 @@ def test_a_label_no_node_will_have():
 
 
 def test_a_pod_naming_a_node_cannot_go_on_a_new_one():
-    result = schedule([pod("a-1", nodeSelector={names.HOSTNAME: "n9"})], [pool()], [], CATALOG)
+    result = schedule([pod("a-1", nodeSelector={names.HOSTNAME_LABEL: "n9"})], [pool()], [], CATALOG)
     assert "default/a-1" in result.unschedulable
     away = schedule([pod("a-1", affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}]}}})],
@@ -157,8 +157,8 @@ def test_a_pod_naming_a_node_cannot_go_on_a_new_one():
 
 def test_ored_terms_the_first_a_pool_meets():
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": names.INSTANCE_FAMILY, "operator": "In", "values": ["x9"]}]},
-        {"matchExpressions": [{"key": names.INSTANCE_FAMILY, "operator": "In", "values": ["r5"]}]}]}}}
+        {"matchExpressions": [{"key": names.INSTANCE_FAMILY_LABEL, "operator": "In", "values": ["x9"]}]},
+        {"matchExpressions": [{"key": names.INSTANCE_FAMILY_LABEL, "operator": "In", "values": ["r5"]}]}]}}}
     assert schedule([pod("a-1", affinity=affinity)], [pool()], [], CATALOG).claims[0].instance_types == ("r5.large",)
 
 
@@ -234,16 +234,16 @@ def test_the_pool_zones_bound_its_claims():
     assert schedule([pod("a-1")], [two], [], three).claims[0].zone is None  # any of the pool's zones
     one = pool(zones=frozenset({ZONES[1]}))
     assert schedule([pod("a-1")], [one], [], three).claims[0].zone == ZONES[1]
-    elsewhere = schedule([pod("a-1", nodeSelector={names.ZONE: ZONES[0]})], [one], [], three)
+    elsewhere = schedule([pod("a-1", nodeSelector={names.ZONE_LABEL: ZONES[0]})], [one], [], three)
     assert "default/a-1" in elsewhere.unschedulable
 
 
 def test_a_zone_requirement_pins_the_claim():
-    claim = schedule([pod("a-1", nodeSelector={names.ZONE: ZONES[1]})], [pool()], [], CATALOG).claims[0]
+    claim = schedule([pod("a-1", nodeSelector={names.ZONE_LABEL: ZONES[1]})], [pool()], [], CATALOG).claims[0]
     assert claim.zone == ZONES[1]
     three = options(zones=ZONES + ("us-east-1c",), spot=None)
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": names.ZONE, "operator": "NotIn", "values": ["us-east-1c"]}]}]}}}
+        {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "NotIn", "values": ["us-east-1c"]}]}]}}}
     # Two of the pool's three zones: the claim launches in one of them.
     assert schedule([pod("a-1", affinity=affinity)], [pool()], [], three).claims[0].zone in ZONES
 
@@ -252,7 +252,7 @@ def test_a_zone_requirement_pins_the_claim():
 
 
 def _zone_spread(skew: int = 1, when: str = "DoNotSchedule") -> list[dict]:
-    return [{"maxSkew": skew, "topologyKey": names.ZONE, "whenUnsatisfiable": when,
+    return [{"maxSkew": skew, "topologyKey": names.ZONE_LABEL, "whenUnsatisfiable": when,
              "labelSelector": {"matchLabels": {"app": "web"}}}]
 
 
@@ -273,7 +273,7 @@ def test_zone_spread_counts_pods_already_running():
 
 def test_zone_spread_may_go_only_where_the_pod_may():
     # Only one zone is eligible for the pod, so skew is measured there alone.
-    spread = _web("web-1", topologySpreadConstraints=_zone_spread(), nodeSelector={names.ZONE: ZONES[0]})
+    spread = _web("web-1", topologySpreadConstraints=_zone_spread(), nodeSelector={names.ZONE_LABEL: ZONES[0]})
     running = node_slot("n1", zone=ZONES[1], residents=(pods.Resident("default", {"app": "web"}),) * 3)
     result = schedule([spread], [pool()], [running], CATALOG)
     assert [c.zone for c in result.claims] == [ZONES[0]]
@@ -281,7 +281,7 @@ def test_zone_spread_may_go_only_where_the_pod_may():
 
 def test_anti_affinity_one_per_node():
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}]}}
+        {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": {"matchLabels": {"app": "web"}}}]}}
     result = schedule([_web(f"web-{i}", affinity=anti) for i in range(3)], [pool()],
                       [node_slot("n1", cpu="8", memory="32Gi")], CATALOG)
     assert len(result.placed) == 1
@@ -291,7 +291,7 @@ def test_anti_affinity_one_per_node():
 def test_anti_affinity_of_a_running_pod_keeps_others_away():
     guard = pods.resident({"metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"}},
                            "spec": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                               {"topologyKey": names.HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}}}]}}}})
+                               {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": {"matchLabels": {"app": "web"}}}]}}}})
     result = schedule([_web("web-1"), pod("api-1")], [pool()], [node_slot("n1", cpu="8", memory="32Gi",
                                                                           residents=(guard,))], CATALOG)
     assert result.placed == {"default/api-1": "n1"}
@@ -299,7 +299,7 @@ def test_anti_affinity_of_a_running_pod_keeps_others_away():
 
 
 def test_hostname_spread_at_most_max_skew_per_node():
-    spread = [{"maxSkew": 2, "topologyKey": names.HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+    spread = [{"maxSkew": 2, "topologyKey": names.HOSTNAME_LABEL, "whenUnsatisfiable": "DoNotSchedule",
                "labelSelector": {"matchLabels": {"app": "web"}}}]
     result = schedule([_web(f"web-{i}", topologySpreadConstraints=spread) for i in range(5)], [pool()], [], CATALOG)
     assert [len(c.pods) for c in result.claims] == [2, 2, 1]
@@ -315,7 +315,7 @@ def test_daemonset_overhead_rules_out_types_too_small_for_both():
 
 
 def test_daemonsets_that_would_not_run_there_do_not_count():
-    elsewhere = daemonset("arm-agent", cpu="1", nodeSelector={names.ARCH: "arm64"})
+    elsewhere = daemonset("arm-agent", cpu="1", nodeSelector={names.ARCH_LABEL: "arm64"})
     intolerant = daemonset("plain", cpu="1")
     tainted = pool(taints=(taint("batch", "true"),))
     tolerating = pod("a-1", "1", tolerations=[{"key": "batch", "operator": "Exists"}])
@@ -324,8 +324,8 @@ def test_daemonsets_that_would_not_run_there_do_not_count():
 
 
 def test_daemonset_overhead_for_an_in_flight_machine():
-    labels = {names.ARCH: "amd64"}
-    daemonsets = [daemonset("a", "100m", "1Mi"), daemonset("arm", "1", nodeSelector={names.ARCH: "arm64"}),
+    labels = {names.ARCH_LABEL: "amd64"}
+    daemonsets = [daemonset("a", "100m", "1Mi"), daemonset("arm", "1", nodeSelector={names.ARCH_LABEL: "arm64"}),
                   daemonset("t", "200m", "1Mi", tolerations=[{"operator": "Exists"}])]
     assert scheduling.daemonset_overhead(labels, (), daemonsets) == resources.parse(
         {"cpu": "300m", "memory": "2Mi", "pods": "2"})
@@ -338,7 +338,7 @@ def test_daemonset_overhead_for_an_in_flight_machine():
 
 def test_an_unsupported_pod_is_reported_with_why():
     odd = pod("a-1", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.ZONE, "labelSelector": {}}]}})
+        {"topologyKey": names.ZONE_LABEL, "labelSelector": {}}]}})
     result = schedule([odd], [pool()], [node_slot("n1")], CATALOG)
     assert result.placed == {} and result.claims == []
     assert result.unschedulable == {"default/a-1": "not supported: spec.affinity.podAffinity: required pod affinity "
@@ -355,8 +355,8 @@ def test_contradicting_constraints():
 
 def _prefer_zone(zone: str) -> dict:
     return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 10, "preference": {"matchExpressions": [{"key": names.ZONE, "operator": "In", "values": ["x"]}]}},
-        {"weight": 80, "preference": {"matchExpressions": [{"key": names.ZONE, "operator": "In", "values": [zone]}]}},
+        {"weight": 10, "preference": {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "In", "values": ["x"]}]}},
+        {"weight": 80, "preference": {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "In", "values": [zone]}]}},
     ]}}
 
 
@@ -376,7 +376,7 @@ def test_a_preference_that_leaves_nowhere_is_dropped():
 
 
 def test_schedule_anyway_spread_is_relaxed_when_it_leaves_nowhere():
-    spread = [{"maxSkew": 1, "topologyKey": names.HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway",
+    spread = [{"maxSkew": 1, "topologyKey": names.HOSTNAME_LABEL, "whenUnsatisfiable": "ScheduleAnyway",
                "labelSelector": {"matchLabels": {"app": "web"}}}]
     web = [_web(f"web-{i}", topologySpreadConstraints=spread) for i in range(3)]
     big = node_slot("n1", cpu="8", memory="32Gi")
@@ -393,7 +393,7 @@ def test_duplicate_pods_are_placed_once():
 
 def test_placing_alike_pods_together_decides_as_one_by_one():
     anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": names.HOSTNAME, "labelSelector": {"matchLabels": {"app": "db"}}}]}}
+        {"topologyKey": names.HOSTNAME_LABEL, "labelSelector": {"matchLabels": {"app": "db"}}}]}}
     batch = ([pod(f"web-{i}", "700m", "1Gi") for i in range(17)]
              + [pod(f"db-{i}", "300m", "3Gi", labels={"app": "db"}, affinity=anti) for i in range(4)]
              + [pod(f"job-{i}", "100m", "100Mi", affinity=_prefer_zone(ZONES[1])) for i in range(9)])

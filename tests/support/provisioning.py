@@ -67,7 +67,7 @@ def pool(name: str = "general", **kwargs) -> scheduling.PoolView:
 def node_slot(name: str, cpu: str = "2", memory: str = "8Gi", *, pool_name: str = "general", zone: str = ZONES[0],
               requested: dict | None = None, labels: dict | None = None, taints: tuple = (), residents: tuple = (),
               in_flight: bool = False, provisioned_for: tuple = ()) -> scheduling.Slot:
-    all_labels = {provisioning_names.ZONE: zone, provisioning_names.HOSTNAME: name, **(labels or {})}
+    all_labels = {provisioning_names.ZONE_LABEL: zone, provisioning_names.HOSTNAME_LABEL: name, **(labels or {})}
     return scheduling.Slot(name=name, pool=pool_name, labels=all_labels, taints=tuple(taints),
                            allocatable=resources.parse({"cpu": cpu, "memory": memory, "pods": "110"}),
                            requested=resources.parse(requested or {}), pods=tuple(residents),
