@@ -1,5 +1,6 @@
 """The names provisioning NodePools share with pods, Nodes and users: well-known label keys, requirement
-operators, the provisioned-for annotation, and the labels an instance type gives its Nodes. Keep them stable."""
+operators, the provisioned-for annotation, the labels an instance type gives its Nodes, and the annotation
+consolidation leaves alone. Keep them stable."""
 from __future__ import annotations
 
 # Well-known label keys: a pool's requirement or a pod's node selector may name them, and every Node of a
@@ -30,6 +31,8 @@ OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
 # On a Machine a pool created for pending pods: JSON {"pods": ["ns/name", ...], "more": n}, written once.
 PROVISIONED_FOR = "nodewarden.io/provisioned-for"
 PROVISIONED_FOR_MAX_PODS = 200
+# On a pod, a Node or a Machine, "true": consolidation never removes the Machine it is on, or it.
+DO_NOT_DISRUPT = "nodewarden.io/do-not-disrupt"
 
 LINUX = "linux"
 # EC2's architecture names -> Kubernetes' (GOARCH) names.
