@@ -36,7 +36,7 @@ from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
 from hooks.kube import fencing_api, fresh, machine_api, provisioning_reads
 from hooks.machines import budgets, disruption, pool, repair, signals, spec
-from hooks.provisioning import inputs, pods, rounds
+from hooks.provisioning import consolidation, inputs, pods, rounds
 from hooks.metrics import LAUNCH_PROVISIONING, LAUNCH_REPLACEMENT, LAUNCH_REPLICAS, PROVISIONING_DECISION_SECONDS
 from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject, error_text
 
@@ -256,6 +256,7 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
         by_name = {r["machine"]: r for r in out.records}
         out.leaving = {n for n in out.leaving if by_name[n]["reason"] != signals.REPAIR}
     size = disruption.budget_size(current, out.records)
+    _consolidate(request.name, pool_spec, current, provisioned, out, size, now, status, said)
     scale_down = budgets.allowed(pool_spec.budgets, signals.SCALE_DOWN, size, now)
     children, created, removed = pool.desired(
         request.name, str(request.meta.get("uid") or ""), pool_spec, machines, fresh_list, held=out.held,
@@ -316,6 +317,26 @@ def _provision(request: HookRequest, settings: Settings, now: dt.datetime, obser
         # A measurement of this very call, not a decision: taken here, where the time is spent.
         PROVISIONING_DECISION_SECONDS.observe(out.decision_seconds)
     return out
+
+
+def _consolidate(name: str, pool_spec: spec.PoolSpec, current: list[dict], provisioned: rounds.Round | None,
+                 out: disruption.Outcome, size: int, now: dt.datetime, status: dict, said: list) -> None:
+    """A provisioning round's consolidation, on the readings the round itself ran on (read this call)."""
+    if provisioned is None or provisioned.readings is None:
+        return
+    readings = provisioned.readings
+    chosen = consolidation.decide(
+        current, readings.nodes, inputs.pods_by_node(readings.bound), provisioned.placed_slots,
+        provisioned.status.get("pendingPods", 0), pool_spec.provisioning,
+        consolidation.records_of(status), consolidation.BudgetState(
+            pool_spec.budgets, size, out.disrupting, frozenset(out.held)), now)
+    by_uid = {m["metadata"]["uid"]: m for m in current}
+    for removal in chosen.remove:
+        machine = by_uid.get(removal.uid)
+        if machine is not None:
+            disruption.start(out, machine, removal.reason, removal.since, now)
+    status["consolidation"] = chosen.candidates
+    said.extend(events.normal(events.CONSOLIDATION, text) for text in chosen.events)
 
 
 def _launched(name: str, needs: list[dict], created: list[str],

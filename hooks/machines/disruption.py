@@ -367,6 +367,18 @@ def _record(machine: dict, reason: str, at: dt.datetime, stamp: str) -> dict:
             "at": timefmt.fmt(at), "startedAt": stamp}
 
 
+def start(outcome: Outcome, machine: dict, reason: str, at: dt.datetime, now: dt.datetime) -> dict:
+    """Record a disruption the pool chose outside ``decide`` (a provisioning round's consolidation, already
+    within the budgets): counted as disrupting, and the Machine leaves now, as nothing replaces it."""
+    record = _record(machine, reason, at, timefmt.fmt(now))
+    outcome.records.append(record)
+    outcome.started.append(record)
+    outcome.held.add(machine["metadata"]["name"])
+    outcome.leaving.add(machine["metadata"]["name"])
+    outcome.disrupting += 1
+    return record
+
+
 def _initialized(machine: dict) -> bool:
     return not machine["metadata"]["deletionTimestamp"] and conditions.is_true(machine["status"], machine_names.INITIALIZED)
 

@@ -9,6 +9,7 @@ Node exists. A Machine being deleted or chosen to go is no capacity.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -16,7 +17,7 @@ from typing import Iterable, Mapping
 from hooks import machine_names, provisioning_names
 from hooks.contract import RequestError
 from hooks.machines import pool, signals, spec
-from hooks.provisioning import pods, requirements, resources
+from hooks.provisioning import pods, requirements, resources, slots
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
@@ -126,15 +127,6 @@ def machine_labels(machine: dict, catalog: Mapping[str, InstanceOption]) -> dict
     return labels
 
 
-def _taints(raw) -> tuple[spec.Taint, ...]:
-    found = []
-    for item in raw if isinstance(raw, list) else []:
-        if isinstance(item, dict) and isinstance(item.get("key"), str) and isinstance(item.get("effect"), str):
-            value = item.get("value")
-            found.append(spec.Taint(item["key"], item["effect"], value if isinstance(value, str) else None))
-    return tuple(found)
-
-
 def _startup_keys(machine: dict) -> set[str]:
     raw = machine["spec"].get("startupTaints")
     return {t.get("key") for t in raw if isinstance(t, dict)} if isinstance(raw, list) else set()
@@ -162,13 +154,6 @@ def provisioned_for_annotation(pod_keys: Iterable[str]) -> str:
     return json.dumps({"pods": kept, "more": len(keys) - len(kept)}, separators=(",", ":"))
 
 
-def _node_of(node: dict) -> tuple[str, dict, dict, dict]:
-    meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
-    return (meta.get("name") or "", meta.get("labels") if isinstance(meta.get("labels"), dict) else {},
-            node.get("spec") if isinstance(node.get("spec"), dict) else {},
-            node.get("status") if isinstance(node.get("status"), dict) else {})
-
-
 def pods_by_node(bound: Iterable[dict]) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {}
     for pod in bound:
@@ -178,17 +163,7 @@ def pods_by_node(bound: Iterable[dict]) -> dict[str, list[dict]]:
     return found
 
 
-def _requested(bound: list[dict]) -> Resources:
-    total = ZERO
-    for pod in bound:
-        try:
-            total += pods.requests_of(pod.get("spec") if isinstance(pod.get("spec"), dict) else {})
-        except RequestError:
-            continue  # the kubelet admitted it; what it asks cannot be read, so it is counted as nothing
-    return total
-
-
-def slots(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
+def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
           catalog: Mapping[str, InstanceOption], daemonsets: list[PodView]) -> list[Slot]:
     """The room the provisioning pools have or will have: Nodes of their Machines, then in-flight Machines.
 
@@ -196,7 +171,7 @@ def slots(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bo
     pool, ``bound`` the pods on each Node.
     """
     names = set(pool_names)
-    nodes_by_name = {_node_of(n)[0]: n for n in nodes}
+    nodes_by_name = {slots.name_of(n): n for n in nodes}
     existing, coming = [], []
     for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
         pool_name = machine["metadata"]["labels"].get(machine_names.POOL_LABEL)
@@ -204,28 +179,27 @@ def slots(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bo
             continue
         node = nodes_by_name.get(machine["status"].get("nodeName") or "")
         in_flight = pool.phase(machine) != "Initialized"
-        startup = _startup_keys(machine) if in_flight else set()
         if node is not None:
-            node_name, labels, node_spec, status = _node_of(node)
-            if node_spec.get("unschedulable"):
+            if (node.get("spec") or {}).get("unschedulable") is True:
                 continue
-            try:
-                allocatable = resources.parse(status.get("allocatable"), "status.allocatable")
-            except RequestError:
+            slot = slots.of_node(node, bound.get(slots.name_of(node), []), pool_name, machine["metadata"]["name"])
+            if slot is None:
                 continue
-            on_node = bound.get(node_name, [])
-            taints = tuple(t for t in _taints(node_spec.get("taints"))
-                           if t.key not in startup and not (in_flight and t.key in _PASSING_TAINTS))
-            (coming if in_flight else existing).append(Slot(
-                name=node_name, pool=pool_name, labels={k: v for k, v in labels.items() if isinstance(v, str)},
-                taints=taints, allocatable=allocatable, requested=_requested(on_node),
-                pods=tuple(pods.resident(p) for p in on_node), machine=machine["metadata"]["name"],
-                in_flight=in_flight, provisioned_for=provisioned_for(machine)))
+            if in_flight:
+                # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them.
+                passing = _startup_keys(machine) | _PASSING_TAINTS
+                slot = dataclasses.replace(slot, taints=tuple(t for t in slot.taints if t.key not in passing),
+                                           in_flight=True, provisioned_for=provisioned_for(machine))
+                coming.append(slot)
+            else:
+                existing.append(slot)
             continue
         if not in_flight:
             continue  # Initialized, its Node gone: nothing to place on
         labels = machine_labels(machine, catalog)
-        taints = tuple(t for t in _taints(machine["spec"].get("taints")) if t.key not in startup)
+        startup = _startup_keys(machine)
+        taints = tuple(t for t in slots.taints_of({"spec": {"taints": machine["spec"].get("taints")}})
+                       if t.key not in startup)
         allocatable = _machine_allocatable(machine, catalog)
         if allocatable is None:
             continue

@@ -70,6 +70,7 @@ class Round:
     pending_pods: int = 0  # provisionable pods found
     pod_uids: dict[str, str] = field(default_factory=dict)  # pod key -> uid, for the Events
     ratios: list[dict[str, float]] = field(default_factory=list)  # per claim: requested / allocatable
+    readings: Readings | None = None  # what the round ran on, for the consolidation that follows it
     decision_seconds: float = 0.0
 
 
@@ -140,10 +141,11 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
                               readings.zones.get(pool_name)) for pool_name in sorted(specs)]
     daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
     pending = inputs.pending(readings.pending)
-    slots = inputs.slots(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
+    slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
                          daemonsets)
     result = schedule(pending, views, slots, readings.catalog, daemonsets)
-    out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending})
+    out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
+                readings=readings)
     out.claims = [c for c in result.claims if c.pool == name]
     out.decision_seconds = time.process_time() - started
     for claim in out.claims:
