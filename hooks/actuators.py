@@ -25,8 +25,10 @@ from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
 from hooks.kube import fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, pods, taints
-from hooks.metrics import (INTERRUPTION_MESSAGES, MACHINES_DISRUPTED, MACHINE_EVENTS, REPLACEMENT_SECONDS, STORM_GUARD,
-                           record_action)
+from hooks.machines.signals import CONSOLIDATION
+from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, MACHINES_LAUNCHED,
+                           PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
+                           REPLACEMENT_SECONDS, STORM_GUARD, record_action)
 from hooks.plan import (PRECONDITION, Action, ClusterInstance, Gate, InstanceOf, Orphaned, Outcome, PoweredOff,
                         SameObject, error_text)
 from hooks.recent import Recent
@@ -166,6 +168,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "metric.disrupted": lambda ctx, a: _count_disruption(a),
     "metric.replaced": lambda ctx, a: REPLACEMENT_SECONDS.labels(a.target, a.params["reason"]).observe(
         a.params["seconds"]),
+    "metric.launched": lambda ctx, a: _count_launch(a),
 }
 
 
@@ -176,6 +179,22 @@ _DISRUPTIONS_COUNTED = Recent(10_000)
 def _count_disruption(a: Action) -> None:
     if _DISRUPTIONS_COUNTED.first(f"{a.target}/{a.params.get('record', '')}"):
         MACHINES_DISRUPTED.labels(a.target, a.params["reason"]).inc()
+        if a.params["reason"] in CONSOLIDATION:
+            CONSOLIDATIONS.labels(a.target, a.params["reason"]).inc()
+
+
+# A pool sync retried before Metacontroller created its Machines asks for the same names again.
+_LAUNCHES_COUNTED = Recent(10_000)
+
+
+def _count_launch(a: Action) -> None:
+    if not _LAUNCHES_COUNTED.first(f"{a.target}/{a.params['machine']}"):
+        return
+    MACHINES_LAUNCHED.labels(a.target, a.params["reason"]).inc()
+    if a.params.get("pods"):
+        PROVISIONED_PODS.labels(a.target).inc(a.params["pods"])
+    for resource, ratio in (a.params.get("ratios") or {}).items():
+        PROVISIONED_REQUEST_RATIO.labels(a.target, resource).observe(ratio)
 
 
 def _launch(ctx: runtime.Context, a: Action) -> dict:

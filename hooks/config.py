@@ -107,6 +107,7 @@ class Settings:
     leaked_instance_check_seconds: float = 60
     # provisioning NodePools
     provisioning_poll_seconds: float = 0.5
+    consolidation_check_seconds: float = 5
     batch_idle_seconds: float = 1
     batch_max_seconds: float = 10
     # shared
@@ -194,6 +195,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         leaked_instance_grace_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_GRACE_SECONDS", 600),
         leaked_instance_check_seconds=_number(env, "NODEWARDEN_LEAKED_INSTANCE_CHECK_SECONDS", 60, minimum=1),
         provisioning_poll_seconds=_number(env, "NODEWARDEN_PROVISIONING_POLL_SECONDS", 0.5, minimum=0.1),
+        consolidation_check_seconds=_number(env, "NODEWARDEN_CONSOLIDATION_CHECK_SECONDS", 5, minimum=0.5),
         batch_idle_seconds=_number(env, "NODEWARDEN_BATCH_IDLE_SECONDS", 1),
         batch_max_seconds=_number(env, "NODEWARDEN_BATCH_MAX_SECONDS", 10),
         error_backoff_seconds=_number(env, "NODEWARDEN_ERROR_BACKOFF_SECONDS", 5, minimum=0.1),

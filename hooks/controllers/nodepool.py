@@ -31,11 +31,13 @@ import logging
 import sys
 
 from hooks import bounds, conditions, events, machine_names, pipeline, runtime, timefmt
-from hooks.aws import instances
+from hooks.aws import instance_catalog, instances, pricing
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.kube import fencing_api, fresh, machine_api
+from hooks.kube import fencing_api, fresh, machine_api, provisioning_reads
 from hooks.machines import budgets, disruption, pool, repair, signals, spec
+from hooks.provisioning import consolidation, inputs, pods, rounds
+from hooks.metrics import LAUNCH_PROVISIONING, LAUNCH_REPLACEMENT, LAUNCH_REPLICAS, PROVISIONING_DECISION_SECONDS
 from hooks.plan import Action, Change, Orphaned, Outcome, Plan, SameObject, error_text
 
 NAME = "nodepool"
@@ -86,6 +88,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         observed["fencingRequests"] = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
     except Exception as exc:  # noqa: BLE001
         observed["fencingError"] = error_text(exc)
+    _provisioning_reads(request, ctx, now, observed)
     if not ctx.settings.cluster_name or not _check_due(request, ctx.settings, now):
         return observed
     try:
@@ -94,6 +97,59 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     except Exception as exc:  # noqa: BLE001
         observed["instancesError"] = error_text(exc)
     return observed
+
+
+def _provisioning_due(request: HookRequest, settings: Settings, now: dt.datetime, raw_pending: list[dict]) -> bool:
+    """A full round when pods wait for room, else now and then for the pool's status and consolidation."""
+    if any(pods.is_provisionable(p) for p in raw_pending):
+        return True
+    previous = request.parent.get("status") if isinstance(request.parent.get("status"), dict) else {}
+    shown = previous.get("provisioning") if isinstance(previous.get("provisioning"), dict) else {}
+    since = timefmt.seconds_since(shown.get("lastRound"), now)
+    return since is None or since < 0 or since >= settings.consolidation_check_seconds
+
+
+def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.datetime, observed: dict) -> None:
+    """A provisioning pool's round readings: every pending pod, every provisioning pool with its Machines
+    and Nodes, the pods on them, the DaemonSets, and EC2's instance types, offerings and prices."""
+    try:
+        parsed = spec.pool(request.parent)
+    except RequestError:
+        return
+    if parsed.provisioning is None or request.finalizing:
+        return
+    kube = ctx.kube
+    try:
+        raw_pending = provisioning_reads.pending(kube)
+        if not _provisioning_due(request, ctx.settings, now, raw_pending):
+            return
+        pool_objects = provisioning_reads.provisioning_pools(kube)
+        readings = {"pending": raw_pending, "bound": provisioning_reads.running_on_nodes(kube),
+                    "nodes": provisioning_reads.pool_nodes(kube), "pools": pool_objects,
+                    "machines": machine_api.listed(kube),
+                    "daemonsets": provisioning_reads.daemonsets(kube)}
+    except Exception as exc:  # noqa: BLE001
+        observed["provisioningError"] = f"API server: {error_text(exc)}"
+        return
+    try:
+        ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
+        facts = instance_catalog.all_type_facts(ec2)
+        specs = {**inputs.pools_of(pool_objects).specs, request.name: parsed}
+        spot = instance_catalog.spot_prices(ec2, inputs.spot_candidates(specs, facts))
+        zones, own = {}, []
+        for name, other in sorted(specs.items()):
+            found = instances.subnets(ec2, list(other.template.subnets), other.template.subnet_selector)
+            zones[name] = sorted({s["zone"] for s in found if s.get("zone")})
+            if name == request.name:
+                own = found
+        readings.update(
+            typeFacts=facts, zoneOfferings=instance_catalog.zone_offerings(ec2), zones=zones, subnets=own,
+            prices={spec.ON_DEMAND: pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name),
+                    spec.SPOT: [[t, z, p] for (t, z), p in sorted(spot.items())]})
+    except Exception as exc:  # noqa: BLE001
+        observed["provisioningError"] = f"EC2: {error_text(exc)}"
+        return
+    observed["provisioning"] = readings
 
 
 def _status(request: HookRequest, machines: list[dict]) -> dict:
@@ -106,6 +162,9 @@ def _status(request: HookRequest, machines: list[dict]) -> dict:
     }
     if isinstance(previous.get("lastLeakCheck"), str):
         status["lastLeakCheck"] = previous["lastLeakCheck"]
+    for shown in ("provisioning", "consolidation"):
+        if isinstance(previous.get(shown), (dict, list)):
+            status[shown] = previous[shown]
     if isinstance(previous.get("conditions"), list):
         status["conditions"] = [c for c in previous["conditions"] if isinstance(c, dict) and c.get("type") == "Ready"]
     return status
@@ -140,12 +199,13 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
                                        resync_after=settings.error_backoff_seconds),
                     events=[events.warning(events.MACHINE_ACTION_FAILED, f"Machines: {observed['machinesError']}")])
     actions: list[Action] = []
+    provisioned = _provision(request, settings, now, observed, pool_spec, status, actions, said)
     if request.finalizing:
         children, created, removed = [], [], [m["metadata"]["name"] for m in machines
                                               if not m["metadata"]["deletionTimestamp"]]
     else:
         children, created, removed = _disrupt(request, settings, now, observed, pool_spec, machines, current,
-                                              status, actions, said)
+                                              status, actions, said, provisioned)
     for name in created:
         said.append(events.normal(events.MACHINE_CREATED, f"Machine {name} created"))
     for name in removed:
@@ -170,15 +230,19 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
             and not observed.get("machineUIDs") and not observed.get("machinesError")
     resync = settings.machine_poll_seconds if (request.finalizing or created or removed or status.get("disruptions")) \
         else min(settings.leaked_instance_check_seconds, _next_expiry(pool_spec, current or [], now))
+    if provisioned is not None:
+        # Pending pods are read, not watched: a provisioning pool looks again soon, sooner when a batch closes.
+        resync = min(resync, provisioned.wait or settings.provisioning_poll_seconds, settings.provisioning_poll_seconds)
     return Plan(composite_response(status=status, children=children, resync_after=resync, finalized=finalized),
                 actions, said)
 
 
 def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, pool_spec: spec.PoolSpec,
              machines: list[dict], fresh_list: list[dict] | None, status: dict, actions: list[Action],
-             said: list) -> tuple[list[dict], list[str], list[str]]:
+             said: list, provisioned: rounds.Round | None = None) -> tuple[list[dict], list[str], list[str]]:
     """The pool's children after its disruptions and scale-down, within the budgets; records and Events."""
     current = fresh_list if fresh_list is not None else machines
+    by_uid = {m["metadata"]["uid"]: m for m in current}
     fencing_known = "fencingRequests" in observed
     fenced = repair.fenced_machines(current, observed.get("fencingRequests") or [], settings.namespace)
     if "fencingError" in observed:
@@ -192,11 +256,14 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
         by_name = {r["machine"]: r for r in out.records}
         out.leaving = {n for n in out.leaving if by_name[n]["reason"] != signals.REPAIR}
     size = disruption.budget_size(current, out.records)
+    _consolidate(request.name, pool_spec, current, provisioned, out, size, now, status, said)
     scale_down = budgets.allowed(pool_spec.budgets, signals.SCALE_DOWN, size, now)
     children, created, removed = pool.desired(
         request.name, str(request.meta.get("uid") or ""), pool_spec, machines, fresh_list, held=out.held,
         leaving=out.leaving, scale_down_limit=None if scale_down is None else scale_down - out.disrupting,
-        kept=out.kept, replacing=[disruption.replaces(r) for r in out.needs])
+        kept=out.kept, replacing=[disruption.replaces(r) for r in out.needs],
+        replacing_specs=[pool.like(by_uid.get(r["uid"]), pool_spec) for r in out.needs],
+        provisioned=provisioned.machines if provisioned is not None else ())
     disruption.assign_replacements(out.needs, created)
     by_name = {m["metadata"]["name"]: m for m in current}
     for record in out.started:
@@ -221,6 +288,7 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
             value = signals.Signal(record["reason"], timefmt.parse(record["at"])).encode()
             actions.append(Action("kube.mark-disrupted", record["machine"], {"uid": record["uid"], "value": value},
                                   requires=(SameObject(machine_names.MACHINE_KIND, record["machine"], record["uid"]),)))
+    _launched(request.name, out.needs, created, provisioned, actions, said)
     status["disruptions"] = out.records
     # Only a provisioning pool consolidates: a static pool's status names the reasons it can have.
     reasons = signals.BUDGETED if pool_spec.replicas is None else \
@@ -228,6 +296,67 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
     status["disruption"] = disruption.budget_status(pool_spec.budgets, size, out.disrupting, now, out.blocked,
                                                     reasons)
     return children, created, removed
+
+
+def _provision(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict, pool_spec: spec.PoolSpec,
+               status: dict, actions: list[Action], said: list) -> rounds.Round | None:
+    """A provisioning pool's round, when gather read for one; its status and Events."""
+    if pool_spec.provisioning is None or request.finalizing:
+        return None
+    if "provisioningError" in observed:
+        said.append(events.warning(events.FAILED_PROVISIONING, f"provisioning round: {observed['provisioningError']}"))
+        return rounds.Round(False, settings.error_backoff_seconds)
+    if not isinstance(observed.get("provisioning"), dict):
+        return rounds.Round(False, 0.0)
+    readings = rounds.readings(observed["provisioning"])
+    out = rounds.provision(request.name, pool_spec, readings, now, idle=settings.batch_idle_seconds,
+                           maximum=settings.batch_max_seconds)
+    status["provisioning"] = out.status
+    said.extend(out.events)
+    if out.ready:
+        # A measurement of this very call, not a decision: taken here, where the time is spent.
+        PROVISIONING_DECISION_SECONDS.observe(out.decision_seconds)
+    return out
+
+
+def _consolidate(name: str, pool_spec: spec.PoolSpec, current: list[dict], provisioned: rounds.Round | None,
+                 out: disruption.Outcome, size: int, now: dt.datetime, status: dict, said: list) -> None:
+    """A provisioning round's consolidation, on the readings the round itself ran on (read this call)."""
+    if provisioned is None or provisioned.readings is None:
+        return
+    readings = provisioned.readings
+    chosen = consolidation.decide(
+        current, readings.nodes, inputs.pods_by_node(readings.bound), provisioned.placed_slots,
+        provisioned.status.get("pendingPods", 0), pool_spec.provisioning,
+        consolidation.records_of(status), consolidation.BudgetState(
+            pool_spec.budgets, size, out.disrupting, frozenset(out.held)), now)
+    by_uid = {m["metadata"]["uid"]: m for m in current}
+    for removal in chosen.remove:
+        machine = by_uid.get(removal.uid)
+        if machine is not None:
+            disruption.start(out, machine, removal.reason, removal.since, now)
+    status["consolidation"] = chosen.candidates
+    said.extend(events.normal(events.CONSOLIDATION, text) for text in chosen.events)
+
+
+def _launched(name: str, needs: list[dict], created: list[str],
+              provisioned: rounds.Round | None, actions: list[Action], said: list) -> None:
+    """Events and metrics for the Machines this call created: replacements first, then one per claim."""
+    replacements = min(len(needs), len(created))
+    for machine in created[:replacements]:
+        actions.append(Action("metric.launched", name, {"machine": machine, "reason": LAUNCH_REPLACEMENT}))
+    rest = created[replacements:]
+    if provisioned is None:
+        for machine in rest:
+            actions.append(Action("metric.launched", name, {"machine": machine, "reason": LAUNCH_REPLICAS}))
+        return
+    for machine, claim, ratios in zip(rest, provisioned.claims, provisioned.ratios):
+        actions.append(Action("metric.launched", name, {
+            "machine": machine, "reason": LAUNCH_PROVISIONING, "pods": len(claim.pods), "ratios": ratios}))
+        said.append(events.normal(events.PROVISIONED, f"Machine {machine} created for {len(claim.pods)} pending pods "
+                                  f"({', '.join(claim.instance_types[:3])}"
+                                  f"{', ...' if len(claim.instance_types) > 3 else ''})"))
+        said.extend(rounds.nominated(name, machine, claim, provisioned.pod_uids))
 
 
 def _next_expiry(pool_spec: spec.PoolSpec, machines: list[dict], now: dt.datetime) -> float:

@@ -41,7 +41,8 @@ expiry, then drift; each by the time of its signal. A provisioning pool's
 consolidation (Empty, Underutilized) is chosen by its provisioning round, not
 here; once marked, such a Machine is recorded and proven like the others. A
 provisioning pool has no replicas to count: its disrupted Machines wait for
-a replacement. A replacement a Machine still waits for is a candidate for
+a replacement, except a consolidated one, whose pods fit on the pool's other
+Nodes. A replacement a Machine still waits for is a candidate for
 repair only (it cannot initialize once powered off); that repair is never
 held by a budget, since the Machine waiting for it would wait for ever, and
 counts as disrupting while it lasts.
@@ -258,6 +259,8 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
                 outcome.leaving.add(record["machine"])
         elif replicas is not None and counted >= replicas:
             outcome.leaving.add(record["machine"])  # none needed: the pool has its replicas without it
+        elif replicas is None and record["reason"] in signals.CONSOLIDATION:
+            outcome.leaving.add(record["machine"])  # chosen because its pods fit elsewhere: nothing replaces it
         else:
             waiting.append((0, record))
     waiting.sort(key=lambda item: (item[0], item[1]["at"], item[1]["machine"]))
@@ -362,6 +365,18 @@ def budget_size(machines: list[dict], records: list[dict]) -> int:
 def _record(machine: dict, reason: str, at: dt.datetime, stamp: str) -> dict:
     return {"machine": machine["metadata"]["name"], "uid": machine["metadata"]["uid"], "reason": reason,
             "at": timefmt.fmt(at), "startedAt": stamp}
+
+
+def start(outcome: Outcome, machine: dict, reason: str, at: dt.datetime, now: dt.datetime) -> dict:
+    """Record a disruption the pool chose outside ``decide`` (a provisioning round's consolidation, already
+    within the budgets): counted as disrupting, and the Machine leaves now, as nothing replaces it."""
+    record = _record(machine, reason, at, timefmt.fmt(now))
+    outcome.records.append(record)
+    outcome.started.append(record)
+    outcome.held.add(machine["metadata"]["name"])
+    outcome.leaving.add(machine["metadata"]["name"])
+    outcome.disrupting += 1
+    return record
 
 
 def _initialized(machine: dict) -> bool:

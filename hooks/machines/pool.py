@@ -91,11 +91,27 @@ def keep(machine: dict) -> dict:
             "spec": machine["spec"]}
 
 
-def new_machine(pool_name: str, name: str, spec: PoolSpec, annotations: dict[str, str] | None = None) -> dict:
+def new_machine(pool_name: str, name: str, spec: PoolSpec, annotations: dict[str, str] | None = None,
+                machine_spec: dict | None = None) -> dict:
+    """A Machine of the pool: its template's spec, or ``machine_spec`` (a provisioning pool's, sized for its pods)."""
     return {"apiVersion": machine_names.API_VERSION, "kind": machine_names.MACHINE_KIND,
             "metadata": {"name": name, "labels": {machine_names.POOL_LABEL: pool_name},
                          "annotations": {**(annotations or {}), machine_names.TEMPLATE_HASH: spec.template_hash}},
-            "spec": spec.machine_spec}
+            "spec": machine_spec if machine_spec is not None else spec.machine_spec}
+
+
+# What a provisioning pool's replacement keeps of the Machine it replaces: the size and place it was made for.
+_SIZED = ("instanceTypes", "capacityType", "subnets", "subnetSelector")
+
+
+def like(machine: dict | None, spec: PoolSpec) -> dict | None:
+    """A provisioning pool's replacement for ``machine``: the pool's template now, with the Machine's instance
+    types, capacity type and subnets (a static pool's replacement is its template: None)."""
+    if spec.replicas is not None or machine is None:
+        return None
+    made = {k: v for k, v in spec.machine_spec.items() if k not in _SIZED}
+    made.update({k: machine["spec"][k] for k in _SIZED if machine["spec"].get(k) not in (None, [], {}, "")})
+    return made if made.get("instanceTypes") else None
 
 
 def removal_order(machines: list[dict]) -> list[dict]:
@@ -111,7 +127,8 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
             fresh: list[dict] | None = None, held: frozenset[str] | set[str] = frozenset(),
             leaving: frozenset[str] | set[str] = frozenset(),
             scale_down_limit: int | None = None, kept: frozenset[str] | set[str] = frozenset(),
-            replacing: list[dict[str, str]] | tuple = ()) -> tuple[list[dict], list[str], list[str]]:
+            replacing: list[dict[str, str]] | tuple = (), replacing_specs: list[dict | None] | tuple = (),
+            provisioned: list[tuple[dict, dict]] | tuple = ()) -> tuple[list[dict], list[str], list[str]]:
     """(children, names created, names removed) for ``spec.replicas`` counted Machines (a provisioning
     pool, without replicas: the Machines it has, none created or taken as surplus).
 
@@ -127,15 +144,19 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
     takes the surplus from the others, since taking one would leave its
     Machine nothing to wait for, and the Machine leaves once it is
     Initialized anyway. The first new Machines get ``replacing``'s
-    annotations, in order (hooks.machines.disruption: whom each replaces).
+    annotations, in order (hooks.machines.disruption: whom each replaces),
+    and ``replacing_specs``' spec where one is given (``like``). A
+    provisioning pool then creates one Machine per ``provisioned`` (spec,
+    annotations), in order.
     """
     known = {m["metadata"]["name"] for m in machines}
     current = machines if fresh is None else fresh
     live = [m for m in current if not m["metadata"]["deletionTimestamp"]]
     going = [m for m in current if m["metadata"]["deletionTimestamp"]]
     counted = [m for m in live if m["metadata"]["name"] not in held]
-    # A provisioning pool (no replicas) has no count to keep: its Machines stay, and only leave when let go.
-    wanted = len(counted) if spec.replicas is None else spec.replicas
+    # A provisioning pool (no replicas) has no count to keep: its Machines stay, and only leave when let go;
+    # it creates the replacements its disrupted Machines wait for, then a Machine per new claim.
+    wanted = len(counted) + len(replacing) + len(provisioned) if spec.replicas is None else spec.replicas
     surplus: list[str] = []
     if len(counted) > wanted:
         # Only a Machine Metacontroller has seen can be left out; one it has not is counted, and removed later.
@@ -163,8 +184,16 @@ def desired(pool_name: str, pool_uid: str, spec: PoolSpec, machines: list[dict],
         if name in taken:
             continue
         taken.add(name)
-        children.append(new_machine(pool_name, name, spec,
-                                    replacing[len(created)] if len(created) < len(replacing) else None))
+        index = len(created)
+        if index < len(replacing):
+            made = new_machine(pool_name, name, spec, replacing[index],
+                               replacing_specs[index] if index < len(replacing_specs) else None)
+        elif index - len(replacing) < len(provisioned):
+            machine_spec, annotations = provisioned[index - len(replacing)]
+            made = new_machine(pool_name, name, spec, annotations, machine_spec)
+        else:
+            made = new_machine(pool_name, name, spec)
+        children.append(made)
         created.append(name)
     return children, created, removed
 

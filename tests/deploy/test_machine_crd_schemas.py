@@ -158,7 +158,7 @@ def test_the_nodepool_status_has_the_contract_fields(nodepool):
         assert {k: v["type"] for k, v in provisioning[field]["properties"].items()} == \
             {"machines": "integer", "cpu": "string", "memory": "string"}
     assert provisioning["lastRound"]["format"] == "date-time"
-    assert set(status["consolidation"]["items"]["properties"]) == {"machine", "reason", "since"}
+    assert set(status["consolidation"]["items"]["properties"]) == {"machine", "uid", "reason", "since"}
     # The API server prunes what the schema lacks: every field of a disruption record must be in it.
     from hooks.machines import disruption
     assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
@@ -295,7 +295,7 @@ def test_a_full_provisioning_pool_fits_its_schema(nodepool):
                                         "resources": {"machines": 10, "cpu": "40", "memory": "160Gi"},
                                         "limits": {"machines": 50, "cpu": "1000", "memory": "4000Gi"},
                                         "lastRound": "2026-11-27T13:00:00Z"},
-                       "consolidation": [{"machine": "general-ab12c", "reason": "Empty",
+                       "consolidation": [{"machine": "general-ab12c", "uid": "6f1c", "reason": "Empty",
                                           "since": "2026-11-27T12:59:00Z"}]}}
     jsonschema.validate(pool, _plain(_schema(nodepool)))
 
