@@ -54,7 +54,8 @@ down: setup
 # docs/performance.md are named there. BENCH=<name> (or several) picks which,
 # BENCH_ARGS replaces the picked benchmarks' settings:
 #   make bench BENCH=fencing_failover BENCH_ARGS="--trials 10 --baseline-trials 5"
-BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover
+BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover \
+	provisioning
 BENCH ?= $(BENCHES)
 BENCH_ARGS ?=
 BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3 --auth --stalls 200
@@ -65,6 +66,7 @@ BENCH_ARGS_disruption := storm --machines 100 --drifted 40 --fenced 10 --spot 10
 BENCH_ARGS_policy_count := --nodes 5000 --unhealthy 10 --repeat 5
 BENCH_ARGS_cordon_to_deregister := --trials 20
 BENCH_ARGS_fencing_failover := --trials 3 --baseline-trials 1 --baseline-seconds 120
+BENCH_ARGS_provisioning := decision --repeat 5
 BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
 .PHONY: $(BENCH_TARGETS)
 

@@ -243,7 +243,9 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
         if machine is None:
             continue
         if machine["metadata"]["deletionTimestamp"]:
-            if replacement is None and not record.get("replacementReadyAt"):
+            # A consolidated Machine's pods fit elsewhere: nothing replaces it, while it goes either.
+            consolidated = replicas is None and record["reason"] in signals.CONSOLIDATION
+            if replacement is None and not record.get("replacementReadyAt") and not consolidated:
                 waiting.append((2, record))  # only timed: nothing waits for it
             continue
         if record["reason"] == signals.REPAIR:

@@ -23,6 +23,10 @@ PODS = "pods"
 STANDARD = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 MAX_QUANTITY_LENGTH = 64
 MAX_RESOURCES = 64
+# Quantities read before, by (text, milli): a round reads the same few ("500m", "1Gi") thousands of times over
+# its pods, Nodes and instance types. Bounded, and only texts that read well are kept.
+_READ: dict[tuple[str, bool], int] = {}
+_READ_MAX = 4096
 _BINARY_SUFFIXES = (("Ei", 2 ** 60), ("Pi", 2 ** 50), ("Ti", 2 ** 40), ("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10))
 
 
@@ -139,6 +143,10 @@ def _byte_quantity(amount: int) -> str:
 
 def quantity(value: Any, where: str, *, milli: bool = False) -> int:
     """One quantity in whole units (millicores when ``milli``), rounded up; RequestError when it is not one."""
+    if isinstance(value, str):
+        known = _READ.get((value, milli))
+        if known is not None:
+            return known
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RequestError(where, f"must be a quantity, got {type(value).__name__}")
     text = value if isinstance(value, str) else str(value)
@@ -153,6 +161,8 @@ def quantity(value: Any, where: str, *, milli: bool = False) -> int:
         raise RequestError(where, f"is not a quantity ({exc})") from None
     if whole < 0:
         raise RequestError(where, f"must not be negative, got {text!r}")
+    if isinstance(value, str) and len(_READ) < _READ_MAX:
+        _READ[(value, milli)] = whole
     return whole
 
 

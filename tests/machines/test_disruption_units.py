@@ -289,6 +289,18 @@ def test_a_consolidation_mark_is_recorded_and_proven_like_the_pools_other_choice
     assert disruption.budget_status(budgets.DEFAULT, 2, out.disrupting, NOW, {})["allowed"][reason] == 0
 
 
+@pytest.mark.parametrize("reason", signals.CONSOLIDATION)
+def test_a_consolidated_machine_being_deleted_gets_no_replacement(reason):
+    """Its pods fit on the pool's other Nodes: a replacement would be empty, and consolidated in turn."""
+    mark = {signals.DISRUPTION_ANNOTATION: signals.Signal(reason, NOW).encode()}
+    first = _decide_provisioning([_machine("a", annotations=mark), _machine("b")])
+    going = _decide_provisioning([_machine("a", annotations=mark, deleting=True), _machine("b")], first.records)
+    assert going.needs == [] and [r["machine"] for r in going.records] == ["a"]
+    spot = {signals.INTERRUPTION_ANNOTATION: signals.Signal(signals.SPOT_INTERRUPTION, NOW).encode()}
+    interrupted = _decide_provisioning([_machine("a", annotations=spot, deleting=True), _machine("b")])
+    assert [r["machine"] for r in interrupted.needs] == ["a"], "a forceful loss is still replaced"
+
+
 def test_a_pool_without_replicas_creates_and_removes_no_machine_for_a_count():
     provisioning = spec.pool(pool_obj(None))
     machines = [_machine("a"), _machine("b", initialized=False, node=False), _machine("c", deleting=True)]

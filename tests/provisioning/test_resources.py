@@ -58,3 +58,17 @@ def test_to_quantities_reads_back():
                           "amd.com/gpu": "2"}
     assert resources.parse(quantities) == amounts
     assert Resources(cpu=4000).to_quantities() == {"cpu": "4", "memory": "0"}
+
+
+def test_a_quantity_read_again_reads_the_same_and_a_bad_one_is_refused_every_time():
+    assert resources.quantity("1500m", "x", milli=True) == resources.quantity("1500m", "x", milli=True) == 1500
+    assert resources.quantity("1500m", "x") == 2  # whole units: the milli reading is not reused
+    for _ in range(2):
+        with pytest.raises(RequestError):
+            resources.quantity("12 cores", "x")
+
+
+def test_the_quantities_kept_stay_bounded():
+    for i in range(resources._READ_MAX + 100):
+        assert resources.quantity(f"{i}Mi", "memory") == i * 1024 * 1024
+    assert len(resources._READ) <= resources._READ_MAX
