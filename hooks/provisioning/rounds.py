@@ -50,7 +50,8 @@ def readings(raw: dict) -> Readings:
     spot = {(t, z): p for t, z, p in prices.get(spec.SPOT) or []}
     built = catalog.MEMO.options(raw.get("typeFacts") or {}, raw.get("zoneOfferings") or {},
                                  {spec.ON_DEMAND: prices.get(spec.ON_DEMAND) or {}, spec.SPOT: spot})
-    zones = {name: frozenset(found) if found else None for name, found in (raw.get("zones") or {}).items()}
+    # A pool whose subnets EC2 does not know has no zone to launch in (an empty set), not every zone.
+    zones = {name: frozenset(found) for name, found in (raw.get("zones") or {}).items() if isinstance(found, list)}
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
@@ -148,6 +149,8 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
                 readings=readings)
     out.claims = [c for c in result.claims if c.pool == name]
     out.decision_seconds = time.process_time() - started
+    # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
+    out.claims = [c for c in out.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
     for claim in out.claims:
         out.ratios.append(request_ratios(claim, types))
         annotations = {provisioning_names.PROVISIONED_FOR: inputs.provisioned_for_annotation(claim.pods)}

@@ -133,3 +133,12 @@ def test_a_zone_pinned_claim_gets_only_that_zones_subnets():
     out = run(raw_readings(pods))
     (machine_spec, _), = out.machines
     assert machine_spec["subnets"] == ["subnet-b"]
+
+
+def test_a_pool_without_a_known_subnet_launches_nothing():
+    raw = raw_readings([raw_pod("web-0")])
+    raw["zones"][POOL], raw["subnets"] = [], []
+    out = run(raw)
+    assert out.claims == [] and out.machines == []
+    failed = [e for e in out.events if e.reason == events.FAILED_PROVISIONING]
+    assert failed and "pools tried: general" in failed[0].message
