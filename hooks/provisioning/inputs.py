@@ -64,21 +64,28 @@ def _limit(value: str | None, *, milli: bool) -> int | None:
     return None if value is None else resources.quantity(value, "limits", milli=milli)
 
 
-def machine_capacity(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources:
-    """What a Machine counts against its pool's limits: its recorded capacity, else the most any of its
-    instance types has (whichever launches, the limit holds)."""
-    recorded = machine["status"].get("capacity")
+def _sized(machine: dict, catalog: Mapping[str, InstanceOption], key: str, combine) -> Resources | None:
+    """The Machine's recorded ``key`` (capacity or allocatable, from its launched type), else ``combine`` of
+    its instance types' own (before the launch picks one of them)."""
+    recorded = machine["status"].get(key)
     if isinstance(recorded, dict) and recorded:
         try:
-            return resources.parse(recorded, "status.capacity")
+            return resources.parse(recorded, f"status.{key}")
         except RequestError:
             pass
-    most = ZERO
+    found = None
     for name in _instance_types(machine):
         option = catalog.get(name)
         if option is not None:
-            most = most.maximum(option.capacity)
-    return most
+            amount = getattr(option, key)
+            found = amount if found is None else combine(found, amount)
+    return found
+
+
+def machine_capacity(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources:
+    """What a Machine counts against its pool's limits: its capacity, before its launch the most any of its
+    types has (whichever launches, the limit holds)."""
+    return _sized(machine, catalog, "capacity", Resources.maximum) or ZERO
 
 
 def _instance_types(machine: dict) -> list[str]:
@@ -227,18 +234,8 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
 
 
 def _machine_allocatable(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources | None:
-    recorded = machine["status"].get("allocatable")
-    if isinstance(recorded, dict) and recorded:
-        try:
-            return resources.parse(recorded, "status.allocatable")
-        except RequestError:
-            pass
-    least = None
-    for name in _instance_types(machine):
-        option = catalog.get(name)
-        if option is not None:
-            least = option.allocatable if least is None else least.minimum(option.allocatable)
-    return least
+    """What an in-flight Machine offers: its allocatable, before its launch the least any of its types has."""
+    return _sized(machine, catalog, "allocatable", Resources.minimum)
 
 
 def pending(raw_pods: Iterable[dict]) -> list[PodView]:
