@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import datetime as dt
 import gc
 import json
@@ -110,6 +111,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -121,7 +123,7 @@ from hooks.machines import pool, signals, spec  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
 from hooks.machines.spec import ProvisioningSpec, Taint  # noqa: E402
 from hooks.provisioning import (catalog, consolidation, inputs, pods, requirements, resources,  # noqa: E402
-                                rounds, scheduling)
+                                rounds, scheduling, slots)
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 HOUR_AGO = timefmt.fmt(NOW - dt.timedelta(hours=1))
@@ -237,33 +239,76 @@ def world_slots(count: int, rng: random.Random) -> list[scheduling.Slot]:
     return found
 
 
-def raw_slots(count: int, rng: random.Random) -> dict:
-    """world_slots as the API server holds them: Nodes, their Machines, the pods bound to them; and the
-    batch pool's two Machines whose Nodes are gone (its ``used``)."""
-    nodes, machines, bound = [], [], []
+def world_nodes(count: int, per_node: int, rng: random.Random) -> list[tuple[dict, list[dict]]]:
+    """Existing Nodes as the API server has them, each with ``per_node`` running pods: one in five a replica
+    of a pending Deployment (with its constraints), the others of ten other apps."""
+    found = []
+    for i in range(count):
+        name = f"node-{i}"
+        node = {"metadata": {"name": name, "labels": {provisioning_names.ZONE_LABEL: ZONES[i % 3],
+                                                      provisioning_names.HOSTNAME_LABEL: name, ARCH_KEY: "amd64"}},
+                "spec": {}, "status": {"allocatable": {"cpu": "7910m", "memory": "30Gi", "pods": "58"}}}
+        cpu, memory = rng.randrange(4000, 7800) // per_node, rng.randrange(10 << 10, 29 << 10) // per_node
+        bound = []
+        for j in range(per_node):
+            if rng.randrange(5):
+                app, extra = f"web-{rng.randrange(10)}", {}
+            else:
+                d = rng.randrange(DEPLOYMENTS)
+                app, extra = f"app-{d}", _constraints(d)
+            bound.append(_bound_pod(f"{app}-{i}-{j}", name, {"app": app}, cpu, memory, extra))
+        found.append((node, bound))
+    return found
+
+
+def default_nodes(count: int, rng: random.Random) -> list[tuple[dict, list[dict]]]:
+    """Nodes shaped as world_slots' (3 to 11 pods of ten apps), as the API server has them."""
+    found = []
     for i in range(count):
         zone, apps, cpu, memory = _slot_shape(i, rng)
-        node, machine = f"node-{i}", f"machine-{i}"
-        nodes.append({"metadata": {"name": node, "labels": {
-            machine_names.POOL_LABEL: "general", machine_names.MACHINE_LABEL: machine,
-            provisioning_names.ZONE_LABEL: zone, provisioning_names.HOSTNAME_LABEL: node, ARCH_KEY: "amd64"}},
-            "spec": {}, "status": {"allocatable": {"cpu": "7910m", "memory": "30Gi", "pods": "58"},
-                                   "conditions": [{"type": "Ready", "status": "True"}]}})
-        conditions = [] if i >= count - 3 else [{"type": machine_names.INITIALIZED, "status": "True"}]
-        machines.append({"metadata": {"name": machine, "uid": f"uid-{machine}", "creationTimestamp": HOUR_AGO,
-                                      "labels": {machine_names.POOL_LABEL: "general"}},
-                         "spec": {"instanceTypes": ["m5.2xlarge"]},
-                         "status": {"nodeName": node, "conditions": conditions}})
-        for j, app in enumerate(apps):
-            bound.append(_bound_pod(f"{app}-{i}-{j}", node, {"app": app}, cpu // len(apps),
-                                    memory * 1024 // len(apps)))
+        name = f"node-{i}"
+        node = {"metadata": {"name": name, "labels": {provisioning_names.ZONE_LABEL: zone,
+                                                      provisioning_names.HOSTNAME_LABEL: name, ARCH_KEY: "amd64"}},
+                "spec": {}, "status": {"allocatable": {"cpu": "7910m", "memory": "30Gi", "pods": "58"}}}
+        found.append((node, [_bound_pod(f"{app}-{i}-{j}", name, {"app": app}, cpu // len(apps),
+                                        memory * 1024 // len(apps)) for j, app in enumerate(apps)]))
+    return found
+
+
+def read_slots(nodes: list[tuple[dict, list[dict]]]) -> list[scheduling.Slot]:
+    """The existing Nodes' Slots as a round reads them (the last three still in flight)."""
+    found = []
+    for i, (node, bound) in enumerate(nodes):
+        slot = slots.of_node(node, bound, "general", f"machine-{i}")
+        found.append(dataclasses.replace(slot, in_flight=True) if i >= len(nodes) - 3 else slot)
+    return found
+
+
+def raw_room(nodes: list[tuple[dict, list[dict]]]) -> dict:
+    """The Nodes as a round reads them: each of a Machine of the general pool (the last three in flight), the
+    pods bound to them; and the batch pool's two Machines whose Nodes are gone (its ``used``)."""
+    found: dict = {"nodes": [], "machines": [], "bound": []}
+    for i, (node, bound) in enumerate(nodes):
+        name, machine = node["metadata"]["name"], f"machine-{i}"
+        found["nodes"].append({**node, "metadata": {**node["metadata"], "labels": {
+            **node["metadata"]["labels"], machine_names.POOL_LABEL: "general", machine_names.MACHINE_LABEL: machine}},
+            "status": {**node["status"], "conditions": [{"type": "Ready", "status": "True"}]}})
+        conditions = [] if i >= len(nodes) - 3 else [{"type": machine_names.INITIALIZED, "status": "True"}]
+        found["machines"].append({"metadata": {"name": machine, "uid": f"uid-{machine}",
+                                               "creationTimestamp": HOUR_AGO,
+                                               "labels": {machine_names.POOL_LABEL: "general"}},
+                                  "spec": {"instanceTypes": ["m5.2xlarge"]},
+                                  "status": {"nodeName": name, "instanceID": f"i-{i:08x}",
+                                             "conditions": conditions}})
+        found["bound"] += bound
     for i in range(2):
-        machines.append({"metadata": {"name": f"batch-{i}", "uid": f"uid-batch-{i}", "creationTimestamp": HOUR_AGO,
-                                      "labels": {machine_names.POOL_LABEL: "batch"}},
-                         "spec": {"instanceTypes": ["m5.2xlarge"]},
-                         "status": {"capacity": {"cpu": "8", "memory": "32Gi"},
-                                    "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}})
-    return {"nodes": nodes, "machines": machines, "bound": bound}
+        found["machines"].append({"metadata": {"name": f"batch-{i}", "uid": f"uid-batch-{i}",
+                                               "creationTimestamp": HOUR_AGO,
+                                               "labels": {machine_names.POOL_LABEL: "batch"}},
+                                  "spec": {"instanceTypes": ["m5.2xlarge"]},
+                                  "status": {"capacity": {"cpu": "8", "memory": "32Gi"}, "instanceID": f"i-b{i:07x}",
+                                             "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}})
+    return found
 
 
 def _bound_pod(name: str, node: str, labels: dict, cpu: int, memory_mi: int, spec_extra: dict | None = None,
@@ -299,35 +344,44 @@ def _pending(name: str, app: str, cpu: int, memory_mi: int, spec_extra: dict, si
             "status": {"phase": "Pending", "conditions": [condition]}}
 
 
+DEPLOYMENTS = 40
+
+
+def _constraints(d: int) -> dict:
+    """The constraints of Deployment ``d``: spread over zones, anti-affinity, a node selector, ..."""
+    app = f"app-{d}"
+    extra: dict = {}
+    kind = d % 8
+    selector = {"matchLabels": {"app": app}}
+    if kind in (0, 1):
+        extra["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
+                                               "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
+    elif kind == 2:
+        extra["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": provisioning_names.HOSTNAME_LABEL, "labelSelector": selector}]}}
+    elif kind == 3:
+        extra["nodeSelector"] = {ARCH_KEY: "arm64"}
+    elif kind == 4:
+        extra["tolerations"] = [{"key": "batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+        extra["nodeSelector"] = {"workload": "batch"}
+    elif kind == 5:
+        extra["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "preference": {"matchExpressions": [
+                {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [ZONES[d % 3]]}]}}]}}
+    elif kind == 6:
+        extra["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": provisioning_names.HOSTNAME_LABEL,
+                                               "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]
+    return extra
+
+
 def world_pods(count: int, rng: random.Random) -> list[dict]:
     found = []
     lone = count // 20
-    deployments = 40
-    per = (count - lone) // deployments
-    for d in range(deployments):
+    per = (count - lone) // DEPLOYMENTS
+    for d in range(DEPLOYMENTS):
         app = f"app-{d}"
         cpu, memory = rng.choice((100, 250, 500, 1000, 2000, 3500)), rng.choice((128, 512, 1024, 2048, 4096, 8192))
-        extra: dict = {}
-        kind = d % 8
-        selector = {"matchLabels": {"app": app}}
-        if kind in (0, 1):
-            extra["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
-                                                   "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
-        elif kind == 2:
-            extra["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": provisioning_names.HOSTNAME_LABEL, "labelSelector": selector}]}}
-        elif kind == 3:
-            extra["nodeSelector"] = {ARCH_KEY: "arm64"}
-        elif kind == 4:
-            extra["tolerations"] = [{"key": "batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
-            extra["nodeSelector"] = {"workload": "batch"}
-        elif kind == 5:
-            extra["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 50, "preference": {"matchExpressions": [
-                    {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [ZONES[d % 3]]}]}}]}}
-        elif kind == 6:
-            extra["topologySpreadConstraints"] = [{"maxSkew": 2, "topologyKey": provisioning_names.HOSTNAME_LABEL,
-                                                   "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]
+        extra = _constraints(d)
         for i in range(per):
             found.append(_pending(f"{app}-{i}", app, cpu, memory, extra))
     while len(found) < count:
@@ -351,15 +405,20 @@ def moto_ec2() -> dict:
             "prices": {spec.ON_DEMAND: pricing.bundled_prices(REGION), spec.SPOT: []}}
 
 
-def decide(raw_pods, world, group: bool = True) -> scheduling.Result:
+def decide(raw_pods, world, group: bool = True, nodes=None) -> scheduling.Result:
+    """The placement: the pending pods read, the existing Nodes read when given raw, the schedule."""
     views = [pods.view(p) for p in raw_pods if pods.is_provisionable(p)]
-    return scheduling.schedule(views, *world, group_identical=group)
+    pools, existing, options, daemonsets = world
+    if nodes is not None:
+        existing = read_slots(nodes)
+    return scheduling.schedule(views, pools, existing, options, daemonsets, group_identical=group)
 
 
-def round_worlds(args, raw_pods: list[dict], ec2: dict) -> dict[str, tuple[dict, spec.PoolSpec]]:
+def round_worlds(args, raw_pods: list[dict], ec2: dict, nodes) -> dict[str, tuple[dict, spec.PoolSpec]]:
     """The world as gather stores it for the general pool's round, by catalog: EC2 answering ``ec2``'s types
-    only, and EC2 answering every type moto has (each pool then allowed ``ec2``'s types)."""
-    world = raw_slots(args.slots, random.Random(args.seed + 1))
+    only, and EC2 answering every type moto has (each pool then allowed ``ec2``'s types). ``nodes``: the
+    existing Nodes with their pods (default_nodes' when None)."""
+    world = raw_room(nodes if nodes is not None else default_nodes(args.slots, random.Random(args.seed + 1)))
     types = sorted(ec2["typeFacts"])
     whole = moto_ec2()
     names = [n for n in types if n in whole["typeFacts"]]
@@ -389,9 +448,10 @@ def full_round(raw: dict, parsed: spec.PoolSpec, *, cold: bool) -> rounds.Round:
 def decision(args) -> dict:
     rng = random.Random(args.seed)
     ec2 = world_ec2(args.types)
-    slots = world_slots(args.slots, rng)
+    nodes = None if args.residents is None else world_nodes(args.slots, args.residents, rng)
+    existing = world_slots(args.slots, rng) if nodes is None else read_slots(nodes)
     raw_pods = world_pods(args.pods, rng)
-    worlds = round_worlds(args, raw_pods, ec2)
+    worlds = round_worlds(args, raw_pods, ec2, nodes)
     # The worlds and moto are no hook's heap: out of the collector's sight, so a full collection in a timed run
     # costs what the round's own objects cost it.
     gc.freeze()
@@ -400,11 +460,13 @@ def decision(args) -> dict:
     started = time.process_time()
     full_round(*worlds[whole_label], cold=True)
     first = round((time.process_time() - started) * 1000, 1)
-    world = (world_pools(), slots, world_catalog(ec2), [pods.from_daemonset(d) for d in raw_daemonsets()])
-    grouped, single = decide(raw_pods, world), decide(raw_pods, world, group=False)
+    world = (world_pools(), existing, world_catalog(ec2), [pods.from_daemonset(d) for d in raw_daemonsets()])
+    grouped, single = decide(raw_pods, world, nodes=nodes), decide(raw_pods, world, group=False, nodes=nodes)
     assert grouped == single, "grouped and one-at-a-time placement differ"
-    times = {label: _cpu_times(lambda g=group: decide(raw_pods, world, g), args.repeat)
+    times = {label: _cpu_times(lambda g=group: decide(raw_pods, world, g, nodes), args.repeat)
              for label, group in (("grouped", True), ("one at a time", False))}
+    if nodes is not None:
+        times["of which reading the Nodes"] = _cpu_times(lambda: read_slots(nodes), args.repeat)
     found = {}
     for label, (raw, parsed) in worlds.items():
         out = full_round(raw, parsed, cold=False)
@@ -417,6 +479,7 @@ def decision(args) -> dict:
             "cpu_time_warm": _cpu_times(lambda r=raw, p=parsed: full_round(r, p, cold=False), args.repeat)}
     found[whole_label]["cpu_time_first_round_of_the_process_ms"] = first
     return {"pods": args.pods, "types": len(world[2]), "slots": args.slots,
+            "residents": sum(len(s.pods) for s in existing),
             "schedule": {"placed_on_slots": len(grouped.placed), "claims": len(grouped.claims),
                          "pods_on_claims": sum(len(c.pods) for c in grouped.claims),
                          "unschedulable": len(grouped.unschedulable), "cpu_time": times},
@@ -426,7 +489,32 @@ def decision(args) -> dict:
 # =========================================================================== consolidation
 
 
-def consolidation_world(machines: int, per_node: int, rng: random.Random) -> tuple[list, list, dict]:
+LAYOUTS = ("random", "even", "full")
+
+
+def _sizes(layout: str, per_node: int, rng: random.Random) -> Iterator[int]:
+    """The cpu (millicores) of the pods one Node runs besides its DaemonSet pod (100m), one at a time."""
+    room = 7900
+    if layout == "full":
+        each = room // per_node
+        yield from [each] * (per_node - 1) + [room - each * (per_node - 1)]
+        return
+    if layout == "even":
+        choices = [c for c in (50, 100, 250, 500, 1000) if c * per_node <= room] or [room // per_node]
+        for _ in range(per_node):
+            yield rng.choice(choices)
+        return
+    used = 0
+    for _ in range(rng.randrange(per_node + 1)):
+        cpu = rng.choice((100, 250, 500, 1000))
+        if used + cpu > room:
+            return
+        used += cpu
+        yield cpu
+
+
+def consolidation_world(machines: int, per_node: int, rng: random.Random,
+                        layout: str = "random") -> tuple[list, list, dict]:
     found, nodes, by_node = [], [], {}
     for i in range(machines):
         name, node = f"m{i:04d}", f"node-{i:04d}"
@@ -439,12 +527,8 @@ def consolidation_world(machines: int, per_node: int, rng: random.Random) -> tup
             provisioning_names.HOSTNAME_LABEL: node, "disk": "ssd" if i % 4 == 0 else "hdd"}},
             "spec": {}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
-        bound, used = [_bound_pod(f"ds-{i}", node, {"app": "ds"}, 100, 128, owner="DaemonSet")], 100
-        for j in range(rng.randrange(per_node + 1)):
-            cpu = rng.choice((100, 250, 500, 1000))
-            if used + cpu > 8000:
-                break
-            used += cpu
+        bound = [_bound_pod(f"ds-{i}", node, {"app": "ds"}, 100, 128, owner="DaemonSet")]
+        for j, cpu in enumerate(_sizes(layout, per_node, rng)):
             kind = rng.randrange(8)
             extra: dict = {}
             if kind == 0:
@@ -462,7 +546,7 @@ def consolidation_world(machines: int, per_node: int, rng: random.Random) -> tup
 
 
 def consolidation_bench(args) -> dict:
-    machines, nodes, by_node = consolidation_world(args.machines, args.pods, random.Random(args.seed))
+    machines, nodes, by_node = consolidation_world(args.machines, args.pods, random.Random(args.seed), args.layout)
     previous = [{"machine": m["metadata"]["name"], "uid": m["metadata"]["uid"], "reason": reason, "since": HOUR_AGO}
                 for m in machines for reason in signals.CONSOLIDATION]
     budget = consolidation.BudgetState((Budget("10%"),), len(machines), 0, frozenset())
@@ -471,7 +555,7 @@ def consolidation_bench(args) -> dict:
         return consolidation.decide(machines, nodes, by_node, set(), 0, ProvisioningSpec(), previous, budget, NOW)
 
     out = run()
-    return {"machines": args.machines, "pods": sum(len(p) for p in by_node.values()),
+    return {"machines": args.machines, "layout": args.layout, "pods": sum(len(p) for p in by_node.values()),
             "candidates": {reason: sum(1 for r in out.candidates if r["reason"] == reason)
                            for reason in signals.CONSOLIDATION},
             "removals": [(r.machine, r.reason) for r in out.remove],
@@ -556,9 +640,11 @@ def _in_flight(made: list[tuple[dict, dict]], claims: list, first: int, types: d
         if launched:
             option = types[claim.instance_types[0]]
             zone = claim.zone or next(o.zone for o in option.offerings if o.capacity_type == claim.capacity_type)
-            status = {"instanceType": option.name, "zone": zone, "capacity": option.capacity.to_quantities(),
-                      "allocatable": option.allocatable.to_quantities()}
-        found.append({"metadata": {"name": f"general-{i}", "uid": f"uid-general-{i}", "creationTimestamp": HOUR_AGO,
+            status = {"instanceID": f"i-{i:08x}", "instanceType": option.name, "zone": zone,
+                      "capacity": option.capacity.to_quantities(), "allocatable": option.allocatable.to_quantities()}
+        # Created a round ago: well within the time a launch may take.
+        found.append({"metadata": {"name": f"general-{i}", "uid": f"uid-general-{i}",
+                                   "creationTimestamp": FIVE_SECONDS_AGO,
                                    "labels": {machine_names.POOL_LABEL: "general"}, "annotations": dict(annotations)},
                       "spec": copy.deepcopy(machine_spec), "status": status})
     return found
@@ -1103,10 +1189,15 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--pods", type=int, default=1000)
     d.add_argument("--types", type=int, default=50)
     d.add_argument("--slots", type=int, default=40)
+    d.add_argument("--residents", type=int,
+                   help="pods on each existing Node, read from raw Nodes and pods within the time "
+                        "(default: 3 to 11, as Slots)")
     d.add_argument("--repeat", type=int, default=20)
     c = sub.add_parser("consolidation", help="CPU time of consolidation's decision for one pool (the venv)")
     c.add_argument("--machines", type=int, default=100)
-    c.add_argument("--pods", type=int, default=20, help="at most this many pods per Node")
+    c.add_argument("--pods", type=int, default=20, help="pods per Node: at most (random), exactly (even, full)")
+    c.add_argument("--layout", choices=LAYOUTS, default="random",
+                   help="random: 100m to 1 cpu, as many as fit; even: sizes that fit; full: filling each Node")
     c.add_argument("--repeat", type=int, default=5)
     a = sub.add_parser("arrivals", help="Machines launched round by round against one round (the venv)")
     a.add_argument("--sequences", type=int, default=20)

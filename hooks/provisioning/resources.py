@@ -9,6 +9,7 @@ there are any.
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 from typing import Any, Mapping, NamedTuple
 
@@ -23,10 +24,6 @@ PODS = "pods"
 STANDARD = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 MAX_QUANTITY_LENGTH = 64
 MAX_RESOURCES = 64
-# Quantities read before, by (text, milli): a round reads the same few ("500m", "1Gi") thousands of times over
-# its pods, Nodes and instance types. Bounded, and only texts that read well are kept.
-_READ: dict[tuple[str, bool], int] = {}
-_READ_MAX = 4096
 _BINARY_SUFFIXES = (("Ei", 2 ** 60), ("Pi", 2 ** 50), ("Ti", 2 ** 40), ("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10))
 
 
@@ -143,34 +140,35 @@ def _byte_quantity(amount: int) -> str:
 
 def quantity(value: Any, where: str, *, milli: bool = False) -> int:
     """One quantity in whole units (millicores when ``milli``), rounded up; RequestError when it is not one."""
-    if isinstance(value, str):
-        known = _READ.get((value, milli))
-        if known is not None:
-            return known
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise RequestError(where, f"must be a quantity, got {type(value).__name__}")
     text = value if isinstance(value, str) else str(value)
     if len(text) > MAX_QUANTITY_LENGTH:
         raise RequestError(where, f"is not a quantity: {len(text)} characters long")
     try:
-        amount = parse_quantity(text)
-        if amount is None or not amount.is_finite():
-            raise ValueError(f"not a finite quantity: {text!r}")
-        whole = math.ceil(amount * 1000) if milli else math.ceil(amount)
+        whole = _whole(text, milli)
     except (ValueError, ArithmeticError, decimal.DecimalException) as exc:
         raise RequestError(where, f"is not a quantity ({exc})") from None
     if whole < 0:
         raise RequestError(where, f"must not be negative, got {text!r}")
-    if isinstance(value, str) and len(_READ) < _READ_MAX:
-        _READ[(value, milli)] = whole
     return whole
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole(text: str, milli: bool) -> int:
+    """The quantity rounded up to whole units. Remembered: a cluster's pods repeat a few quantities thousands
+    of times, and parsing one is most of what reading a pod costs."""
+    amount = parse_quantity(text)
+    if amount is None or not amount.is_finite():
+        raise ValueError(f"not a finite quantity: {text!r}")
+    return math.ceil(amount * 1000) if milli else math.ceil(amount)
 
 
 def parse(mapping: Mapping | None, where: str = "resources") -> Resources:
     """A resource mapping (``{"cpu": "500m", "memory": "1Gi"}``) as Resources; RequestError names a bad entry."""
     if mapping is None:
         return ZERO
-    if not isinstance(mapping, Mapping):
+    if not isinstance(mapping, dict) and not isinstance(mapping, Mapping):  # dict first: the common case, cheap
         raise RequestError(where, f"must be an object, got {type(mapping).__name__}")
     if len(mapping) > MAX_RESOURCES:
         raise RequestError(where, f"has more than {MAX_RESOURCES} resources")
