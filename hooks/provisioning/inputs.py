@@ -24,8 +24,7 @@ from hooks.provisioning.resources import Resources, ZERO
 from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead
 
 # Taints a Node carries only while it starts: the pods the round places will not need to tolerate them.
-_PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready",
-                             "node.cloudprovider.kubernetes.io/uninitialized"})
+_PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, *machine_names.EPHEMERAL_TAINTS})
 
 
 @dataclass(frozen=True)
