@@ -128,7 +128,8 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         except RequestError as exc:
             observed["userDataError"] = str(exc)
     instance_type = (observed.get("instance") or {}).get("instanceType") or status.get("instanceType")
-    if instance_type and not status.get("capacity"):
+    # The type's facts give the capacity before the Node exists, and the labels its registration mirrors.
+    if instance_type and (not status.get("capacity") or not conditions.is_true(status, machine_names.REGISTERED)):
         try:
             observed["types"] = instances.TYPES.get(ec2, [instance_type])
         except Exception as exc:  # noqa: BLE001

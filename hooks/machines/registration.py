@@ -9,7 +9,9 @@ the instance (any kubelet credential can register such a Node) are both
 reported and neither is joined.
 
 Joining mirrors the Machine's labels, annotations and taints (startup taints
-included) onto the Node once and takes the unregistered taint off in the same
+included) onto the Node once, with the well-known labels of its instance
+(hooks/provisioning_names.py: its type's, its zone, its capacity type; a
+provisioning pool planned its pods by them), and takes the unregistered taint off in the same
 patch, so no pod can land before the labels do. The Node records which keys
 were mirrored; a later call sees the record and does not mirror again. Once
 joined, the Machine records the Node's name and uid, and from then on knows
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hooks import events, fields, machine_names
+from hooks import events, fields, machine_names, provisioning_names
+from hooks.machines.spec import ON_DEMAND
 from hooks.machines.view import MachineView, Progress, node_instance_id
 from hooks.plan import Action
 
@@ -67,6 +70,19 @@ def sight(machine: str, instance_id: str, node_name: str, node_uid: str, nodes: 
     else:
         found.conflict = naming
     return found
+
+
+def instance_labels(view: MachineView) -> dict[str, str]:
+    """The well-known labels of the Machine's instance: its type's (from the type's facts), zone, capacity type."""
+    instance_type = view.status.get("instanceType")
+    if not isinstance(instance_type, str) or not instance_type:
+        return {}
+    facts = (view.observed.get("types") or {}).get(instance_type) or {}
+    labels = provisioning_names.instance_labels(instance_type, facts)
+    if isinstance(view.status.get("zone"), str) and view.status["zone"]:
+        labels[provisioning_names.ZONE_LABEL] = view.status["zone"]
+    labels[provisioning_names.CAPACITY_TYPE_LABEL] = view.spec.capacity_type or ON_DEMAND
+    return labels
 
 
 def mirrored(node: dict) -> bool:
@@ -122,8 +138,14 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
         if progress.condition(machine_names.REGISTERED, "True", "NodeRegistered", f"joined Node {meta['name']}"):
             progress.events.append(events.normal(events.NODE_REGISTERED, f"joined Node {meta['name']}"))
         return
+    if view.observed.get("typesError"):
+        # Mirrored once: not without the labels of the instance's type.
+        progress.error(f"instance type: {view.observed['typesError']}", settings.error_backoff_seconds)
+        return
     spec = view.spec
-    labels = {**spec.labels, machine_names.POOL_LABEL: view.pool} if view.pool else dict(spec.labels)
+    labels = {**spec.labels, **instance_labels(view)}
+    if view.pool:
+        labels[machine_names.POOL_LABEL] = view.pool
     taints = [t.to_dict() for t in spec.taints + spec.startup_taints]
     progress.actions.append(Action("kube.register-node", meta["name"], {
         "uid": meta.get("uid"), "labels": labels, "annotations": dict(spec.annotations), "taints": taints}))
