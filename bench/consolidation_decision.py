@@ -1,14 +1,22 @@
 """Consolidation's decision at scale: CPU time of hooks.provisioning.consolidation.decide for one pool.
 
-    .venv/bin/python bench/consolidation_decision.py [--machines 100] [--pods 20] [--repeat 5]
+    .venv/bin/python bench/consolidation_decision.py [--machines 100] [--pods 20] [--layout random]
+        [--repeat 5]
 
 The world: --machines Initialized Machines of one pool, each with a Ready
-Node of 8 cpu and 32 GiB in one of three zones, a DaemonSet pod, and up to
---pods pods of a few Deployments (assorted sizes; some spread over zones,
-some with a node selector, some with a volume claim). Every Machine has been
-a candidate for an hour, so each is judged Empty or tried as Underutilized
-(one scheduling run per Machine) on every call. Times are the CPU time
-(time.process_time) of decide(), median and worst of --repeat runs.
+Node of 8 cpu and 32 GiB in one of three zones, a DaemonSet pod, and pods
+of a few Deployments (some spread over zones, some with a node selector,
+some with a volume claim). --layout says how many and how large:
+
+- random: up to --pods pods of 100m to 1 cpu, as many as fit;
+- even: exactly --pods pods, of sizes that fit (``--machines 200 --pods 20
+  --layout even``: a large pool, 4,000 pods besides the DaemonSets);
+- full: exactly --pods pods that fill each Node's cpu, so no Machine's pods
+  fit elsewhere and every Underutilized check fails (the search's worst case).
+
+Every Machine has been a candidate for an hour, so each is judged Empty or
+Underutilized on every call. Times are the CPU time (time.process_time) of
+decide(), median and worst of --repeat runs.
 """
 from __future__ import annotations
 
@@ -20,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+from typing import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,7 +54,31 @@ def _pod(name: str, node: str, cpu: int, memory: int, spec: dict, owner: str = "
             "status": {"phase": "Running", "startTime": HOUR_AGO}}
 
 
-def world(machines: int, per_node: int, rng: random.Random) -> tuple[list, list, dict]:
+LAYOUTS = ("random", "even", "full")
+
+
+def _sizes(layout: str, per_node: int, rng: random.Random) -> Iterator[int]:
+    """The cpu (millicores) of the pods one Node runs besides its DaemonSet pod (100m), one at a time."""
+    room = 7900
+    if layout == "full":
+        each = room // per_node
+        yield from [each] * (per_node - 1) + [room - each * (per_node - 1)]
+        return
+    if layout == "even":
+        choices = [c for c in (50, 100, 250, 500, 1000) if c * per_node <= room] or [room // per_node]
+        for _ in range(per_node):
+            yield rng.choice(choices)
+        return
+    used = 0
+    for _ in range(rng.randrange(per_node + 1)):
+        cpu = rng.choice((100, 250, 500, 1000))
+        if used + cpu > room:
+            return
+        used += cpu
+        yield cpu
+
+
+def world(machines: int, per_node: int, rng: random.Random, layout: str = "random") -> tuple[list, list, dict]:
     found, nodes, by_node = [], [], {}
     for i in range(machines):
         name, node = f"m{i:04d}", f"node-{i:04d}"
@@ -58,12 +91,8 @@ def world(machines: int, per_node: int, rng: random.Random) -> tuple[list, list,
             provisioning_names.HOSTNAME_LABEL: node, "disk": "ssd" if i % 4 == 0 else "hdd"}},
             "spec": {}, "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
                                    "conditions": [{"type": "Ready", "status": "True"}]}})
-        bound, used = [_pod(f"ds-{i}", node, 100, 128, {}, owner="DaemonSet")], 100
-        for j in range(rng.randrange(per_node + 1)):
-            cpu = rng.choice((100, 250, 500, 1000))
-            if used + cpu > 8000:
-                break
-            used += cpu
+        bound = [_pod(f"ds-{i}", node, 100, 128, {}, owner="DaemonSet")]
+        for j, cpu in enumerate(_sizes(layout, per_node, rng)):
             kind = rng.randrange(8)
             spec: dict = {}
             if kind == 0:
@@ -84,11 +113,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--machines", type=int, default=100)
     parser.add_argument("--pods", type=int, default=20)
+    parser.add_argument("--layout", choices=LAYOUTS, default="random")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args(argv)
-    machines, nodes, by_node = world(args.machines, args.pods, random.Random(args.seed))
+    machines, nodes, by_node = world(args.machines, args.pods, random.Random(args.seed), args.layout)
     previous = [{"machine": m["metadata"]["name"], "uid": m["metadata"]["uid"], "reason": reason, "since": HOUR_AGO}
                 for m in machines for reason in CONSOLIDATION]
     budget = consolidation.BudgetState((Budget("10%"),), len(machines), 0, frozenset())
@@ -102,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         start = time.process_time()
         run()
         runs.append(time.process_time() - start)
-    results = {"machines": args.machines, "pods": sum(len(p) for p in by_node.values()),
+    results = {"machines": args.machines, "layout": args.layout, "pods": sum(len(p) for p in by_node.values()),
                "candidates": {reason: sum(1 for r in out.candidates if r["reason"] == reason)
                               for reason in CONSOLIDATION},
                "removals": [(r.machine, r.reason) for r in out.remove],

@@ -1,7 +1,8 @@
 """Warm a hook process before its first hook call: the AWS clients, the API server connection and the
 policies' copy.
 
-The code is already loaded: the app imports every controller when it is made (hooks/app.py), before
+It also reads the instance catalog (every instance type, the zones offering each, on-demand prices) that a
+provisioning round needs. The code is already loaded: the app imports every controller when it is made (hooks/app.py), before
 gunicorn's worker accepts, because Python's imports are not safe for two threads importing one import
 cycle for the first time (a half-initialised module, a 500). What is left is done on a thread, so
 the server answers at once: a process answers its first call about a Node slower than every later one
@@ -17,6 +18,7 @@ import threading
 import time
 
 from hooks import controllers, runtime
+from hooks.aws import instance_catalog, pricing
 from hooks.kube import policy_cache
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,14 @@ def warm(ctx: runtime.Context) -> None:
         policy_cache.CACHE.policies(ctx.kube, ctx.settings.fencing_policy_cache_seconds)
     except Exception as exc:  # noqa: BLE001 - no API server yet: the first Node call lists them
         log.info("warm-up could not list NodeFencingPolicies", extra={"error": str(exc)})
+    try:
+        # A provisioning round's first reading of every instance type, its zones and prices takes seconds.
+        ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
+        instance_catalog.all_type_facts(ec2)
+        instance_catalog.zone_offerings(ec2)
+        pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name)
+    except Exception as exc:  # noqa: BLE001 - the first provisioning round reads them
+        log.info("warm-up could not read the instance catalog", extra={"error": str(exc)})
 
 
 def _warm_then_ready(ctx: runtime.Context) -> None:

@@ -128,7 +128,7 @@ def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         except RequestError as exc:
             observed["userDataError"] = str(exc)
     instance_type = (observed.get("instance") or {}).get("instanceType") or status.get("instanceType")
-    # The type's facts give the capacity before the Node exists, and the labels its registration mirrors.
+    # Its type's facts give the capacity, and the labels its Node gets when it joins.
     if instance_type and (not status.get("capacity") or not conditions.is_true(status, machine_names.REGISTERED)):
         try:
             observed["types"] = instances.TYPES.get(ec2, [instance_type])

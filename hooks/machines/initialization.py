@@ -4,8 +4,9 @@ Initialized once the Node is Ready, every startup taint is gone (removed by
 whoever owns it, never by us), so are the taints Kubernetes puts on a
 starting Node (``machine_names.EPHEMERAL_TAINTS``: a Ready Node can still
 carry not-ready for a moment, and no pod lands while it does), and every
-extended resource of the Machine's capacity (a GPU) is reported by the Node. It is a milestone: a Node that is
-NotReady later is liveness's and fencing's business, not a reason to undo it.
+extended resource of the Machine's capacity (a GPU) is reported by the Node.
+It is a milestone: a Node that is NotReady later is liveness's and fencing's
+business, not a reason to undo it.
 """
 from __future__ import annotations
 

@@ -9,10 +9,11 @@ the instance (any kubelet credential can register such a Node) are both
 reported and neither is joined.
 
 Joining mirrors the Machine's labels, annotations and taints (startup taints
-included) onto the Node once, with the well-known labels of its instance
-(hooks/provisioning_names.py: its type's, its zone, its capacity type; a
-provisioning pool planned its pods by them), and takes the unregistered taint off in the same
-patch, so no pod can land before the labels do. The Node records which keys
+included) onto the Node once, with nodewarden's well-known labels of its
+instance (capacity type, instance family, size, vCPUs, memory, GPUs: what a
+pod's node selector or a pool's requirements may name), and takes the
+unregistered taint off in the same patch, so no pod can land before the
+labels do. The Node records which keys
 were mirrored; a later call sees the record and does not mirror again. Once
 joined, the Machine records the Node's name and uid, and from then on knows
 its Node by them, whatever its labels say: a label is the kubelet's and the
@@ -25,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hooks import events, fields, machine_names, provisioning_names
-from hooks.machines.spec import ON_DEMAND
 from hooks.machines.view import MachineView, Progress, node_instance_id
 from hooks.plan import Action
 
@@ -72,19 +72,6 @@ def sight(machine: str, instance_id: str, node_name: str, node_uid: str, nodes: 
     return found
 
 
-def instance_labels(view: MachineView) -> dict[str, str]:
-    """The well-known labels of the Machine's instance: its type's (from the type's facts), zone, capacity type."""
-    instance_type = view.status.get("instanceType")
-    if not isinstance(instance_type, str) or not instance_type:
-        return {}
-    facts = (view.observed.get("types") or {}).get(instance_type) or {}
-    labels = provisioning_names.instance_labels(instance_type, facts)
-    if isinstance(view.status.get("zone"), str) and view.status["zone"]:
-        labels[provisioning_names.ZONE_LABEL] = view.status["zone"]
-    labels[provisioning_names.CAPACITY_TYPE_LABEL] = view.spec.capacity_type or ON_DEMAND
-    return labels
-
-
 def mirrored(node: dict) -> bool:
     meta = node.get("metadata") or {}
     taints = (node.get("spec") or {}).get("taints") or []
@@ -108,6 +95,22 @@ def _report(view: MachineView, progress: Progress, seen: Sight) -> None:
             message = f"Nodes {listed} all name instance {view.instance_id}: none is joined"
         progress.errors.append(message)
         progress.events.append(events.warning(events.NODE_PROVIDER_ID_CONFLICT, message))
+
+
+def instance_labels(view: MachineView) -> dict[str, str] | None:
+    """nodewarden's well-known labels of the Machine's instance, which the Node gets when it joins, so a pod's
+    node selector on them finds it (the kubelet sets its own: instance type, zone, arch, os). None while its
+    type is still to be described; only what its name says when EC2 could not describe it."""
+    instance_type = view.status.get("instanceType")
+    if not isinstance(instance_type, str) or not instance_type:
+        return {}
+    facts = (view.observed.get("types") or {}).get(instance_type)
+    if facts is None and not view.observed.get("typesError"):
+        return None
+    described = provisioning_names.instance_labels(instance_type, facts or {})
+    labels = {k: v for k, v in described.items() if k.startswith(machine_names.OWN_KEY_PREFIX)}
+    labels[provisioning_names.CAPACITY_TYPE_LABEL] = view.spec.capacity_type
+    return labels
 
 
 def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
@@ -138,14 +141,15 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
         if progress.condition(machine_names.REGISTERED, "True", "NodeRegistered", f"joined Node {meta['name']}"):
             progress.events.append(events.normal(events.NODE_REGISTERED, f"joined Node {meta['name']}"))
         return
-    if view.observed.get("typesError"):
-        # Mirrored once: not without the labels of the instance's type.
-        progress.error(f"instance type: {view.observed['typesError']}", settings.error_backoff_seconds)
-        return
     spec = view.spec
-    labels = {**spec.labels, **instance_labels(view)}
-    if view.pool:
-        labels[machine_names.POOL_LABEL] = view.pool
+    described = instance_labels(view)
+    if described is None:
+        progress.condition(machine_names.REGISTERED, "False", "Registering",
+                           f"waiting for instance type {view.status.get('instanceType')} to be described")
+        progress.again_in(settings.machine_poll_seconds)
+        return
+    labels = {**spec.labels, machine_names.POOL_LABEL: view.pool} if view.pool else dict(spec.labels)
+    labels.update(described)
     taints = [t.to_dict() for t in spec.taints + spec.startup_taints]
     progress.actions.append(Action("kube.register-node", meta["name"], {
         "uid": meta.get("uid"), "labels": labels, "annotations": dict(spec.annotations), "taints": taints}))

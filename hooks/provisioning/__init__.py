@@ -3,8 +3,9 @@ the Machines a pool no longer needs.
 
 Pure decisions, one module per phase: resources (amounts), requirements
 (node-selector algebra), pods (what is read of a pod), catalog (instance
-types and offerings), slots (a Node and its pods as room), scheduling
-(placing pods on Slots and new claims), batching (when a round may start),
+types and offerings), slots (a Node and its pods as room), residents (the
+pods on Slots, indexed for spread and anti-affinity), scheduling (placing
+pods on Slots and new claims), batching (when a round may start),
 consolidation (Empty and Underutilized Machines, and which go). The label
 keys and annotations they share with Nodes and users are vocabulary:
 hooks/provisioning_names.py.

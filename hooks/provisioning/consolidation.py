@@ -41,6 +41,17 @@ No churn:
   least moved: fewest pods to move, then least cpu, then least memory
   requested, then the most allocatable cpu and memory, then by name.
 
+The search. Checking a Machine is a scheduling run over the pool's Nodes,
+so Underutilized Machines are checked in the order of the choice and the
+search stops at the first due one, which is the one the choice would take
+of them all: the Machines past it keep their records as they were (one
+removal a round must not restart their clocks) and are checked before they
+can go. It also stops after ``MAX_UNDERUTILIZED_CHECKS`` checks: Machines
+it did not reach are no candidates that round, so when that many cheaper
+Machines cannot move, a dearer one is not looked at until they can or go.
+The pods on the Nodes are indexed once for all the checks
+(hooks.provisioning.residents).
+
 The pods an Underutilized removal evicts fit on the remaining Nodes by
 construction: the scheduler placed each on a Node that stays (``placement``
 says where) with what runs there counted. Once evicted and pending, the
@@ -56,12 +67,15 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from hooks import conditions, machine_names, objects, provisioning_names, timefmt
+from hooks.contract import RequestError
 from hooks.machines import budgets, signals
 from hooks.machines.spec import WHEN_EMPTY_OR_UNDERUTILIZED, ProvisioningSpec
 from hooks.provisioning import pods, scheduling, slots
 from hooks.provisioning.resources import Resources
 
 MAX_RECORDS = 1000
+# Scheduling runs the Underutilized search makes per round, each over the pool's Nodes: what bounds its cost.
+MAX_UNDERUTILIZED_CHECKS = 25
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _RECORD_KEYS = {"machine": str, "uid": str, "reason": str, "since": str}
 
@@ -116,7 +130,8 @@ class _Found:
     member: _Member
     reason: str
     since: dt.datetime
-    moving: tuple = ()  # PodViews of the pods it would evict
+    moving: tuple = ()  # the pods it would evict, as they would move (_moved)
+    asked: Resources = Resources()  # what they request
     placement: Mapping[str, str] = field(default_factory=dict)
     allocatable: Resources = Resources()
 
@@ -177,16 +192,10 @@ def decide(machines: Sequence[dict], nodes: Iterable[dict], pods_by_node: Mappin
         empty = {f.member.name for f in found}
         pool = machines[0]["metadata"]["labels"].get(machine_names.POOL_LABEL, "") if machines else ""
         room = {m.name: slots.of_node(m.node, m.pods, pool, m.name) for m in able if m.name not in empty}
-        chosen = None
-        for member in eligible:
-            if member.name in empty:
-                continue
-            cand = _underutilized(member, pool, room, carried, now)
-            if cand is None:
-                continue
-            found.append(cand)
-            if _due(cand, after, now) and (chosen is None or _order(cand) < _order(chosen)):
-                chosen = cand
+        movable = [_movable(m, pool, room, carried, now) for m in eligible if m.name not in empty]
+        checked, chosen = _search(sorted((c for c in movable if c is not None), key=_order), room, carried, after,
+                                  now)
+        found.extend(checked)
         if chosen is not None:
             state.take(chosen)
     out.candidates = sorted((f.record() for f in found), key=lambda r: r["machine"])[:MAX_RECORDS]
@@ -317,11 +326,11 @@ def _claims_volume(pod: dict) -> bool:
                for v in (volumes if isinstance(volumes, list) else []))
 
 
-def _view(pod: dict, zone: str | None) -> pods.PodView | None:
-    """The pod as the scheduler places it elsewhere; None when it may not move at all. A pod with a volume
-    claim keeps to its Node's zone."""
+def _moved(pod: dict, zone: str | None) -> dict | None:
+    """The pod as the scheduler would place it elsewhere; None when it may not move at all. A pod with a
+    volume claim keeps to its Node's zone."""
     if not _claims_volume(pod):
-        return pods.view(pod)
+        return pod
     if not zone:
         return None
     spec = dict(pod.get("spec") or {})
@@ -329,7 +338,7 @@ def _view(pod: dict, zone: str | None) -> pods.PodView | None:
     if selector.get(provisioning_names.ZONE_LABEL, zone) != zone:
         return None
     spec["nodeSelector"] = {**selector, provisioning_names.ZONE_LABEL: zone}
-    return pods.view({**pod, "spec": spec})
+    return {**pod, "spec": spec}
 
 
 def _started(pod: dict) -> dt.datetime | None:
@@ -351,31 +360,64 @@ def _due(cand: _Found, after: float, now: dt.datetime) -> bool:
     return (now - cand.since).total_seconds() >= after
 
 
-def _underutilized(member: _Member, pool: str, room: Mapping[str, scheduling.Slot | None], carried: Mapping,
-                   now: dt.datetime) -> _Found | None:
-    """The Machine as an Underutilized candidate: every pod it would move placed on the Slots of ``room``
-    (by Machine name) other than its own."""
+def _movable(member: _Member, pool: str, room: Mapping[str, scheduling.Slot | None], carried: Mapping,
+             now: dt.datetime) -> _Found | None:
+    """The Machine as an Underutilized candidate before its pods are placed elsewhere: None when one of them
+    may not move at all. Its pods are read in full only when it is checked (``_search``)."""
     moving = _moving(member)
     if any(_controller(p) is None or _host_ports(p) for p in moving):
         return None
     zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE_LABEL)
-    views = [_view(p, zone) for p in moving]
+    moved = [_moved(p, zone) for p in moving]
     own = room.get(member.name) or slots.of_node(member.node, member.pods, pool, member.name)
-    others = [slot for name, slot in room.items() if name != member.name and slot is not None]
-    if any(v is None for v in views) or own is None or not others:
+    if any(p is None for p in moved) or own is None:
         return None
-    result = scheduling.schedule(views, (), others, ())
-    if result.unschedulable or result.claims or len(result.placed) != len(views):
-        return None
+    asked = Resources()
+    try:
+        for pod in moved:
+            asked += pods.requests_of(pod.get("spec") if isinstance(pod.get("spec"), dict) else {})
+    except RequestError:
+        return None  # the scheduler could not place it
     newest = max((t for t in (_started(p) for p in moving) if t is not None), default=None)
     return _Found(member, signals.UNDERUTILIZED, _since(carried, member, signals.UNDERUTILIZED, now, newest),
-                  tuple(views), dict(result.placed), own.allocatable)
+                  tuple(moved), asked, {}, own.allocatable)
+
+
+def _search(ordered: Sequence[_Found], room: Mapping[str, scheduling.Slot | None], carried: Mapping,
+            after: float, now: dt.datetime) -> tuple[list[_Found], _Found | None]:
+    """The Underutilized candidates, and the one to remove: ``ordered`` as the choice orders them (``_order``),
+    each checked by placing its pods on the others, one scheduling run over the pool's Nodes per Machine.
+
+    The first due candidate is the one the choice would take of them all, so the search stops there; the
+    Machines past it keep the records they had (one removal a round must not restart their clocks) and are
+    checked again before they can go. The search also stops after MAX_UNDERUTILIZED_CHECKS checks without
+    one: the Machines it did not reach are no candidates this round.
+    """
+    targets = [(name, slot) for name, slot in room.items() if slot is not None]
+    residents = scheduling.residents_of(slot for _, slot in targets)
+    found: list[_Found] = []
+    checks = 0
+    for index, cand in enumerate(ordered):
+        if checks == MAX_UNDERUTILIZED_CHECKS:
+            break
+        views = [pods.view(p) for p in cand.moving]
+        others = [slot for name, slot in targets if name != cand.member.name]
+        if not others or any(v.unsupported is not None for v in views):
+            continue
+        checks += 1
+        result = scheduling.schedule(views, (), others, (), residents=residents)
+        if result.unschedulable or result.claims or len(result.placed) != len(views):
+            continue
+        cand.placement = dict(result.placed)
+        found.append(cand)
+        if _due(cand, after, now):
+            found.extend(c for c in ordered[index + 1:]
+                         if (c.member.machine["metadata"]["uid"], signals.UNDERUTILIZED) in carried)
+            return found, cand
+    return found, None
 
 
 def _order(cand: _Found) -> tuple:
     """Which Underutilized candidate goes first: the one that frees the most for the least moved."""
-    asked = Resources()
-    for view in cand.moving:
-        asked += view.requests
-    return (len(cand.moving), asked.cpu, asked.memory, -cand.allocatable.cpu, -cand.allocatable.memory,
+    return (len(cand.moving), cand.asked.cpu, cand.asked.memory, -cand.allocatable.cpu, -cand.allocatable.memory,
             cand.member.name)

@@ -10,11 +10,12 @@ Node exists. A Machine being deleted or chosen to go is no capacity.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from hooks import machine_names, provisioning_names
+from hooks import machine_names, provisioning_names, timefmt
 from hooks.contract import RequestError
 from hooks.machines import pool, signals, spec
 from hooks.provisioning import pods, requirements, resources, slots
@@ -22,6 +23,11 @@ from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
 from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead
+
+# A launch records its instance within seconds; a Machine without one after this long is not launching.
+LAUNCH_GRACE_SECONDS = 60.0
+# How long a Machine that could not launch stays, so its types are avoided for that long, before it goes.
+LAUNCH_FAILURE_MEMORY_SECONDS = 180.0
 
 # Taints a Node carries only while it starts: the pods the round places will not need to tolerate them.
 _PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, *machine_names.EPHEMERAL_TAINTS})
@@ -57,21 +63,28 @@ def _limit(value: str | None, *, milli: bool) -> int | None:
     return None if value is None else resources.quantity(value, "limits", milli=milli)
 
 
-def machine_capacity(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources:
-    """What a Machine counts against its pool's limits: its recorded capacity, else the most any of its
-    instance types has (whichever launches, the limit holds)."""
-    recorded = machine["status"].get("capacity")
+def _sized(machine: dict, catalog: Mapping[str, InstanceOption], key: str, combine) -> Resources | None:
+    """The Machine's recorded ``key`` (capacity or allocatable, from its launched type), else ``combine`` of
+    its instance types' own (before the launch picks one of them)."""
+    recorded = machine["status"].get(key)
     if isinstance(recorded, dict) and recorded:
         try:
-            return resources.parse(recorded, "status.capacity")
+            return resources.parse(recorded, f"status.{key}")
         except RequestError:
             pass
-    most = ZERO
+    found = None
     for name in _instance_types(machine):
         option = catalog.get(name)
         if option is not None:
-            most = most.maximum(option.capacity)
-    return most
+            amount = getattr(option, key)
+            found = amount if found is None else combine(found, amount)
+    return found
+
+
+def machine_capacity(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources:
+    """What a Machine counts against its pool's limits: its capacity, before its launch the most any of its
+    types has (whichever launches, the limit holds)."""
+    return _sized(machine, catalog, "capacity", Resources.maximum) or ZERO
 
 
 def _instance_types(machine: dict) -> list[str]:
@@ -80,10 +93,11 @@ def _instance_types(machine: dict) -> list[str]:
 
 
 def pool_view(name: str, parsed: spec.PoolSpec, machines: list[dict], catalog: Mapping[str, InstanceOption],
-              zones: frozenset | None) -> PoolView:
-    """The pool as the scheduler weighs it; ``machines`` are its own, as the API server lists them."""
+              zones: frozenset | None, now: dt.datetime) -> PoolView:
+    """The pool as the scheduler weighs it; ``machines`` are its own, as the API server lists them. A Machine
+    that cannot launch holds nothing of the limits."""
     provisioning = parsed.provisioning
-    live = [m for m in machines if not m["metadata"]["deletionTimestamp"]]
+    live = [m for m in machines if not m["metadata"]["deletionTimestamp"] and not launch_failing(m, now)]
     used = ZERO
     for machine in live:
         used += machine_capacity(machine, catalog)
@@ -131,6 +145,15 @@ def _startup_keys(machine: dict) -> set[str]:
     return {t.get("key") for t in raw if isinstance(t, dict)} if isinstance(raw, list) else set()
 
 
+def launch_failing(machine: dict, now: dt.datetime) -> bool:
+    """Created ``LAUNCH_GRACE_SECONDS`` ago and still no instance: EC2 had no capacity for any of its types
+    (each call tries them again). Not capacity any pod can count on, and its types are avoided."""
+    if machine["status"].get("instanceID") or machine["metadata"]["deletionTimestamp"]:
+        return False
+    age = timefmt.seconds_since(machine["metadata"]["creationTimestamp"], now)
+    return age is not None and age >= LAUNCH_GRACE_SECONDS
+
+
 def _going(machine: dict) -> bool:
     """Being deleted, or chosen by its pool to go: no pod should be planned onto it."""
     return bool(machine["metadata"]["deletionTimestamp"]) or \
@@ -163,7 +186,7 @@ def pods_by_node(bound: Iterable[dict]) -> dict[str, list[dict]]:
 
 
 def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
-          catalog: Mapping[str, InstanceOption], daemonsets: list[PodView]) -> list[Slot]:
+          catalog: Mapping[str, InstanceOption], daemonsets: list[PodView], now: dt.datetime) -> list[Slot]:
     """The room the provisioning pools have or will have: Nodes of their Machines, then in-flight Machines.
 
     ``machines`` are every pool's (hooks.machines.pool.machines_of), ``nodes`` the Nodes labelled with a
@@ -174,7 +197,7 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
     existing, coming = [], []
     for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
         pool_name = machine["metadata"]["labels"].get(machine_names.POOL_LABEL)
-        if pool_name not in names or _going(machine):
+        if pool_name not in names or _going(machine) or launch_failing(machine, now):
             continue
         node = nodes_by_name.get(machine["status"].get("nodeName") or "")
         in_flight = pool.phase(machine) != "Initialized"
@@ -210,18 +233,8 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
 
 
 def _machine_allocatable(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources | None:
-    recorded = machine["status"].get("allocatable")
-    if isinstance(recorded, dict) and recorded:
-        try:
-            return resources.parse(recorded, "status.allocatable")
-        except RequestError:
-            pass
-    least = None
-    for name in _instance_types(machine):
-        option = catalog.get(name)
-        if option is not None:
-            least = option.allocatable if least is None else least.minimum(option.allocatable)
-    return least
+    """What an in-flight Machine offers: its allocatable, before its launch the least any of its types has."""
+    return _sized(machine, catalog, "allocatable", Resources.minimum)
 
 
 def pending(raw_pods: Iterable[dict]) -> list[PodView]:
@@ -246,3 +259,22 @@ def spot_candidates(specs: Mapping[str, spec.PoolSpec], type_facts: Mapping[str,
             if name not in wanted and by_type.allows(provisioning_names.instance_labels(name, facts)):
                 wanted.add(name)
     return sorted(wanted)
+
+
+def unavailable(options: list[InstanceOption], machines: list[dict], now: dt.datetime) -> list[InstanceOption]:
+    """The catalog with the offerings of Machines that cannot launch marked unavailable (their instance
+    types at their capacity type), so no new claim waits on the same empty capacity."""
+    failed = {(t, m["spec"].get("capacityType") or spec.ON_DEMAND) for m in machines if launch_failing(m, now)
+              for t in _instance_types(m)}
+    if not failed:
+        return options
+    return [dataclasses.replace(o, offerings=tuple(
+        dataclasses.replace(f, available=False) if (o.name, f.capacity_type) in failed else f
+        for f in o.offerings)) if any(o.name == t for t, _ in failed) else o for o in options]
+
+
+def failed_launches(machines: list[dict], now: dt.datetime) -> list[str]:
+    """A pool's Machines that could not launch for long enough: they go (no instance to terminate)."""
+    return sorted(m["metadata"]["name"] for m in machines if launch_failing(m, now)
+                  and (timefmt.seconds_since(m["metadata"]["creationTimestamp"], now) or 0)
+                  >= LAUNCH_GRACE_SECONDS + LAUNCH_FAILURE_MEMORY_SECONDS)

@@ -147,19 +147,23 @@ def requests_of(spec: Mapping) -> Resources:
     total = resources.ZERO
     for i, container in enumerate(_list(spec.get("containers"), "spec.containers", MAX_CONTAINERS)):
         total += _container_requests(container, f"spec.containers[{i}]")
-    sidecars = resources.ZERO
-    init_peak = resources.ZERO
-    for i, container in enumerate(_list(spec.get("initContainers"), "spec.initContainers", MAX_CONTAINERS)):
-        asked = _container_requests(container, f"spec.initContainers[{i}]")
-        if container.get("restartPolicy") == "Always":
-            total += asked
-            sidecars += asked
-            during = sidecars
-        else:
-            during = asked + sidecars
-        init_peak = init_peak.maximum(during)
-    overhead = resources.parse(spec.get("overhead"), "spec.overhead")
-    return total.maximum(init_peak) + overhead + resources.ONE_POD
+    init = _list(spec.get("initContainers"), "spec.initContainers", MAX_CONTAINERS)
+    if init:
+        sidecars = resources.ZERO
+        init_peak = resources.ZERO
+        for i, container in enumerate(init):
+            asked = _container_requests(container, f"spec.initContainers[{i}]")
+            if container.get("restartPolicy") == "Always":
+                total += asked
+                sidecars += asked
+                during = sidecars
+            else:
+                during = asked + sidecars
+            init_peak = init_peak.maximum(during)
+        total = total.maximum(init_peak)
+    if spec.get("overhead") is not None:
+        total += resources.parse(spec.get("overhead"), "spec.overhead")
+    return total + resources.ONE_POD
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:

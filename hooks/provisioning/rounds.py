@@ -50,7 +50,8 @@ def readings(raw: dict) -> Readings:
     spot = {(t, z): p for t, z, p in prices.get(spec.SPOT) or []}
     built = catalog.MEMO.options(raw.get("typeFacts") or {}, raw.get("zoneOfferings") or {},
                                  {spec.ON_DEMAND: prices.get(spec.ON_DEMAND) or {}, spec.SPOT: spot})
-    zones = {name: frozenset(found) if found else None for name, found in (raw.get("zones") or {}).items()}
+    # A pool whose subnets EC2 does not know has no zone to launch in (an empty set), not every zone.
+    zones = {name: frozenset(found) for name, found in (raw.get("zones") or {}).items() if isinstance(found, list)}
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
@@ -67,6 +68,7 @@ class Round:
     events: list[Event] = field(default_factory=list)
     status: dict = field(default_factory=dict)
     placed_slots: set[str] = field(default_factory=set)  # Slots this round put pending pods on
+    failed: list[str] = field(default_factory=list)  # its Machines that could not launch, to remove
     pending_pods: int = 0  # provisionable pods found
     pod_uids: dict[str, str] = field(default_factory=dict)  # pod key -> uid, for the Events
     ratios: list[dict[str, float]] = field(default_factory=list)  # per claim: requested / allocatable
@@ -138,24 +140,28 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     for machine in readings.machines:
         by_pool.setdefault(machine["metadata"]["labels"].get(machine_names.POOL_LABEL) or "", []).append(machine)
     views = [inputs.pool_view(pool_name, specs[pool_name], by_pool.get(pool_name, []), types,
-                              readings.zones.get(pool_name)) for pool_name in sorted(specs)]
+                              readings.zones.get(pool_name), now) for pool_name in sorted(specs)]
     daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
     # The pending pods are read before the bound ones: a pod bound in between is in both lists, and holds
     # room only where it is bound (counted twice, it would launch a Machine for a pod already placed).
     bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
     pending = [p for p in inputs.pending(readings.pending) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
-                         daemonsets)
-    result = schedule(pending, views, slots, readings.catalog, daemonsets)
+                        daemonsets, now)
+    offered = inputs.unavailable(readings.catalog, readings.machines, now)
+    result = schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
                 readings=readings)
     out.claims = [c for c in result.claims if c.pool == name]
     out.decision_seconds = time.process_time() - started
+    # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
+    out.claims = [c for c in out.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
     for claim in out.claims:
         out.ratios.append(request_ratios(claim, types))
         annotations = {provisioning_names.PROVISIONED_FOR: inputs.provisioned_for_annotation(claim.pods)}
         out.machines.append((machine_spec(parsed, claim, readings.subnets), annotations))
     out.placed_slots = set(result.placed.values())
+    out.failed = inputs.failed_launches(own_machines, now)
     out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     return out

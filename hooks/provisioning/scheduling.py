@@ -34,6 +34,7 @@ from hooks.provisioning import requirements
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, tolerates
 from hooks.provisioning.requirements import Requirements, Rule
+from hooks.provisioning.residents import Residents
 from hooks.provisioning_names import EXISTS, IN
 from hooks.provisioning.resources import Resources, ZERO
 
@@ -375,10 +376,39 @@ class _Scheduler:
 
     # --- topology: matching pods per Slot or claim, and per zone
 
-    def track(self, pods: Sequence[PodView]) -> None:
+    def track(self, pods: Sequence[PodView], residents: Residents | None) -> None:
+        """Count, for each selector a pending pod spreads by or keeps away, the pods on each Slot and in each
+        zone that it matches, and give each Slot the anti-affinity of its pods. Only those selectors are
+        counted (with none, nothing is), each through the index, which looks only at the pods it can match.
+        ``residents`` None: every pod of every Slot is counted against every selector, the reference the
+        index is tested against."""
+        counted: set[PodSelector] = set()
         for pod in pods:
-            self.selectors.update(s.selector for s in pod.spreads)
-            self.selectors.update(pod.anti_affinity)
+            counted.update(s.selector for s in pod.spreads)
+            counted.update(pod.anti_affinity)
+        if residents is None:
+            self._track_every_pod(counted)
+            return
+        by_name = {state.name: state for state in self.slots}
+        for name, anti in residents.anti_affinity.items():
+            state = by_name.get(name)
+            if state is not None:
+                state.anti.extend(anti)
+                self.selectors.update(anti)
+        self.selectors.update(counted)
+        for selector in counted:
+            hosts = self.host_counts[selector] = {}
+            zones = self.zone_counts[selector] = {}
+            for name, count in residents.where(selector):
+                state = by_name.get(name)
+                if state is None:
+                    continue  # a Slot of the index this run leaves out
+                hosts[state.id] = hosts.get(state.id, 0) + count
+                if state.zone is not None:
+                    zones[state.zone] = zones.get(state.zone, 0) + count
+
+    def _track_every_pod(self, counted: set[PodSelector]) -> None:
+        self.selectors.update(counted)
         for state in self.slots:
             for resident in state.slot.pods:
                 self.selectors.update(resident.anti_affinity)
@@ -398,7 +428,9 @@ class _Scheduler:
 
     def _record(self, pod: PodView | Resident, host: _Host) -> None:
         for selector in self.matched(pod):
-            counts = self.host_counts[selector]
+            counts = self.host_counts.get(selector)
+            if counts is None:
+                continue  # a running pod's anti-affinity no pending pod shares: nothing counts it
             counts[host.id] = counts.get(host.id, 0) + 1
             if host.zone is not None:
                 zones = self.zone_counts[selector]
@@ -412,8 +444,9 @@ class _Scheduler:
             return
         for pod in claim.pods:
             for selector in self.matched(pod):
-                zones = self.zone_counts[selector]
-                zones[zone] = zones.get(zone, 0) + 1
+                zones = self.zone_counts.get(selector)
+                if zones is not None:
+                    zones[zone] = zones.get(zone, 0) + 1
 
     def host_room(self, pod: PodView, level: _Level, host: _Host) -> float:
         """How many more pods like ``pod`` its spread and anti-affinity let ``host`` take."""
@@ -681,7 +714,7 @@ class _Scheduler:
 
     # --- placing
 
-    def run(self, pods: Sequence[PodView], group: bool) -> Result:
+    def run(self, pods: Sequence[PodView], group: bool, residents: Residents | None) -> Result:
         unique: dict[str, PodView] = {}
         for pod in pods:
             unique.setdefault(pod.key, pod)
@@ -691,7 +724,7 @@ class _Scheduler:
                 self.unschedulable[pod.key] = f"not supported: {pod.unsupported}"
             else:
                 supported.append(pod)
-        self.track(supported)
+        self.track(supported, residents)
         ordered = placement_order(supported)
         start = 0
         while start < len(ordered):
@@ -824,7 +857,19 @@ def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Ite
 
 def schedule(pods: Sequence[PodView], pools: Sequence[PoolView], slots: Sequence[Slot],
              catalog: Sequence[InstanceOption], daemonsets: Sequence[PodView] = (), *,
-             group_identical: bool = True) -> Result:
-    """Place ``pods`` on ``slots`` or on new claims of ``pools``. ``group_identical`` False places every pod
-    alone (the same result, slower: tests compare the two)."""
-    return _Scheduler(pools, slots, catalog, daemonsets).run(pods, group_identical)
+             residents: Residents | None = None, group_identical: bool = True, index_residents: bool = True) -> Result:
+    """Place ``pods`` on ``slots`` or on new claims of ``pools``.
+
+    ``residents``: the index of the pods on ``slots`` (``residents_of``), or of a wider set of Slots for
+    calls that each leave some out; built here when None. ``group_identical`` False places every pod alone,
+    ``index_residents`` False counts every pod of every Slot for spread and anti-affinity (the same result,
+    slower: tests compare them)."""
+    if index_residents and residents is None:
+        residents = residents_of(slots)
+    return _Scheduler(pools, slots, catalog, daemonsets).run(pods, group_identical,
+                                                             residents if index_residents else None)
+
+
+def residents_of(slots: Iterable[Slot]) -> Residents:
+    """The index of the pods bound to ``slots``."""
+    return Residents.of((slot.name, slot.pods) for slot in slots)

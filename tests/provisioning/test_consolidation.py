@@ -309,6 +309,32 @@ def test_the_choice_then_prefers_the_node_that_frees_the_most():
     assert removed(twins.decide(previous=previous)) == {"w": UNDERUTILIZED}
 
 
+def test_the_search_stops_at_the_first_due_candidate_and_those_past_it_keep_their_records():
+    world = World().add("a", running("p1", "a", "100m"))
+    world.add("b", running("p2", "b", "100m"), running("p3", "b", "100m"))
+    world.add("c", running("p4", "c", "100m"), running("p5", "c", "100m"), running("p6", "c", "100m"))
+    world.add("target", busy("target", "1"), machine_kw={"annotations": {provisioning_names.DO_NOT_DISRUPT: "true"}})
+    previous = [record("a", UNDERUTILIZED, 3600), record("b", UNDERUTILIZED, 1800)]
+    out = world.decide(previous=previous)
+    assert removed(out) == {"a": UNDERUTILIZED}
+    # b was not checked this round: its clock runs on; c was not a candidate before and is none yet.
+    assert [r for r in out.candidates if r["machine"] != "a"] == [record("b", UNDERUTILIZED, 1800)]
+
+
+def test_the_search_checks_at_most_so_many_machines_cheapest_to_move_first(monkeypatch):
+    world = World()
+    for name in ("f1", "f2"):  # one small pod each, held to its own Node by a label no other Node has
+        world.add(name, running(f"{name}-p", name, "100m", nodeSelector={"only": name}), labels={"only": name})
+    world.add("u", running("u1", "u", "100m"), running("u2", "u", "100m"))
+    world.add("target", busy("target", "1"), machine_kw={"annotations": {provisioning_names.DO_NOT_DISRUPT: "true"}})
+    previous = [record("u", UNDERUTILIZED, 3600)]
+    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 2)
+    out = world.decide(previous=previous)
+    assert out.candidates == [] and out.remove == []
+    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 3)
+    assert removed(world.decide(previous=previous)) == {"u": UNDERUTILIZED}
+
+
 def test_only_due_candidates_are_chosen():
     world = World().add("fresh", running("p1", "fresh", "100m")).add("old", running("p2", "old", "1"))
     world.add("target", busy("target", "1"))

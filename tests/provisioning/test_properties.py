@@ -6,7 +6,8 @@ round's in-flight Machines and the pods it placed on Nodes are bound there:
 3. the claims of a round never take a pool past its limits, whichever of their types launches;
 4. every pending pod is placed once, on a Slot or one claim, or reported unschedulable;
 
-and placing alike pods together decides as placing them one by one.
+and placing alike pods together decides as placing them one by one, and counting the pods on the Slots
+through the index (hooks.provisioning.residents) decides as counting every one of them.
 """
 from __future__ import annotations
 
@@ -77,6 +78,24 @@ def pool_views(draw) -> list[PoolView]:
 
 
 @st.composite
+def residents(draw, topology: bool) -> list[pods.Resident]:
+    """Pods already running on a Node: of the apps or not, in the pods' namespace or another; with topology,
+    some keep an app away (required anti-affinity)."""
+    found = []
+    for _ in range(draw(st.integers(0, 4))):
+        namespace = draw(st.sampled_from(("default", "default", "team")))
+        labels = {"app": draw(st.sampled_from(APPS + ("other",)))}
+        if draw(st.booleans()):
+            labels["tier"] = "web"
+        anti = ()
+        if topology and draw(st.integers(0, 3)) == 0:
+            selector = requirements.from_label_selector({"matchLabels": {"app": draw(st.sampled_from(APPS))}}, "s")
+            anti = (pods.PodSelector(selector, draw(st.sampled_from((None, frozenset(("default",)))))),)
+        found.append(pods.Resident(namespace, labels, anti))
+    return found
+
+
+@st.composite
 def worlds(draw, topology: bool = False) -> dict:
     pools = draw(pool_views())
     nodes = []
@@ -86,7 +105,7 @@ def worlds(draw, topology: bool = False) -> dict:
         nodes.append({"name": f"node-{index}", "pool": pool, "zone": draw(st.sampled_from(ZONES)),
                       "allocatable": resources.Resources(cpu=cpu, memory=memory, pods=58),
                       "requested": resources.Resources(cpu=draw(st.integers(0, cpu)), memory=draw(st.integers(0, memory))),
-                      "residents": []})
+                      "residents": draw(residents(topology))})
     rounds = [[(draw(st.sampled_from(APPS)), draw(st.integers(1, 4))) for _ in range(draw(st.integers(0, 3)))]
               for _ in range(draw(st.integers(1, 3)))]
     return {"pools": pools, "nodes": nodes, "profiles": draw(app_profiles(topology)), "rounds": rounds,
@@ -154,10 +173,10 @@ class Cluster:
                               machine=machine.name, in_flight=True, provisioned_for=claim.pods))
         return found
 
-    def decide(self, group: bool = True) -> tuple[list[pods.PodView], scheduling.Result]:
+    def decide(self, group: bool = True, index: bool = True) -> tuple[list[pods.PodView], scheduling.Result]:
         views = [pods.view(p) for p in self.pending.values()]
         return views, scheduling.schedule(views, self.pools(), self.slots(), CATALOG, self.world["daemonsets"],
-                                          group_identical=group)
+                                          group_identical=group, index_residents=index)
 
     def settle(self, views: list[pods.PodView], result: scheduling.Result) -> None:
         """Pods placed on Nodes bind there; the claims become in-flight Machines."""
@@ -230,6 +249,7 @@ def _run(world: dict, topology: bool) -> None:
         views, result = cluster.decide()
         _check_round(cluster, views, result, topology)
         assert result == cluster.decide(group=False)[1]
+        assert result == cluster.decide(index=False)[1]
         cluster.settle(views, result)
         # 2. the same round again, with nothing new.
         again_views, again = cluster.decide()

@@ -144,3 +144,28 @@ def test_a_zone_pinned_claim_gets_only_that_zones_subnets():
     out = run(raw_readings(pods))
     (machine_spec, _), = out.machines
     assert machine_spec["subnets"] == ["subnet-b"]
+
+
+def test_a_pool_without_a_known_subnet_launches_nothing():
+    raw = raw_readings([raw_pod("web-0")])
+    raw["zones"][POOL], raw["subnets"] = [], []
+    out = run(raw)
+    assert out.claims == [] and out.machines == []
+    failed = [e for e in out.events if e.reason == events.FAILED_PROVISIONING]
+    assert failed and "pools tried: general" in failed[0].message
+
+
+def test_a_machine_that_cannot_launch_is_no_capacity_and_its_types_are_avoided():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(2)]
+    first = run(raw_readings(pods))
+    stuck = as_machines(first)
+    failed_types = set(stuck[0]["spec"]["instanceTypes"])
+    for machine in stuck:
+        machine["metadata"]["creationTimestamp"] = stamp(90)  # no instance after 90 s
+    again = run(raw_readings(pods, machines=stuck))
+    assert again.claims, "the pods wait on nothing: a Machine is made for them"
+    assert all(not failed_types & set(c.instance_types) for c in again.claims)
+    assert again.failed == [], "kept a while, so its types stay avoided"
+    for machine in stuck:
+        machine["metadata"]["creationTimestamp"] = stamp(300)
+    assert run(raw_readings(pods, machines=stuck)).failed == sorted(m["metadata"]["name"] for m in stuck)

@@ -26,7 +26,7 @@ def test_warm_up_makes_the_clients_and_lists_the_policies(make_ctx, monkeypatch)
     monkeypatch.setattr(ctx.aws, "client", lambda service, region=None: made.append(service))
     monkeypatch.setattr(policy_cache, "CACHE", policy_cache.PolicyCache())
     warmup.start(ctx).join(10)
-    assert made == list(warmup.SERVICES)
+    assert made == list(warmup.SERVICES) + ["ec2"], "then EC2 again, for the instance catalog"
     assert list(policy_cache.CACHE.policies(kube, 3600)) == ["p"]
     assert len([c for c in kube.calls if c[0] == "list"]) == 1, "the warm-up's list serves the first call"
 
