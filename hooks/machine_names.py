@@ -29,6 +29,10 @@ MANAGED_KEYS = "nodewarden.io/managed-keys"
 # Taints. The kubelet registers with the first: no pod lands before the labels do.
 UNREGISTERED_TAINT = "nodewarden.io/unregistered"
 UNREGISTERED_EFFECT = "NoExecute"
+# Taints Kubernetes puts on a Node while it starts and takes off by itself (the node lifecycle controller
+# until it has seen the Node Ready, the cloud controller until it has initialized it): no pod lands meanwhile.
+EPHEMERAL_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+                    "node.cloudprovider.kubernetes.io/uninitialized")
 # A Machine being terminated: node-detacher takes the node out of its load balancers.
 DISRUPTED_TAINT = "nodewarden.io/disrupted"
 DISRUPTED_EFFECT = "NoSchedule"

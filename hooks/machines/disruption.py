@@ -242,9 +242,8 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
             outcome.ready.append(record)
         if machine is None:
             continue
+        consolidated = replicas is None and record["reason"] in signals.CONSOLIDATION
         if machine["metadata"]["deletionTimestamp"]:
-            # A consolidated Machine's pods fit elsewhere: nothing replaces it, while it goes either.
-            consolidated = replicas is None and record["reason"] in signals.CONSOLIDATION
             if replacement is None and not record.get("replacementReadyAt") and not consolidated:
                 waiting.append((2, record))  # only timed: nothing waits for it
             continue
@@ -261,7 +260,7 @@ def decide(machines: list[dict], previous: list[dict], rules: tuple[budgets.Budg
                 outcome.leaving.add(record["machine"])
         elif replicas is not None and counted >= replicas:
             outcome.leaving.add(record["machine"])  # none needed: the pool has its replicas without it
-        elif replicas is None and record["reason"] in signals.CONSOLIDATION:
+        elif consolidated:
             outcome.leaving.add(record["machine"])  # chosen because its pods fit elsewhere: nothing replaces it
         else:
             waiting.append((0, record))

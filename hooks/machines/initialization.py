@@ -1,9 +1,12 @@
 """Initialization: the Node is ready for pods the way the Machine promised (pure).
 
 Initialized once the Node is Ready, every startup taint is gone (removed by
-whoever owns it, never by us) and every extended resource of the Machine's
-capacity (a GPU) is reported by the Node. It is a milestone: a Node that is
-NotReady later is liveness's and fencing's business, not a reason to undo it.
+whoever owns it, never by us), so are the taints Kubernetes puts on a
+starting Node (``machine_names.EPHEMERAL_TAINTS``: a Ready Node can still
+carry not-ready for a moment, and no pod lands while it does), and every
+extended resource of the Machine's capacity (a GPU) is reported by the Node.
+It is a milestone: a Node that is NotReady later is liveness's and fencing's
+business, not a reason to undo it.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ def waiting_for(view: MachineView, node: dict) -> list[str]:
     for taint in view.spec.startup_taints:
         if (taint.key, taint.effect) in present:
             missing.append(f"startup taint {taint.key} to go")
+    for key in sorted({k for k, _ in present if k in machine_names.EPHEMERAL_TAINTS}):
+        missing.append(f"taint {key} to go")
     allocatable = fields.mapping(status, "allocatable", where="node.status")
     for resource in sorted(view.status.get("capacity") or {}):
         if resource not in machine_names.STANDARD_RESOURCES and str(allocatable.get(resource, "0")) in ("0", ""):

@@ -30,8 +30,7 @@ LAUNCH_GRACE_SECONDS = 60.0
 LAUNCH_FAILURE_MEMORY_SECONDS = 180.0
 
 # Taints a Node carries only while it starts: the pods the round places will not need to tolerate them.
-_PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, "node.kubernetes.io/not-ready",
-                             "node.cloudprovider.kubernetes.io/uninitialized"})
+_PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, *machine_names.EPHEMERAL_TAINTS})
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,10 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     views = [inputs.pool_view(pool_name, specs[pool_name], by_pool.get(pool_name, []), types,
                               readings.zones.get(pool_name), now) for pool_name in sorted(specs)]
     daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
-    pending = inputs.pending(readings.pending)
+    # The pending pods are read before the bound ones: a pod bound in between is in both lists, and holds
+    # room only where it is bound (counted twice, it would launch a Machine for a pod already placed).
+    bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
+    pending = [p for p in inputs.pending(readings.pending) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
                         daemonsets, now)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)

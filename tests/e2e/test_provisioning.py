@@ -81,8 +81,8 @@ class Stage:
     def deployment(self, pool: str, replicas: int, prefix: str = "app", **manifest) -> str:
         name = unique(prefix)
         workloads.create_deployment(self.api, self.namespace, name, replicas=replicas,
-                                    requests=manifest.pop("requests", POD), node_selector={"e2e-pool": pool},
-                                    **manifest)
+                                    requests=manifest.pop("requests", POD),
+                                    node_selector={"e2e-pool": pool, **manifest.pop("node_selector", {})}, **manifest)
         return name
 
     def teardown(self) -> None:
@@ -174,6 +174,22 @@ def provisioning_status(api, pool: str) -> dict:
     return ((api.get(f"{POOLS}/{pool}").get("status") or {}).get("provisioning")) or {}
 
 
+def explain(api, pool: str) -> str:
+    """The pool's Machines, what each was made for, and the pool's Events: a failed count's evidence."""
+    lines = []
+    for machine in sorted(pool_machines(api, pool), key=lambda m: m["metadata"]["creationTimestamp"]):
+        meta = machine["metadata"]
+        made_for = (meta.get("annotations") or {}).get(provisioning_names.PROVISIONED_FOR)
+        lines.append(f"Machine {meta['name']} created {meta['creationTimestamp']}"
+                     f"{' deleting' if meta.get('deletionTimestamp') else ''}: provisioned-for {made_for}")
+    listed = api.get("/api/v1/events", params={"fieldSelector": f"involvedObject.name={pool}"})["items"]
+    for event in sorted(listed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
+        lines.append(f"Event {event.get('lastTimestamp') or event.get('eventTime')} {event['reason']} "
+                     f"x{event.get('count', 1)}: {event['message']}")
+    lines.append(f"status.provisioning: {provisioning_status(api, pool)}")
+    return "\n".join(lines)
+
+
 def _node_of(api, pod: dict) -> dict:
     return api.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
 
@@ -225,7 +241,7 @@ def test_forty_pods_get_just_enough_machines_and_all_run(api, cloud, stage):
     app = stage.deployment(pool, 40)
     pods = workloads.wait_running(api, stage.namespace, app, 40, timeout=SETTLE)
     machines = live_machines(pool_machines(api, pool))
-    assert len(machines) == expected, [m["metadata"]["name"] for m in machines]
+    assert len(machines) == expected, explain(api, pool)
     assert all(condition_status(m, machine_names.INITIALIZED) == "True" for m in machines)
     assert {m["status"]["instanceType"] for m in machines} == {INSTANCE_TYPE}
     assert_one_instance_each(cloud, pool, machines)
@@ -265,14 +281,14 @@ def test_a_second_deployment_uses_the_room_left_on_machines_in_flight(api, cloud
             return len(pods) == first + second and all(p["metadata"]["name"] in named for p in pods)
         wait_for(nominated, "every pod Nominated to a Machine", timeout=120, interval=0.5)
         machines = live_machines(pool_machines(api, pool))
-        assert len(machines) == expected, [m["metadata"]["name"] for m in machines]
+        assert len(machines) == expected, explain(api, pool)
         assert not any(condition_status(m, machine_names.REGISTERED) == "True" for m in machines), \
             "every Machine was in flight"
 
     workloads.wait_running(api, stage.namespace, one, first, timeout=SETTLE)
     workloads.wait_running(api, stage.namespace, two, second, timeout=SETTLE)
     machines = live_machines(pool_machines(api, pool))
-    assert len(machines) == expected
+    assert len(machines) == expected, explain(api, pool)
     assert_one_instance_each(cloud, pool, machines)
 
 
@@ -333,7 +349,40 @@ def test_a_zone_spread_gets_machines_in_both_zones(api, cloud, stage):
     app = stage.deployment(pool, count, zone_spread=True, min_domains=len(ZONES))
     pods = workloads.wait_running(api, stage.namespace, app, count, timeout=SETTLE)
     machines = live_machines(pool_machines(api, pool))
-    assert {m["status"]["zone"] for m in machines} == set(ZONES)
+    assert {m["status"]["zone"] for m in machines} == set(ZONES), explain(api, pool)
     assert_one_instance_each(cloud, pool, machines)
     per_zone = Counter(_node_of(api, p)["metadata"]["labels"][ZONE_KEY] for p in pods)
     assert set(per_zone) == set(ZONES) and max(per_zone.values()) - min(per_zone.values()) <= 1, per_zone
+
+
+@needs_provisioning
+def test_pods_selecting_well_known_labels_run_on_the_machine_made_for_them(api, cloud, stage):
+    """The Node of a provisioned Machine carries the labels the pool planned with, so the pods it was made
+    for can land (the limit stops a pool whose Nodes lacked them from launching without end)."""
+    pool = stage.pool("labels", limits={"machines": 2})
+    selector = {provisioning_names.CAPACITY_TYPE_LABEL: "on-demand", provisioning_names.INSTANCE_FAMILY_LABEL: "c5",
+                provisioning_names.INSTANCE_CPU_LABEL: "8"}
+    app = stage.deployment(pool, 2, node_selector=selector)
+    workloads.wait_running(api, stage.namespace, app, 2, timeout=120)
+    assert len(live_machines(pool_machines(api, pool))) == 1, explain(api, pool)
+
+
+@needs_provisioning
+def test_a_pool_never_goes_past_its_limits(api, cloud, stage):
+    pool = stage.pool("limits", limits={"machines": 2, "cpu": "100"})
+    per_node = pods_per_node(cloud, api, pool)
+    app = stage.deployment(pool, 3 * per_node)
+
+    def filled():
+        pods = workloads.deployment_pods(api, stage.namespace, app)
+        return len(workloads.running(pods)) == 2 * per_node and len(pods) == 3 * per_node
+    wait_for(filled, f"{2 * per_node} pods Running on the two Machines the limit allows", timeout=SETTLE, interval=0.5)
+    # Rounds after the pool reached its limit, with pods still pending, made no Machine.
+    seen = provisioning_status(api, pool).get("lastRound")
+    wait_for(lambda: provisioning_status(api, pool).get("lastRound") not in (None, seen),
+             "another provisioning round", timeout=150, interval=0.5)
+    machines = live_machines(pool_machines(api, pool))
+    assert len(machines) == 2, explain(api, pool)
+    assert_one_instance_each(cloud, pool, machines)
+    shown = provisioning_status(api, pool)
+    assert (shown["limits"]["machines"], shown["resources"]["machines"]) == (2, 2), shown

@@ -290,15 +290,16 @@ def test_a_consolidation_mark_is_recorded_and_proven_like_the_pools_other_choice
 
 
 @pytest.mark.parametrize("reason", signals.CONSOLIDATION)
-def test_a_consolidated_machine_being_deleted_gets_no_replacement(reason):
-    """Its pods fit on the pool's other Nodes: a replacement would be empty, and consolidated in turn."""
+def test_a_consolidated_machine_on_its_way_out_is_not_replaced(reason):
+    """Its pods fit elsewhere, or it had none: a replacement would be as empty, and be consolidated in turn."""
     mark = {signals.DISRUPTION_ANNOTATION: signals.Signal(reason, NOW).encode()}
-    first = _decide_provisioning([_machine("a", annotations=mark), _machine("b")])
-    going = _decide_provisioning([_machine("a", annotations=mark, deleting=True), _machine("b")], first.records)
-    assert going.needs == [] and [r["machine"] for r in going.records] == ["a"]
-    spot = {signals.INTERRUPTION_ANNOTATION: signals.Signal(signals.SPOT_INTERRUPTION, NOW).encode()}
-    interrupted = _decide_provisioning([_machine("a", annotations=spot, deleting=True), _machine("b")])
-    assert [r["machine"] for r in interrupted.needs] == ["a"], "a forceful loss is still replaced"
+    chosen = _decide_provisioning([_machine("a", annotations=mark), _machine("b")])
+    assert chosen.leaving == {"a"} and chosen.needs == []
+    going = _decide_provisioning([_machine("a", annotations=mark, deleting=True), _machine("b")], chosen.records)
+    assert [r["machine"] for r in going.records] == ["a"] and going.needs == []
+    drifted = _decide_provisioning([_machine("a", drifted=60, deleting=True), _machine("b")],
+                                   [{**chosen.records[0], "reason": signals.DRIFTED}])
+    assert [r["machine"] for r in drifted.needs] == ["a"]  # any other reason keeps the pool's size
 
 
 def test_a_pool_without_replicas_creates_and_removes_no_machine_for_a_count():

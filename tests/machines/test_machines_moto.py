@@ -60,8 +60,14 @@ def test_launch_register_initialize(aws, make_ctx):
     world.call()
     assert world.condition(machine_names.INITIALIZED) == "False", "the startup taint is still there"
 
-    # Whoever owns the startup taint removes it; only then is the Machine initialized.
+    # Whoever owns the startup taint removes it; the node lifecycle controller has not yet taken off the
+    # not-ready taint it put on the starting Node (Ready already): no pod can land yet.
     node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t["key"] != "example.com/agent-not-ready"]
+    node["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    world.call()
+    assert world.condition(machine_names.INITIALIZED) == "False", "the not-ready taint is still there"
+    # Only once both are gone is the Machine initialized.
+    node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t["key"] != "node.kubernetes.io/not-ready"]
     world.call()
     assert world.condition(machine_names.INITIALIZED) == "True"
 

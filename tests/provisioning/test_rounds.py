@@ -95,6 +95,17 @@ def test_pods_arriving_while_machines_are_in_flight_get_only_what_does_not_fit()
     assert second.claims == []
 
 
+def test_a_pod_bound_between_the_reads_is_not_provisioned_for_again():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(3)]
+    bound = copy.deepcopy(pods[0])
+    bound["spec"]["nodeName"] = "elsewhere"
+    raw = raw_readings(pods)
+    raw["bound"] = [bound]
+    out = run(raw)
+    assert out.pending_pods == 2 and out.status["pendingPods"] == 2
+    assert sorted(p for c in out.claims for p in c.pods) == ["default/web-1", "default/web-2"]
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))
