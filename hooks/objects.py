@@ -10,6 +10,8 @@ from typing import Mapping
 from hooks import fields
 
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# The kubelet's copy of a static pod: the kubelet runs it, whatever the API server is told.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def is_control_plane(labels: Mapping | None) -> bool:

@@ -21,7 +21,6 @@ INLINE_BLOCK_SOURCES = (
     "awsElasticBlockStore", "gcePersistentDisk", "azureDisk", "cinder", "rbd", "iscsi", "fc",
     "portworxVolume", "photonPersistentDisk", "vsphereVolume", "scaleIO", "storageos", "flocker",
 )
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def key(pod: dict) -> str:
@@ -39,8 +38,8 @@ def summarize(pod: dict) -> dict:
         "spec": {"nodeName": spec.get("nodeName"), "volumes": spec.get("volumes") or []},
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-        out["metadata"]["annotations"] = {MIRROR_ANNOTATION: meta["annotations"][MIRROR_ANNOTATION]}
+    if objects.MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        out["metadata"]["annotations"] = {objects.MIRROR_ANNOTATION: meta["annotations"][objects.MIRROR_ANNOTATION]}
     return out
 
 
@@ -62,7 +61,7 @@ def chosen(pod: dict, policy: Policy) -> str | None:
 def _skipped(pod: dict) -> str | None:
     """Pods that failing over would not help: they stay, or are gone already."""
     meta = pod["metadata"]
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+    if objects.MIRROR_ANNOTATION in (meta.get("annotations") or {}):
         return "a static (mirror) pod"
     if objects.daemonset_of(pod):
         return "a DaemonSet pod"

@@ -40,15 +40,13 @@ from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf, SameObject
 
-_MIRROR = "kubernetes.io/config.mirror"
-
 
 def evictable(pods: list[dict]) -> list[dict]:
     """Pods an eviction would move: not DaemonSet-owned, not static, not finished."""
     found = []
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if objects.daemonset_of(pod) or _MIRROR in (meta.get("annotations") or {}):
+        if objects.daemonset_of(pod) or objects.MIRROR_ANNOTATION in (meta.get("annotations") or {}):
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue

@@ -76,7 +76,6 @@ from hooks.provisioning.resources import Resources
 MAX_RECORDS = 1000
 # Scheduling runs the Underutilized search makes per round, each over the pool's Nodes: what bounds its cost.
 MAX_UNDERUTILIZED_CHECKS = 25
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 _RECORD_KEYS = {"machine": str, "uid": str, "reason": str, "since": str}
 
 
@@ -294,7 +293,7 @@ def _controller(pod: dict) -> dict | None:
 
 def _stays_with_node(pod: dict) -> bool:
     """A DaemonSet's pod or a static (mirror) pod: it goes with the Node and is never moved."""
-    if objects.daemonset_of(pod) or MIRROR_ANNOTATION in _annotations(pod):
+    if objects.daemonset_of(pod) or objects.MIRROR_ANNOTATION in _annotations(pod):
         return True
     owner = _controller(pod)
     return owner is not None and owner.get("kind") == "Node"

@@ -6,7 +6,7 @@ import datetime as dt
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hooks import machine_names, provisioning_names, timefmt
+from hooks import machine_names, objects, provisioning_names, timefmt
 from hooks.machines import budgets, signals
 from hooks.machines.pool import machines_of
 from hooks.machines.signals import EMPTY, UNDERUTILIZED
@@ -111,7 +111,7 @@ def busy(name: str, cpu: str = "3") -> dict:
 
 
 def test_a_node_with_only_daemonset_and_static_pods_is_empty_and_goes_once_due():
-    mirror = running("kube-proxy", "a", owner="Node", annotations={consolidation.MIRROR_ANNOTATION: "x"})
+    mirror = running("kube-proxy", "a", owner="Node", annotations={objects.MIRROR_ANNOTATION: "x"})
     world = World().add("a", daemon("logs-a", "a"), mirror).add("b", busy("b"))
     first = world.decide()
     assert reasons(first) == {"a": EMPTY}
