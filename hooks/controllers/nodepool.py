@@ -134,7 +134,7 @@ def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.date
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
         facts = instance_catalog.all_type_facts(ec2)
-        specs = {**inputs.pools_of(pool_objects).specs, request.name: parsed}
+        specs = {**inputs.pools_of(pool_objects), request.name: parsed}
         spot = instance_catalog.spot_prices(ec2, inputs.spot_candidates(specs, facts))
         zones, own = {}, []
         for name, other in sorted(specs.items()):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from hooks import machine_names, provisioning_names, timefmt
@@ -33,17 +32,10 @@ LAUNCH_FAILURE_MEMORY_SECONDS = 180.0
 _PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, *machine_names.EPHEMERAL_TAINTS})
 
 
-@dataclass(frozen=True)
-class Pools:
-    """The provisioning pools the round weighs against each other, by name; those it cannot read, why."""
-
-    specs: Mapping[str, spec.PoolSpec]
-    refused: Mapping[str, str] = field(default_factory=dict)
-
-
-def pools_of(objects: Iterable[dict]) -> Pools:
-    """Every provisioning NodePool that parses; a pool being deleted provisions nothing."""
-    found, refused = {}, {}
+def pools_of(objects: Iterable[dict]) -> dict[str, spec.PoolSpec]:
+    """Every provisioning NodePool that parses, by name (one that does not says so in its own status); a pool
+    being deleted provisions nothing."""
+    found = {}
     for obj in objects:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         name = meta.get("name")
@@ -51,12 +43,11 @@ def pools_of(objects: Iterable[dict]) -> Pools:
             continue
         try:
             parsed = spec.pool(obj)
-        except RequestError as exc:
-            refused[name] = str(exc)
+        except RequestError:
             continue
         if parsed.provisioning is not None:
             found[name] = parsed
-    return Pools(found, refused)
+    return found
 
 
 def _limit(value: str | None, *, milli: bool) -> int | None:

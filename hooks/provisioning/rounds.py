@@ -133,8 +133,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
         out.status = _status(name, parsed, own_machines, types, None, [], now)
         return out
     started = time.process_time()
-    pools = inputs.pools_of(readings.pools)
-    specs = dict(pools.specs)
+    specs = inputs.pools_of(readings.pools)
     specs[name] = parsed  # this pool as its own request was verified, even if the list lags
     by_pool: dict[str, list[dict]] = {}
     for machine in readings.machines:
