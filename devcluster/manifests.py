@@ -161,20 +161,61 @@ def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
     return docs
 
 
-# CAPA's own CRDs, read from its Go module (hack/capa-crds pins the release):
-# the local stack serves AWSCluster and AWSManagedControlPlane as CAPA defines them.
+# Other projects' CRDs, read from their Go modules as each project publishes
+# them (hack/crds/go.mod pins the releases): CAPA's AWSCluster and
+# AWSManagedControlPlane, which cluster-gc acts on; Karpenter's NodeClaim and
+# NodePool and Cluster API's Machine, MachineSet and MachineDeployment, the
+# owners fencing asks to replace a node. None of their controllers runs here.
 CAPA_CRD_FILES = {
     "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
     "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
 }
+KARPENTER_CRD_FILES = {
+    "nodeclaims.karpenter.sh": "karpenter.sh_nodeclaims.yaml",
+    "nodepools.karpenter.sh": "karpenter.sh_nodepools.yaml",
+}
+CAPI_CRD_FILES = {
+    "machines.cluster.x-k8s.io": "cluster.x-k8s.io_machines.yaml",
+    "machinesets.cluster.x-k8s.io": "cluster.x-k8s.io_machinesets.yaml",
+    "machinedeployments.cluster.x-k8s.io": "cluster.x-k8s.io_machinedeployments.yaml",
+}
+# (Go module, its directory of CRDs, CRD name -> file there)
+UPSTREAM_CRDS = (
+    ("sigs.k8s.io/cluster-api-provider-aws/v2", "config/crd/bases", CAPA_CRD_FILES),
+    ("sigs.k8s.io/karpenter", "pkg/apis/crds", KARPENTER_CRD_FILES),
+    ("sigs.k8s.io/cluster-api", "core/config/crd/bases", CAPI_CRD_FILES),
+)
+MODULE_DIR = Path("hack") / "crds" / "module-dir.sh"
 
 
-def capa_crds(layout: Layout) -> list[dict]:
-    result = subprocess.run([str(layout.repo / "hack" / "capa-crds" / "crd-dir.sh")], capture_output=True, text=True)
+def upstream_module_dir(layout: Layout, module: str) -> Path:
+    """Where ``module``'s pinned release is in the Go module cache (downloaded through the module proxy
+    when absent)."""
+    result = subprocess.run([str(layout.repo / MODULE_DIR), module], capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"CAPA's CRDs from its Go module: {result.stderr.strip()}")
-    crd_dir = Path(result.stdout.strip())
-    return [yaml.safe_load((crd_dir / name).read_text()) for name in CAPA_CRD_FILES.values()]
+        raise RuntimeError(f"{module} from the Go module proxy: {result.stderr.strip()}")
+    return Path(result.stdout.strip())
+
+
+def upstream_crds(layout: Layout) -> list[dict]:
+    """Every CRD of UPSTREAM_CRDS as its project publishes it, less any conversion webhook.
+
+    Cluster API serves v1beta1 and v1beta2 of its kinds and converts between
+    them in its own webhook, which its release manifests add to the CRDs; no
+    webhook runs here, so the API server keeps the default conversion (None:
+    the apiVersion alone changes), and the stack's clients use each kind's
+    storage version.
+    """
+    docs: list[dict] = []
+    for module, directory, files in UPSTREAM_CRDS:
+        crd_dir = upstream_module_dir(layout, module) / directory
+        for name, file in files.items():
+            crd = yaml.safe_load((crd_dir / file).read_text())
+            if crd["metadata"]["name"] != name:
+                raise ValueError(f"{crd_dir / file} defines {crd['metadata']['name']}, not {name}")
+            crd["spec"].pop("conversion", None)
+            docs.append(crd)
+    return docs
 
 
 CONTROLLER_KINDS = ("DecoratorController", "CompositeController")
