@@ -263,8 +263,7 @@ class Cluster:
                        "metacontroller /readyz", timeout=60, watch=[child])
 
     def _apply_manifests(self) -> None:
-        """Metacontroller's CRDs, the other projects' (manifests.UPSTREAM_CRDS), and ours with everything else; the
-        controllers wait for _apply_controllers."""
+        """Metacontroller's CRDs, CAPA's, and ours with everything else; the controllers wait for _apply_controllers."""
         crds = manifests.metacontroller_crds(self.layout, self.metacontroller)
         docs = manifests.kustomize_build(self.layout)
         # Our controllers ship `version: v2` hooks and endpointConfigs (a token,
@@ -283,7 +282,7 @@ class Cluster:
         manifests.point_hooks_at(docs, self.hook_server.url)
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
         rest, self._controllers = manifests.split_controllers(docs)
-        rest = crds + manifests.upstream_crds(self.layout) + rest + secrets
+        rest = crds + manifests.upstream_crds(self.layout, manifests.CAPA_CRDS) + rest + secrets
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
                      input=manifests.to_yaml(rest))
         names = [f"crd/{d['metadata']['name']}" for d in rest if d.get("kind") == "CustomResourceDefinition"]

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -162,10 +162,12 @@ def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
 
 
 # Other projects' CRDs, read from their Go modules as each project publishes
-# them (hack/crds/go.mod pins the releases): CAPA's AWSCluster and
-# AWSManagedControlPlane, which cluster-gc acts on; Karpenter's NodeClaim and
-# NodePool and Cluster API's Machine, MachineSet and MachineDeployment, the
-# owners fencing asks to replace a node. None of their controllers runs here.
+# them (hack/crds/go.mod pins the releases); none of their controllers runs
+# here. The launcher installs CAPA's (AWSCluster, AWSManagedControlPlane: what
+# cluster-gc acts on). Karpenter's and Cluster API's (the owners fencing asks
+# to replace a node) are installed by what needs them (devcluster/owners.py),
+# and removed after: their NodePool and Machine share plural names with
+# nodewarden's, and `kubectl get nodepools,machines` would name theirs.
 CAPA_CRD_FILES = {
     "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
     "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
@@ -179,12 +181,18 @@ CAPI_CRD_FILES = {
     "machinesets.cluster.x-k8s.io": "cluster.x-k8s.io_machinesets.yaml",
     "machinedeployments.cluster.x-k8s.io": "cluster.x-k8s.io_machinedeployments.yaml",
 }
-# (Go module, its directory of CRDs, CRD name -> file there)
-UPSTREAM_CRDS = (
-    ("sigs.k8s.io/cluster-api-provider-aws/v2", "config/crd/bases", CAPA_CRD_FILES),
-    ("sigs.k8s.io/karpenter", "pkg/apis/crds", KARPENTER_CRD_FILES),
-    ("sigs.k8s.io/cluster-api", "core/config/crd/bases", CAPI_CRD_FILES),
-)
+
+
+class UpstreamCrds(NamedTuple):
+    module: str  # the Go module, pinned in hack/crds/go.mod
+    directory: str  # where its CRDs are in the module
+    files: dict[str, str]  # CRD name -> its file there
+
+
+CAPA_CRDS = UpstreamCrds("sigs.k8s.io/cluster-api-provider-aws/v2", "config/crd/bases", CAPA_CRD_FILES)
+KARPENTER_CRDS = UpstreamCrds("sigs.k8s.io/karpenter", "pkg/apis/crds", KARPENTER_CRD_FILES)
+CAPI_CRDS = UpstreamCrds("sigs.k8s.io/cluster-api", "core/config/crd/bases", CAPI_CRD_FILES)
+UPSTREAM_CRDS = (CAPA_CRDS, KARPENTER_CRDS, CAPI_CRDS)
 MODULE_DIR = Path("hack") / "crds" / "module-dir.sh"
 
 
@@ -197,17 +205,17 @@ def upstream_module_dir(layout: Layout, module: str) -> Path:
     return Path(result.stdout.strip())
 
 
-def upstream_crds(layout: Layout) -> list[dict]:
-    """Every CRD of UPSTREAM_CRDS as its project publishes it, less any conversion webhook.
+def upstream_crds(layout: Layout, *sets: UpstreamCrds) -> list[dict]:
+    """The CRDs of ``sets`` as their projects publish them, less any conversion webhook.
 
     Cluster API serves v1beta1 and v1beta2 of its kinds and converts between
     them in its own webhook, which its release manifests add to the CRDs; no
     webhook runs here, so the API server keeps the default conversion (None:
     the apiVersion alone changes), and the stack's clients use each kind's
-    storage version.
+    stored version.
     """
     docs: list[dict] = []
-    for module, directory, files in UPSTREAM_CRDS:
+    for module, directory, files in sets:
         crd_dir = upstream_module_dir(layout, module) / directory
         for name, file in files.items():
             crd = yaml.safe_load((crd_dir / file).read_text())

@@ -3,7 +3,8 @@
 CAPA's (cluster-gc), Karpenter's and Cluster API's (the owners fencing asks
 to replace a node) as each project publishes them, with no conversion
 webhook: none runs on the local stack. The API server's side (the CRDs
-Established, objects accepted) is tests/e2e/test_owner_replacement.py's.
+Established, objects accepted, the CRDs removed after) is
+tests/e2e/test_owner_replacement.py's.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _needs_go() -> None:
 @pytest.fixture(scope="module")
 def crds() -> dict[str, dict]:
     _needs_go()
-    return {crd["metadata"]["name"]: crd for crd in manifests.upstream_crds(Layout())}
+    return {crd["metadata"]["name"]: crd for crd in manifests.upstream_crds(Layout(), *manifests.UPSTREAM_CRDS)}
 
 
 def test_go_mod_pins_each_module_and_go_sum_holds_its_hashes():
