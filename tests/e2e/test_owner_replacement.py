@@ -196,6 +196,7 @@ def test_a_cluster_api_machine_carries_the_remediation_conditions(wave, cloud):
     for ctype in ("HealthCheckSucceeded", "OwnerRemediated"):
         cond = owners.condition(machine, ctype)
         assert cond.get("status") == "False" and cond.get("reason") and cond.get("lastTransitionTime"), (ctype, cond)
+    assert owners.condition(machine, "OwnerRemediated")["message"] == "Waiting for remediation"
     assert owners.condition(machine, "Ready").get("status") == "True", "the rest of its status is left as it was"
 
 
