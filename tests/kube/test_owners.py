@@ -16,43 +16,15 @@ import pytest
 import yaml
 
 from hooks.kube import owners
-from hooks.owner_names import (CAPI_DEPLOYMENT_LABEL, CAPI_HEALTH_CHECK_SUCCEEDED, CAPI_OWNER_REMEDIATED,
-                               KARPENTER_NODEPOOL_LABEL)
+from hooks.owner_names import CAPI_HEALTH_CHECK_SUCCEEDED, CAPI_OWNER_REMEDIATED
+from tests.support.owner_objects import CAPI_NAMESPACE, capi_machine, nodeclaim
 from worlds.fake_kube import FakeKube
 
 T0, T1 = "2026-11-27T10:00:00Z", "2026-11-27T10:05:00Z"
-NS = "capi-system"
-
-
-def _claim(name: str, uid: str, provider_id: str, node: str, pool: str = "general") -> dict:
-    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": {"name": name, "uid": uid, "labels": {KARPENTER_NODEPOOL_LABEL: pool}},
-            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                     "requirements": []},
-            "status": {"providerID": provider_id, "nodeName": node}}
-
-
-def _machine(name: str, uid: str, node: str | None = "n1", *, owner: dict | None = None, deployment: str = "",
-             status: dict | None = None, **metadata) -> dict:
-    meta = {"name": name, "namespace": NS, "uid": uid, "generation": 3, "resourceVersion": "7", **metadata}
-    if owner is not None:
-        meta["ownerReferences"] = [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": owner["kind"],
-                                    "name": owner["name"], "uid": owner["uid"], "controller": True,
-                                    "blockOwnerDeletion": True}]
-    if deployment:
-        meta["labels"] = {CAPI_DEPLOYMENT_LABEL: deployment}
-    st = copy.deepcopy(status) if status is not None else {"phase": "Running"}
-    if node:
-        st["nodeRef"] = {"name": node}
-    return {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta,
-            "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "b"}, "providerID": f"aws:///z/i-{uid}",
-                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "AWSMachine",
-                                           "name": name}},
-            "status": st}
 
 
 def _stored(kube: FakeKube, name: str) -> dict:
-    return kube.objects[("Machine", NS, name)]
+    return kube.objects[("Machine", CAPI_NAMESPACE, name)]
 
 
 def _conditions(machine: dict) -> dict:
@@ -102,8 +74,8 @@ def _valid(status: dict, schema: dict) -> None:
 # -- NodeClaims ----------------------------------------------------------------------------------------------
 
 def test_nodeclaims_for_a_provider_id_are_those_whose_status_says_so():
-    kube = FakeKube([_claim("a", "u-a", "aws:///z/i-1", "n1"), _claim("b", "u-b", "aws:///z/i-2", "n2"),
-                     _claim("launching", "u-c", "", "")])
+    kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1"), nodeclaim("b", "u-b", "aws:///z/i-2", "n2"),
+                     nodeclaim("launching", "u-c", "", "")])
     assert [c["metadata"]["name"] for c in owners.nodeclaims_for(kube, "aws:///z/i-1")] == ["a"]
     assert owners.nodeclaims_for(kube, "aws:///z/i-9") == []
     kube.calls.clear()
@@ -111,9 +83,9 @@ def test_nodeclaims_for_a_provider_id_are_those_whose_status_says_so():
 
 
 def test_nodeclaims_in_a_pool_are_those_karpenter_labelled_for_it():
-    kube = FakeKube([_claim("a", "u-a", "aws:///z/i-1", "n1", pool="general"),
-                     _claim("b", "u-b", "aws:///z/i-2", "n2", pool="gpu"),
-                     _claim("c", "u-c", "aws:///z/i-3", "n3", pool="general")])
+    kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1", pool="general"),
+                     nodeclaim("b", "u-b", "aws:///z/i-2", "n2", pool="gpu"),
+                     nodeclaim("c", "u-c", "aws:///z/i-3", "n3", pool="general")])
     assert [c["metadata"]["name"] for c in owners.nodeclaims_in_pool(kube, "general")] == ["a", "c"]
     assert owners.nodeclaims_in_pool(kube, "other") == []
 
@@ -126,7 +98,7 @@ def test_without_karpenter_there_are_no_nodeclaims_and_a_delete_finds_none():
 
 
 def test_a_nodeclaim_is_deleted_only_with_its_uid():
-    kube = FakeKube([_claim("a", "u-a", "aws:///z/i-1", "n1")])
+    kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1")])
     assert owners.delete_nodeclaim(kube, "a", "u-other") == owners.GONE, "a namesake is another object"
     assert ("NodeClaim", "", "a") in kube.objects
     ((verb, kind, name, _, options),) = [c for c in kube.calls if c[0] == "delete_with_options"]
@@ -137,7 +109,7 @@ def test_a_nodeclaim_is_deleted_only_with_its_uid():
 
 
 def test_a_nodeclaim_delete_the_api_server_refuses_is_an_error():
-    kube = FakeKube([_claim("a", "u-a", "aws:///z/i-1", "n1")])
+    kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1")])
     kube.refused.add(("delete_with_options", "NodeClaim"))
     with pytest.raises(Exception, match="500|refused"):
         owners.delete_nodeclaim(kube, "a", "u-a")
@@ -147,45 +119,49 @@ def test_a_nodeclaim_delete_the_api_server_refuses_is_an_error():
 # -- Cluster API Machines: reads -------------------------------------------------------------------------------
 
 def test_a_capi_machine_is_read_from_its_namespace():
-    kube = FakeKube([_machine("m1", "u1")])
-    assert owners.capi_machine(kube, NS, "m1")["metadata"]["uid"] == "u1"
+    kube = FakeKube([capi_machine("m1", "u1")])
+    assert owners.capi_machine(kube, CAPI_NAMESPACE, "m1")["metadata"]["uid"] == "u1"
     assert owners.capi_machine(kube, "other", "m1") is None
-    assert owners.capi_machine(FakeKube(without_crds=("Machine",)), NS, "m1") is None
+    assert owners.capi_machine(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1") is None
 
 
 def test_a_capi_machine_read_the_api_server_refuses_is_an_error():
-    kube = FakeKube([_machine("m1", "u1")])
+    kube = FakeKube([capi_machine("m1", "u1")])
     kube.refused.add(("get", "Machine"))
     with pytest.raises(Exception, match="500|refused"):
-        owners.capi_machine(kube, NS, "m1")
+        owners.capi_machine(kube, CAPI_NAMESPACE, "m1")
 
 
 def test_a_machines_group_is_its_controllers_machines():
     ms_a = {"kind": "MachineSet", "name": "md-a-1", "uid": "ms-a"}
     ms_b = {"kind": "MachineSet", "name": "md-a-2", "uid": "ms-b"}
-    machines = [_machine("m1", "u1", owner=ms_a, deployment="md-a"), _machine("m2", "u2", "n2", owner=ms_a),
-                _machine("m3", "u3", "n3", owner=ms_b, deployment="md-a"), _machine("m4", "u4", "n4")]
-    kube = FakeKube(machines + [{**_machine("m5", "u5", "n5", owner=ms_a),
-                                 "metadata": {**_machine("m5", "u5", owner=ms_a)["metadata"], "namespace": "other"}}])
-    group = owners.capi_machines_in_group(kube, NS, machines[0])
+    machines = [capi_machine("m1", "u1", owner=ms_a, deployment="md-a"), capi_machine("m2", "u2", "n2", owner=ms_a),
+                capi_machine("m3", "u3", "n3", owner=ms_b, deployment="md-a"), capi_machine("m4", "u4", "n4")]
+    kube = FakeKube(machines + [capi_machine("m5", "u5", "n5", owner=ms_a, namespace="other")])
+    group = owners.capi_machines_in_group(kube, CAPI_NAMESPACE, machines[0])
     assert sorted(m["metadata"]["name"] for m in group) == ["m1", "m2"], "its MachineSet's, in its namespace"
 
 
 def test_without_a_controller_a_machines_group_is_its_deployments_then_itself():
-    machines = [_machine("m1", "u1", deployment="md-a"), _machine("m2", "u2", "n2", deployment="md-a"),
-                _machine("m3", "u3", "n3", deployment="md-b"), _machine("m4", "u4", "n4")]
+    machines = [capi_machine("m1", "u1", deployment="md-a"), capi_machine("m2", "u2", "n2", deployment="md-a"),
+                capi_machine("m3", "u3", "n3", deployment="md-b"), capi_machine("m4", "u4", "n4")]
     kube = FakeKube(machines)
-    assert sorted(m["metadata"]["name"] for m in owners.capi_machines_in_group(kube, NS, machines[0])) == ["m1", "m2"]
-    assert [m["metadata"]["name"] for m in owners.capi_machines_in_group(kube, NS, machines[3])] == ["m4"]
-    assert owners.capi_machines_in_group(FakeKube(without_crds=("Machine",)), NS, machines[0]) == []
+
+    def group(machine):
+        return sorted(m["metadata"]["name"] for m in owners.capi_machines_in_group(kube, CAPI_NAMESPACE, machine))
+
+    assert group(machines[0]) == ["m1", "m2"]
+    assert group(machines[3]) == ["m4"]
+    assert owners.capi_machines_in_group(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, machines[0]) == []
 
 
 # -- Cluster API Machines: the owner asked to remediate --------------------------------------------------------
 
 def test_the_mark_is_what_a_machinehealthcheck_writes_on_the_status_subresource(machine_status_schema):
-    kube = FakeKube([_machine("m1", "u1", status={"phase": "Running", "conditions": [
+    kube = FakeKube([capi_machine("m1", "u1", status={"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": T0}]})])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "Node n1 fenced: powered off", T1) == owners.DONE
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "Node n1 fenced: powered off", T1) \
+        == owners.DONE
     ((kind, ops),) = [(c[1], c[3]) for c in kube.calls if c[0] == "json_patch"]
     assert kind == "Machine/status"
     assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "u1"}
@@ -209,10 +185,10 @@ def test_the_mark_is_what_a_machinehealthcheck_writes_on_the_status_subresource(
 
 
 def test_the_mark_on_a_machine_without_status_makes_it(machine_status_schema):
-    machine = _machine("m1", "u1", node=None)
+    machine = capi_machine("m1", "u1", node=None)
     del machine["status"]
     kube = FakeKube([machine])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "", T1) == owners.DONE
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "", T1) == owners.DONE
     stored = _stored(kube, "m1")
     assert _remediated_by_owner(stored)
     assert "message" not in _v1beta1(stored)["HealthCheckSucceeded"], "v1beta1: an empty message is left out"
@@ -220,19 +196,19 @@ def test_the_mark_on_a_machine_without_status_makes_it(machine_status_schema):
 
 
 def test_marking_again_writes_nothing_and_keeps_the_transition_times():
-    kube = FakeKube([_machine("m1", "u1")])
-    owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T0)
+    kube = FakeKube([capi_machine("m1", "u1")])
+    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
     before = copy.deepcopy(_stored(kube, "m1")["status"])
     kube.calls.clear()
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1) == owners.DONE
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
     assert [c[0] for c in kube.calls] == ["get"]
     assert _stored(kube, "m1")["status"] == before
 
 
 def test_a_new_message_moves_v1beta1s_transition_time_and_not_v1beta2s():
-    kube = FakeKube([_machine("m1", "u1")])
-    owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T0)
-    owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced again", T1)
+    kube = FakeKube([capi_machine("m1", "u1")])
+    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
+    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced again", T1)
     machine = _stored(kube, "m1")
     assert _conditions(machine)[CAPI_HEALTH_CHECK_SUCCEEDED]["lastTransitionTime"] == T0
     assert _conditions(machine)[CAPI_HEALTH_CHECK_SUCCEEDED]["message"] == "fenced again"
@@ -247,8 +223,8 @@ def test_a_healthy_machine_turns_unhealthy_and_a_finished_remediation_is_asked_a
          "observedGeneration": 3, "lastTransitionTime": T0}],
         "deprecated": {"v1beta1": {"conditions": [
             {"type": "HealthCheckSucceeded", "status": "True", "lastTransitionTime": T0}]}}}
-    kube = FakeKube([_machine("m1", "u1", status=status)])
-    owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1)
+    kube = FakeKube([capi_machine("m1", "u1", status=status)])
+    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     machine = _stored(kube, "m1")
     assert {k: (c["status"], c["lastTransitionTime"]) for k, c in _conditions(machine).items()} == {
         CAPI_HEALTH_CHECK_SUCCEEDED: ("False", T1), CAPI_OWNER_REMEDIATED: ("False", T1)}
@@ -262,9 +238,9 @@ def test_a_remediation_in_progress_is_left_to_the_owner():
                    "message": "Machine is deleting", "observedGeneration": 3, "lastTransitionTime": T0}
     in_progress_v1beta1 = {"type": "OwnerRemediated", "status": "False", "severity": "Warning",
                            "reason": "RemediationInProgress", "lastTransitionTime": T0}
-    kube = FakeKube([_machine("m1", "u1", status={"conditions": [in_progress],
+    kube = FakeKube([capi_machine("m1", "u1", status={"conditions": [in_progress],
                                                   "deprecated": {"v1beta1": {"conditions": [in_progress_v1beta1]}}})])
-    owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1)
+    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     machine = _stored(kube, "m1")
     assert _conditions(machine)[CAPI_OWNER_REMEDIATED] == in_progress
     assert _v1beta1(machine)[CAPI_OWNER_REMEDIATED] == in_progress_v1beta1
@@ -272,18 +248,18 @@ def test_a_remediation_in_progress_is_left_to_the_owner():
 
 
 def test_a_machine_being_deleted_gets_no_owner_remediation():
-    kube = FakeKube([_machine("m1", "u1", deletionTimestamp=T0, finalizers=["machine.cluster.x-k8s.io"])])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1) == owners.DONE
+    kube = FakeKube([capi_machine("m1", "u1", deletionTimestamp=T0, finalizers=["machine.cluster.x-k8s.io"])])
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
     machine = _stored(kube, "m1")
     assert set(_conditions(machine)) == {CAPI_HEALTH_CHECK_SUCCEEDED} == set(_v1beta1(machine))
 
 
 def test_only_the_machine_of_the_uid_is_marked():
-    kube = FakeKube([_machine("m1", "u-new")])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u-old", "fenced", T1) == owners.GONE
+    kube = FakeKube([capi_machine("m1", "u-new")])
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u-old", "fenced", T1) == owners.GONE
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))
-    assert owners.mark_capi_remediation(kube, NS, "gone", "u1", "fenced", T1) == owners.GONE
-    assert owners.mark_capi_remediation(FakeKube(without_crds=("Machine",)), NS, "m1", "u1", "fenced", T1) \
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "gone", "u1", "fenced", T1) == owners.GONE
+    assert owners.mark_capi_remediation(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1", "u1", "fenced", T1) \
         == owners.GONE
 
 
@@ -293,11 +269,11 @@ def test_a_namesake_made_between_the_read_and_the_write_is_not_marked():
             read = super().get(res, name, namespace)
             if not getattr(self, "replaced", False):
                 self.replaced = True
-                self.add_object(_machine("m1", "u-new"))  # deleted and made again, resourceVersion and all
+                self.add_object(capi_machine("m1", "u-new"))  # deleted and made again, resourceVersion and all
             return read
 
-    kube = Replaced([_machine("m1", "u1")])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1) == owners.GONE
+    kube = Replaced([capi_machine("m1", "u1")])
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.GONE
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))
 
 
@@ -311,16 +287,16 @@ def test_a_status_written_meanwhile_is_read_again_and_kept():
                                                                     "value": "Provisioned"}], namespace)
             return read
 
-    kube = Racing([_machine("m1", "u1")])
-    assert owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1) == owners.DONE
+    kube = Racing([capi_machine("m1", "u1")])
+    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
     machine = _stored(kube, "m1")
     assert machine["status"]["phase"] == "Provisioned" and _remediated_by_owner(machine)
     assert [c[0] for c in kube.calls].count("get") == 2
 
 
 def test_a_mark_the_api_server_keeps_refusing_is_an_error():
-    kube = FakeKube([_machine("m1", "u1")])
+    kube = FakeKube([capi_machine("m1", "u1")])
     kube.refused.add(("json_patch", "Machine/status"))
     with pytest.raises(Exception, match="500|refused"):
-        owners.mark_capi_remediation(kube, NS, "m1", "u1", "fenced", T1)
+        owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))
