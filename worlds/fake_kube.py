@@ -3,7 +3,8 @@
 Used only in unit and moto tests and benchmarks; the real API server is exercised by
 tests/e2e. It keeps Nodes, Pods, VolumeAttachments, claims, FencingRequests
 and any other object as dicts, applies JSON patches with their ``test`` ops
-and merge patches, honours a delete's uid precondition, answers 404 like an
+(one of the status subresource writes status alone, and is recorded as
+``Kind/status``) and merge patches, honours a delete's uid precondition, answers 404 like an
 API server (a plain-text one for a resource type it does not serve), records
 every call and every Event report, and can be told to be unreachable.
 """
