@@ -65,10 +65,15 @@ class Wave:
 
     def replacement(self, owned: OwnedNode, status: str) -> dict:
         """The node's FencingRequest once its OwnerReplacement condition has ``status``."""
+        seen = {}
+
         def check():
-            request = self.request(owned)
+            seen["request"] = request = self.request(owned)
             return owners.condition(request, "OwnerReplacement").get("status") == status and request
-        return wait_for(check, f"{owned.node}'s OwnerReplacement={status}", timeout=DEADLINE, interval=0.5)
+        try:
+            return wait_for(check, f"{owned.node}'s OwnerReplacement={status}", timeout=DEADLINE, interval=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the request's status: {(seen['request'] or {}).get('status')}") from None
 
     def events(self, reason: str, owned: OwnedNode) -> list[dict]:
         """Events of ``reason`` about the node or its FencingRequest, in any namespace."""
