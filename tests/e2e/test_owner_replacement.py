@@ -56,24 +56,27 @@ class Wave:
     def request(self, owned: OwnedNode) -> dict | None:
         return self.api.get_or_none(f"{failover.REQUESTS}/fence-{owned.node}")
 
-    def recovered(self, owned: OwnedNode) -> dict:
-        """The node's FencingRequest once fencing powered the instance off and recovered."""
-        def check():
-            request = self.request(owned)
-            return owners.condition(request, "Recovered").get("status") == "True" and request
-        return wait_for(check, f"{owned.node} fenced and recovered", timeout=DEADLINE, interval=0.5)
-
-    def replacement(self, owned: OwnedNode, status: str) -> dict:
-        """The node's FencingRequest once its OwnerReplacement condition has ``status``."""
+    def _until(self, owned: OwnedNode, ctype: str, statuses: tuple[str, ...]) -> dict:
+        """The node's FencingRequest once its ``ctype`` condition has one of ``statuses``; a timeout says what
+        the request's status was."""
         seen = {}
 
         def check():
             seen["request"] = request = self.request(owned)
-            return owners.condition(request, "OwnerReplacement").get("status") == status and request
+            return owners.condition(request, ctype).get("status") in statuses and request
         try:
-            return wait_for(check, f"{owned.node}'s OwnerReplacement={status}", timeout=DEADLINE, interval=0.5)
+            return wait_for(check, f"{owned.node}'s {ctype} {'|'.join(statuses)}", timeout=DEADLINE, interval=0.5)
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the request's status: {(seen['request'] or {}).get('status')}") from None
+
+    def recovered(self, owned: OwnedNode) -> dict:
+        """Once fencing powered the instance off and recovered."""
+        return self._until(owned, "Recovered", ("True",))
+
+    def replacement(self, owned: OwnedNode) -> tuple[dict, dict]:
+        """Once the replacement was decided: (the FencingRequest, its OwnerReplacement condition)."""
+        request = self._until(owned, "OwnerReplacement", ("True", "False"))
+        return request, owners.condition(request, "OwnerReplacement")
 
     def events(self, reason: str, owned: OwnedNode) -> list[dict]:
         """Events of ``reason`` about the node or its FencingRequest, in any namespace."""
@@ -164,8 +167,8 @@ def test_a_nodeclaims_node_is_replaced_by_deleting_the_nodeclaim(wave, cloud):
     owned = wave.one("nodeclaim")
     wave.recovered(owned)
     assert owners.instance_state(cloud, owned.instance_id) == "stopped"
-    request = wave.replacement(owned, "True")
-    assert owners.condition(request, "OwnerReplacement")["reason"] == "NodeClaimDeleted"
+    request, decided = wave.replacement(owned)
+    assert (decided["status"], decided["reason"]) == ("True", "NodeClaimDeleted"), decided
     replacement = request["status"]["replacement"]
     assert replacement["owner"]["kind"] == "NodeClaim" and replacement["owner"]["name"] == owned.owner
     assert replacement["owner"]["uid"] == owned.uid and replacement.get("requestedTime")
@@ -179,8 +182,8 @@ def test_a_nodeclaims_node_is_replaced_by_deleting_the_nodeclaim(wave, cloud):
 def test_an_auto_scaling_groups_instance_is_marked_unhealthy(wave, cloud):
     owned = wave.one("asg")
     wave.recovered(owned)
-    request = wave.replacement(owned, "True")
-    assert owners.condition(request, "OwnerReplacement")["reason"] == "InstanceMarkedUnhealthy"
+    request, decided = wave.replacement(owned)
+    assert (decided["status"], decided["reason"]) == ("True", "InstanceMarkedUnhealthy"), decided
     owner = request["status"]["replacement"]["owner"]
     assert (owner["kind"], owner["name"]) == ("AutoScalingGroup", owned.owner)
     assert owners.group_health(cloud, owned.owner) == {owned.instance_id: "Unhealthy"}
@@ -190,8 +193,8 @@ def test_an_auto_scaling_groups_instance_is_marked_unhealthy(wave, cloud):
 def test_a_cluster_api_machine_carries_the_remediation_conditions(wave, cloud):
     owned = wave.one("capi")
     wave.recovered(owned)
-    request = wave.replacement(owned, "True")
-    assert owners.condition(request, "OwnerReplacement")["reason"] == "RemediationRequested"
+    request, decided = wave.replacement(owned)
+    assert (decided["status"], decided["reason"]) == ("True", "RemediationRequested"), decided
     owner = request["status"]["replacement"]["owner"]
     assert (owner["kind"], owner["name"], owner["namespace"]) == ("ClusterAPIMachine", owned.owner, owned.namespace)
     machine = owners.capi_machine(wave.api, owned.namespace, owned.owner)
@@ -208,8 +211,8 @@ def test_a_cluster_api_machine_carries_the_remediation_conditions(wave, cloud):
 def test_an_unattributed_node_stays_powered_off_with_an_event(wave, cloud):
     owned = wave.one("unattributed")
     wave.recovered(owned)
-    request = wave.replacement(owned, "False")
-    assert owners.condition(request, "OwnerReplacement")["reason"] == "Unattributed"
+    _, decided = wave.replacement(owned)
+    assert (decided["status"], decided["reason"]) == ("False", "Unattributed"), decided
     assert owners.instance_state(cloud, owned.instance_id) == "stopped"
     assert wave.events("NodeUnattributed", owned)
 
@@ -219,8 +222,8 @@ def test_a_group_with_too_many_unhealthy_members_is_held(wave, cloud):
     group = wave.nodes["held"]
     for owned in group:
         wave.recovered(owned)
-        request = wave.replacement(owned, "False")
-        assert owners.condition(request, "OwnerReplacement")["reason"] == "GroupUnhealthy"
+        request, decided = wave.replacement(owned)
+        assert (decided["status"], decided["reason"]) == ("False", "GroupUnhealthy"), request["status"]
         assert request["status"]["replacement"].get("heldReason")
     assert set(owners.group_health(cloud, group[0].owner).values()) == {"Healthy"}
     assert wave.events("OwnerReplacementHeld", group[0]) or wave.events("OwnerReplacementHeld", group[1])
