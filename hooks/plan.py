@@ -161,7 +161,39 @@ class ClusterInstance:
     region: str | None = None
 
 
-Precondition = PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance
+@dataclass(frozen=True)
+class NodeClaimOf:
+    """The Karpenter NodeClaim of this uid exists and still names this Node: its status.providerID and
+    status.nodeName, read right now."""
+
+    name: str
+    uid: str
+    provider_id: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class CapiMachineOf:
+    """The Cluster API Machine of this uid exists and its status.nodeRef still names this Node, read right
+    now."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """DescribeAutoScalingInstances names this group for the instance right now."""
+
+    instance_id: str
+    group: str
+    region: str | None = None
+
+
+Precondition = PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance | NodeClaimOf | CapiMachineOf | \
+    GroupMember
 
 
 @dataclass(frozen=True)
