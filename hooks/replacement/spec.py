@@ -11,7 +11,7 @@ from hooks.contract import RequestError
 DEFAULT_REBOOT_TIMEOUT = 300.0
 DEFAULT_MAX_UNHEALTHY = "40%"
 DEFAULT_MAX_REPLACING = 1
-MAX_MEMBERS = 1_000_000
+MAX_MEMBERS = 9_999_999  # the CRD allows 7 digits
 MAX_REBOOT_TIMEOUT = 86400.0
 _PERCENT = re.compile(r"^([0-9]{1,3})%$")
 
@@ -23,6 +23,7 @@ class ReplacementSpec:
     reboot_timeout: float = DEFAULT_REBOOT_TIMEOUT
     max_unhealthy: int | str = DEFAULT_MAX_UNHEALTHY
     max_replacing: int | str = DEFAULT_MAX_REPLACING
+    declared: bool = True  # False: the object has no spec.replacement (``mode`` is then the caller's default)
 
     @property
     def enabled(self) -> bool:
@@ -85,7 +86,7 @@ def parse(obj: dict, where: str = "parent", absent: str = owner_names.REPLACE_OW
     """
     spec = fields.mapping(obj, "spec", where=where)
     if spec.get("replacement") is None:
-        return ReplacementSpec(mode=absent)
+        return ReplacementSpec(mode=absent, declared=False)
     path = f"{where}.spec.replacement"
     section = fields.mapping(obj, "spec", "replacement", where=where)
     return ReplacementSpec(

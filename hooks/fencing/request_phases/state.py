@@ -29,7 +29,7 @@ def recorded(status: dict, section: str) -> dict:
 def own_status(parent: dict) -> dict:
     """A working copy of the status; a field of ours with the wrong type is dropped, never trusted."""
     status = copy.deepcopy(fields.mapping(parent, "status"))
-    for key in ("providerStatus", "recovery"):
+    for key in ("providerStatus", "recovery", "replacement"):
         if key in status and not isinstance(status[key], dict):
             del status[key]
     if "conditions" in status and not isinstance(status["conditions"], list):
@@ -51,7 +51,8 @@ def observed_generation(request: HookRequest) -> int:
 # not parse restarts from now: a deadline must still fire, never wait forever.
 _DEADLINE_STAMPS = ((None, ("startTime", "completionTime")),
                     ("providerStatus", ("lastStopTime", "lastStartTime")),
-                    ("recovery", ("startTime", "completionTime", "nodeReadyAgainTime")))
+                    ("recovery", ("startTime", "completionTime", "nodeReadyAgainTime")),
+                    ("replacement", ("startTime", "requestedTime")))
 
 
 def restamp(status: dict, now: dt.datetime) -> None:
@@ -101,6 +102,10 @@ class Step:
     @property
     def recovery(self) -> dict:
         return self.status.setdefault("recovery", {})
+
+    @property
+    def replacement(self) -> dict:
+        return self.status.setdefault("replacement", {})
 
     def stamp(self) -> str:
         return timefmt.fmt(self.now)
