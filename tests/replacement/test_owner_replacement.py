@@ -456,3 +456,10 @@ def test_a_refused_standby_means_no_reboot_and_the_group_replaces():
     observed = observed_with({"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])})
     result = decide(reboot_request(node, refused), observed)
     assert "asg.set-unhealthy" in kinds(result) and "aws.start" not in kinds(result)
+
+
+def test_an_unreadable_proof_waits_with_reason_error():
+    node = dead_node(labels=KARPENTER)
+    result = decide(request_of(node, recovered_status()), observed_with({"nodeClaimsError": "503 Service Unavailable"}))
+    assert condition(result)["reason"] == "Error" and "503" in replacement_of(result)["lastError"]
+    assert result["actions"] == [] and "outcome" not in replacement_of(result)

@@ -142,7 +142,9 @@ def replace(step: Step) -> None:
 
 
 def _wait(step: Step, why: str) -> None:
+    """What the replacement needs cannot be read now: said (reason Error) and read again, within the timeout."""
     _rec(step)["lastError"] = str(why)[:1000]
+    step.condition(owner_names.OWNER_REPLACEMENT, "False", owner_names.ERROR, _rec(step)["lastError"])
     step.resync(backoff(step.settings, 1))
 
 
