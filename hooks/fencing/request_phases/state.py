@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 
-from hooks import conditions, events, fencing_names, fields, timefmt
+from hooks import conditions, events, fencing_names, fields, owner_names, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, composite_response
 from hooks.fencing import request_rules
@@ -145,7 +145,9 @@ class Step:
     def succeed(self) -> None:
         self.phase = fencing_names.SUCCEEDED
         self.status["completionTime"] = self.stamp()
-        what = "powered off, recovered" + (" and powered on again" if self.spec.action == fencing_names.ACTION_REBOOT else "")
+        rebooted = self.spec.action == fencing_names.ACTION_REBOOT and \
+            recorded(self.status, "replacement").get("standby") != owner_names.STANDBY_REFUSED
+        what = "powered off, recovered" + (" and powered on again" if rebooted else "")
         self.condition(fencing_names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
         self.event("FencingComplete", f"Node {self.spec.node_name} {what}")
 
