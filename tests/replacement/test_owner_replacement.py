@@ -463,3 +463,13 @@ def test_an_unreadable_proof_waits_with_reason_error():
     result = decide(request_of(node, recovered_status()), observed_with({"nodeClaimsError": "503 Service Unavailable"}))
     assert condition(result)["reason"] == "Error" and "503" in replacement_of(result)["lastError"]
     assert result["actions"] == [] and "outcome" not in replacement_of(result)
+
+
+def test_an_enter_standby_failing_until_the_queue_timeout_fails_the_request():
+    node = mf.node(conditions=[mf.ready("Unknown", 2000)], taints=[mf.TRIAGED_TAINT, mf.REQUIRED_TAINT])
+    status = mf.fr_status("Pending", started=1801, replacement={"standbyGroup": "workers-asg",
+                                                                "lastError": "asg.enter-standby i-0: Throttling: x"})
+    fr = mf.fencing_request(status=status, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    result = decide(mf.fr_request(fr, node), {**mf.ec2("running"), "olderRequests": [], "asgInstance": asg_member()})
+    assert result["response"]["status"]["phase"] == "Failed"
+    assert result["response"]["status"]["errorReason"] == "StandbyFailed" and result["actions"] == []

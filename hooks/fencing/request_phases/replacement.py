@@ -352,8 +352,14 @@ def standby_before_stop(step: Step) -> bool:
         return True  # in Standby already, by someone else: left as it is
     if not (ownership.ours(step) and authority.may_fence(step)):
         return False
+    rec = _rec(step)
+    waited = timefmt.seconds_since(step.status.get("startTime"), step.now) or 0.0
+    if rec.get("lastError") and waited >= step.settings.fencing_queue_timeout_seconds:
+        step.fail("StandbyFailed", f"instance {instance} could not enter Standby in Auto Scaling group "
+                                   f"{found['group']} for {waited:.0f}s: {rec['lastError']}")
+        return False
     group, region = found["group"], step.provider.get("region") or None
-    _rec(step)["standbyGroup"] = group
+    rec["standbyGroup"] = group
     step.actions.append(Action(
         "asg.enter-standby", instance, {"group": group, "region": region},
         requires=(GroupMember(instance, group, region), *ownership.proof(step)),
