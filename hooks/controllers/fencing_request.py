@@ -159,6 +159,7 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
 
 
 def _instance_of(node: dict, provider: dict) -> tuple[str, str | None]:
+    """The instance this request fences once known, else the node's (ProviderIDError when it names none)."""
     known = provider.get("instanceID")
     if isinstance(known, str) and known:
         return known, provider.get("region") or None
@@ -258,12 +259,7 @@ def _look_up_node(ctx: runtime.Context, name: str, observed: dict) -> None:
 def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed: dict) -> None:
     """The instance's power state and tags now: the one this request fences once known, else the node's."""
     try:
-        known = provider.get("instanceID")
-        if isinstance(known, str) and known:
-            instance, region = known, provider.get("region") or None
-        else:
-            pid = providerid.parse((node.get("spec") or {}).get("providerID"))
-            instance, region = pid.instance_id, pid.region
+        instance, region = _instance_of(node, provider)
         observed["instance"] = ec2_power.describe(ctx.aws.client("ec2", region), instance)
     except providerid.ProviderIDError:
         pass  # decide fails the request with the reason
