@@ -473,3 +473,12 @@ def test_an_enter_standby_failing_until_the_queue_timeout_fails_the_request():
     result = decide(mf.fr_request(fr, node), {**mf.ec2("running"), "olderRequests": [], "asgInstance": asg_member()})
     assert result["response"]["status"]["phase"] == "Failed"
     assert result["response"]["status"]["errorReason"] == "StandbyFailed" and result["actions"] == []
+
+
+def test_a_request_failing_before_recovery_leaves_the_standby_it_entered():
+    node = dead_node()
+    status = mf.fr_status("Failed", errorReason="PowerOffFailed", errorMessage="x", completionTime=mf.at(10),
+                          providerStatus=mf.provider(stopAttempts=5),
+                          replacement={"standby": "Entered", "standbyGroup": "workers-asg"})
+    result = decide(reboot_request(node, status), {})
+    assert kinds(result) == ["asg.exit-standby"] and condition(result) is None

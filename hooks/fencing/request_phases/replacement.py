@@ -45,12 +45,12 @@ def _rec(step: Step) -> dict:
 def due(status: dict, spec) -> bool:
     """Recovered, and the request finished (a Reboot powered on again, or failing to); what the replacement
     still has to do is not final yet."""
-    if not spec.replacement.declared or not conditions.is_true(status, fencing_names.RECOVERED) or \
-            status.get("phase") not in fencing_names.FINISHED_PHASES:
-        return False
     rec = recorded(status, "replacement")
-    if rec.get("standby") == owner_names.STANDBY_ENTERED:
-        return True  # a Standby entered is left whatever else happens
+    finished = status.get("phase") in fencing_names.FINISHED_PHASES
+    if finished and rec.get("standby") == owner_names.STANDBY_ENTERED:
+        return True  # a Standby entered is left whatever else happened
+    if not spec.replacement.declared or not conditions.is_true(status, fencing_names.RECOVERED) or not finished:
+        return False
     if spec.replacement.mode == owner_names.REPLACE_NONE and spec.action != fencing_names.ACTION_REBOOT:
         return not conditions.find(status, owner_names.OWNER_REPLACEMENT)
     cond = conditions.find(status, owner_names.OWNER_REPLACEMENT) or {}
@@ -106,6 +106,9 @@ def replace(step: Step) -> None:
     if not due(step.status, step.spec):
         return
     rec = _rec(step)
+    if rec.get("standby") == owner_names.STANDBY_ENTERED and \
+            not conditions.is_true(step.status, fencing_names.RECOVERED):
+        return _exit_standby(step, f"fencing failed: {step.status.get('errorReason') or 'Failed'}")
     if rec.get("outcome"):
         return _conclude(step, rec["outcome"], rec.get("message") or "")
     if step.spec.action == fencing_names.ACTION_REBOOT and rec.get("standby") != owner_names.STANDBY_REFUSED:
