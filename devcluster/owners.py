@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from . import failover, fleet, manifests
-from .api import AdminApi, ApiError
+from .api import AdminApi, ApiError, wait_for
 from .cluster import CLUSTER_NAME, Cluster
 
 OWNER_CRDS = (manifests.KARPENTER_CRDS, manifests.CAPI_CRDS)
@@ -83,12 +83,19 @@ def remove_crds(cluster: Cluster) -> None:
     """The CRDs :func:`install_crds` made, and every object of theirs, gone when this returns. Objects still
     held by Karpenter's finalizer are let go first: no Karpenter runs to take it off."""
     api = AdminApi(cluster.kubeconfig)
-    try:
-        for claim in api.get(NODECLAIMS)["items"]:
-            release_nodeclaim(api, claim["metadata"]["name"])
-    except ApiError as exc:
-        if exc.status != 404:  # the CRD is not there
+
+    def listed() -> tuple[list[dict]] | None:
+        try:
+            return (api.get(NODECLAIMS)["items"],)
+        except ApiError as exc:
+            if exc.status == 404:  # the CRD is not there
+                return ([],)
+            if exc.status == 429:  # "storage is (re)initializing": a CRD just made, not yet read from
+                return None
             raise
+    (claims,) = wait_for(listed, "the NodeClaims listed", timeout=30, interval=0.5)
+    for claim in claims:
+        release_nodeclaim(api, claim["metadata"]["name"])
     names = [f"crd/{name}" for crds in OWNER_CRDS for name in crds.files]
     cluster.kubectl("delete", "--ignore-not-found", "--wait=true", "--timeout=60s", *names)
 
