@@ -29,9 +29,12 @@ from hooks.machines.signals import CONSOLIDATION
 from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, MACHINES_LAUNCHED,
                            PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
                            REPLACEMENT_SECONDS, STORM_GUARD, record_action)
-from hooks.plan import (PRECONDITION, Action, ClusterInstance, Gate, InstanceOf, Orphaned, Outcome, PoweredOff,
-                        SameObject, error_text)
+from hooks.plan import (PRECONDITION, Action, ClusterInstance, Collectable, Gate, InstanceOf, Orphaned, Outcome,
+                        PoweredOff, SameObject, error_text)
 from hooks.recent import Recent
+from hooks.teardown.plan import verdict
+from hooks.teardown.scope import COLLECT, Scope
+from hooks.teardown.tasks import KIND_TASK
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +232,24 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         return _orphaned(ctx, requirement)
     if isinstance(requirement, ClusterInstance):
         return _cluster_instance(ctx, requirement)
+    if isinstance(requirement, Collectable):
+        return _collectable(ctx, requirement)
     return f"unknown precondition {requirement!r}"
+
+
+def _collectable(ctx: runtime.Context, requirement: Collectable) -> str:
+    """cluster-gc's verdict on the resource as EC2 has it now: still ours, and free to delete."""
+    kind, ident = requirement.kind, requirement.resource_id
+    try:
+        found = gc.read_one(ctx.aws, kind, requirement.region, ident)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"{kind} {ident} not confirmed: {error_text(exc)}"
+    if found is None:
+        return ""  # EC2 no longer knows it: its delete finds it gone
+    scope = Scope(COLLECT, "", requirement.cluster_name, requirement.region, (KIND_TASK[kind],),
+                  requirement.include_lb_controller)
+    reason = verdict(scope, found, ctx.now()).keep
+    return f"{kind} {ident} is kept now: {reason}" if reason else ""
 
 
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:
