@@ -220,11 +220,8 @@ def _listed(aws, query: Query) -> list[dict]:
         if kind not in kinds:
             continue
         client = aws.client("ec2", region)
-        if query.every_tag:  # one call: any of the keys, values checked by ``wanted``
-            found = ec2.with_tag_keys(client, kind, [key for key, _ in query.tag_filters({kind})])
-        else:
-            found = {}
-            for key, value in query.tag_filters({kind}):
-                found.update(ec2.tagged(client, kind, key, value))
+        found: dict[str, dict] = {}
+        for key, value in query.tag_filters({kind}):
+            found.update(ec2.tagged(client, kind, key, value))
         resources += [_record(kind, i, "", f["tags"], f["state"]) for i, f in found.items() if wanted(f["tags"])]
     return resources

@@ -72,11 +72,6 @@ def tagged(ec2, kind: str, key: str, value: str | None = None) -> dict[str, dict
     return _described(ec2, kind, [{"Name": f"tag:{key}", "Values": [value]}])
 
 
-def with_tag_keys(ec2, kind: str, keys: list[str]) -> dict[str, dict]:
-    """The kind's resources carrying any of the tag ``keys``, whatever the values."""
-    return _described(ec2, kind, [{"Name": "tag-key", "Values": sorted(set(keys))}])
-
-
 def by_id(ec2, kind: str, ids: list[str]) -> dict[str, dict]:
     """The ones of ``ids`` that still exist (a filter, unlike the ids parameter, ignores missing ones)."""
     found: dict[str, dict] = {}
