@@ -18,10 +18,9 @@ import argparse
 import os
 import sys
 
-import httpx2 as httpx
 from lightkube.generic_resource import create_namespaced_resource
 
-from hooks.kube.client import Kube, KubeUnavailable, is_not_found
+from hooks.kube.client import Kube, KubeUnavailable, is_missing
 from hooks.plan import error_text
 from hooks.teardown_names import CLUSTER_NAME_LABEL, GC_ANNOTATION, TASKS_ANNOTATION
 from hooks.teardown.tasks import TASK_ORDER
@@ -45,21 +44,13 @@ def _as_dict(obj) -> dict:
     return obj if isinstance(obj, dict) else obj.to_dict()
 
 
-def _missing(exc: Exception) -> bool:
-    """No such object, or no such resource type: an API server without the CRD
-    answers a plain-text 404, which lightkube raises as an HTTP error, not an ApiError."""
-    if is_not_found(exc):
-        return True
-    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 404
-
-
 def _get_or_none(kube, res, name: str, namespace: str):
     try:
         return _as_dict(kube.get(res, name, namespace=namespace))
     except KubeUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - lightkube's ApiError or httpx's HTTPStatusError
-        if _missing(exc):
+        if is_missing(exc):
             return None
         raise
 
@@ -90,7 +81,7 @@ def find_target(kube, cluster_name: str, namespace: str) -> tuple[type, str, str
         except KubeUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001
-            if _missing(exc):
+            if is_missing(exc):
                 continue
             raise
         names = sorted(_as_dict(o)["metadata"]["name"] for o in labelled)

@@ -162,6 +162,40 @@ class ClusterInstance:
 
 
 @dataclass(frozen=True)
+class NodeClaimOf:
+    """The Karpenter NodeClaim of this uid still claims the node: its ``status.providerID`` and
+    ``status.nodeName`` are the Node's, as the API server says right now. One no longer there holds (its
+    delete answers that it is gone); another under its name does not."""
+
+    name: str
+    uid: str
+    provider_id: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class CapiMachineOf:
+    """The Cluster API Machine of this uid still holds the node: its ``status.nodeRef.name`` is the Node's, as
+    the API server says right now. One no longer there holds (its mark answers that it is gone); another under
+    its name does not."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """The instance is in this Auto Scaling group, as DescribeAutoScalingInstances says right now. One no group
+    holds any more holds (the step answers that it is gone); one in another group does not."""
+
+    instance_id: str
+    group: str
+    region: str | None = None
+
+
+@dataclass(frozen=True)
 class Collectable:
     """cluster-gc's resource, read again from AWS right before its delete, is still one cluster-gc deletes now:
     its tags still say a controller of the cluster made it (an instance its Machine's, an ENI the VPC CNI's),
@@ -175,7 +209,8 @@ class Collectable:
     include_lb_controller: bool = False
 
 
-Precondition = PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance | Collectable
+Precondition = (PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance | NodeClaimOf | CapiMachineOf
+                | GroupMember | Collectable)
 
 
 @dataclass(frozen=True)
