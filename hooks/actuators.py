@@ -24,7 +24,7 @@ from hooks.aws import autoscaling, ec2_power, elb, gc, instances, sqs_messages
 from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
-from hooks.kube import (fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, owners, pods,
+from hooks.kube import (fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, owner_api, pods,
                         taints)
 from hooks.machines.signals import CONSOLIDATION
 from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, MACHINES_LAUNCHED,
@@ -169,8 +169,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     # A fenced node's owner asked to replace it: Karpenter (its NodeClaim deleted), Cluster API (its Machine
     # marked for the owner's remediation), EC2 Auto Scaling (the instance Unhealthy, or in and out of Standby
     # around a reboot).
-    "kube.delete-nodeclaim": lambda ctx, a: owners.delete_nodeclaim(ctx.kube, a.target, a.params["uid"]),
-    "kube.remediate-capi-machine": lambda ctx, a: owners.mark_capi_remediation(
+    "kube.delete-nodeclaim": lambda ctx, a: owner_api.delete_nodeclaim(ctx.kube, a.target, a.params["uid"]),
+    "kube.remediate-capi-machine": lambda ctx, a: owner_api.mark_capi_remediation(
         ctx.kube, *_namespaced(a.target), a.params["uid"], a.params["message"], timefmt.fmt(ctx.now())),
     "asg.set-unhealthy": lambda ctx, a: autoscaling.set_unhealthy(
         ctx.aws.client("autoscaling", a.params.get("region") or None), a.target),
@@ -291,7 +291,7 @@ def _nodeclaim_of(ctx: runtime.Context, requirement: NodeClaimOf) -> str:
 def _capi_machine_of(ctx: runtime.Context, requirement: CapiMachineOf) -> str:
     where = f"{requirement.namespace}/{requirement.name}"
     try:
-        machine = owners.capi_machine(ctx.kube, requirement.namespace, requirement.name)
+        machine = owner_api.capi_machine(ctx.kube, requirement.namespace, requirement.name)
     except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
         return f"Cluster API Machine {where} not read: {error_text(exc)}"
     if machine is None:
