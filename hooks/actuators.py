@@ -31,9 +31,12 @@ from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS
                            OWNER_REPLACEMENTS, PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
                            REPLACEMENT_SECONDS, STORM_GUARD, record_action)
 from hooks.owner_names import NODECLAIM_KIND
-from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Gate, GroupMember, InstanceOf,
-                        NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
+from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Collectable, Gate, GroupMember,
+                        InstanceOf, NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
 from hooks.recent import Recent
+from hooks.teardown.plan import verdict
+from hooks.teardown.scope import COLLECT, Scope
+from hooks.teardown.tasks import KIND_TASK
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +265,8 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         return _capi_machine_of(ctx, requirement)
     if isinstance(requirement, GroupMember):
         return _group_member(ctx, requirement)
+    if isinstance(requirement, Collectable):
+        return _collectable(ctx, requirement)
     return f"unknown precondition {requirement!r}"
 
 
@@ -310,6 +315,21 @@ def _group_member(ctx: runtime.Context, requirement: GroupMember) -> str:
     if found is not None and found["group"] != requirement.group:
         return f"instance {requirement.instance_id} is in Auto Scaling group {found['group']}, not {requirement.group}"
     return ""  # in the group, or in none any more: the step answers that it is gone
+
+
+def _collectable(ctx: runtime.Context, requirement: Collectable) -> str:
+    """cluster-gc's verdict on the resource as EC2 has it now: still ours, and free to delete."""
+    kind, ident = requirement.kind, requirement.resource_id
+    try:
+        found = gc.read_one(ctx.aws, kind, requirement.region, ident)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"{kind} {ident} not confirmed: {error_text(exc)}"
+    if found is None:
+        return ""  # EC2 no longer knows it: its delete finds it gone
+    scope = Scope(COLLECT, "", requirement.cluster_name, requirement.region, (KIND_TASK[kind],),
+                  requirement.include_lb_controller)
+    reason = verdict(scope, found, ctx.now()).keep
+    return f"{kind} {ident} is kept now: {reason}" if reason else ""
 
 
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:
