@@ -258,7 +258,7 @@ def _tasks_origin(inputs: PlanInputs) -> str:
     if inputs.tasks_from == FROM_ANNOTATION:
         return f"from {TASKS_ANNOTATION} on {inputs.cluster_object}"
     where = f"no tasks annotation on {inputs.cluster_object}" if inputs.cluster_object else "no cluster object read"
-    return f"CAPA's default and ours ({where})"
+    return f"default tasks: {where}"
 
 
 def plan_document(inputs: PlanInputs, gc_plan) -> dict:

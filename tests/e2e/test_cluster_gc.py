@@ -9,15 +9,19 @@ only Metacontroller's finalizer holds the objects.
 """
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
+from devcluster import fleet
 from devcluster.api import ApiError, wait_for
 from devcluster.layout import REPO
 from devcluster.manifests import CAPA_CRD_FILES
+from hooks.teardown_names import KEEP_CAPA, KEEP_NOT_OWNED
 from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.e2e
@@ -213,3 +217,106 @@ def test_an_unreadable_opt_out_value_blocks_deletion_until_fixed(capa, api, clou
     except ApiError as exc:  # already gone: nothing to fix
         assert exc.status == 404
     wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be gone", timeout=30, interval=0.2)
+
+
+# ------------------------------------------------- plan, collection, audit
+
+ALL_TASKS = "instance,load-balancer,target-group,network-interface,elastic-ip,security-group,volume"
+
+
+def _nodewarden(cluster, *args: str) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: the stack's kubeconfig, moto as the AWS endpoint."""
+    return subprocess.run(
+        [sys.executable, "-m", "hooks.cli", "gc", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={**os.environ, **cluster.aws_env(), "KUBECONFIG": str(cluster.kubeconfig)},
+    )
+
+
+def _ec2_tags(resource_type: str, tags: dict) -> list[dict]:
+    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+
+
+def test_plan_then_collection_leaves_nothing_but_what_the_plan_keeps(capa, api, cluster, cloud, cloud_client,
+                                                                     namespace, tmp_path):
+    """One resource of each kind the cluster's controllers make, and three that are not cluster-gc's to delete.
+
+    ``gc plan`` says what goes, in order, and what stays and why; after the
+    AWSCluster is finalized, ``gc audit`` (tagging API and describe calls)
+    finds nothing tagged for the cluster but what the plan kept.
+    """
+    name = f"{namespace}-zero"
+    owned = {f"kubernetes.io/cluster/{name}": "owned"}
+    net = w.network(cloud.ec2)
+    # The cloud controller's ELBv2 and classic load balancers, target group and security group;
+    # a CSI volume (the volume task is on below).
+    made = w.build_cluster(cloud_client, net, _prefix(namespace, "z"), w.cluster_tags(name), load_balancers=1,
+                           classic_elbs=1, target_groups=1, security_groups=1, volumes=1,
+                           volume_tags=w.cluster_tags(name, service=None) + [{"Key": "CSIVolumeName",
+                                                                              "Value": "pvc-data"}])
+    ec2 = cloud.ec2
+    instance = ec2.run_instances(
+        ImageId=fleet.IMAGE_ID, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=net.subnets[0],
+        TagSpecifications=_ec2_tags("instance", {**owned, "nodewarden.io/nodepool": "general",
+                                                 "nodewarden.io/machine": "general-x1",
+                                                 "nodewarden.io/machine-uid": "0b3c"}),
+    )["Instances"][0]["InstanceId"]
+    # The VPC CNI's ENI, left available by a node that went.
+    eni = ec2.create_network_interface(SubnetId=net.subnets[0], TagSpecifications=_ec2_tags(
+        "network-interface", {"cluster.k8s.amazonaws.com/name": name,
+                              "node.k8s.amazonaws.com/instance_id": "i-0gone"}))["NetworkInterface"]
+    eip = ec2.allocate_address(Domain="vpc", TagSpecifications=_ec2_tags("elastic-ip", owned))["AllocationId"]
+    # Not cluster-gc's: CAPA's own security group, one tagged shared, and another cluster's.
+    capa_sg = ec2.create_security_group(
+        GroupName=f"{name}-capa", Description="CAPA's", VpcId=net.vpc, TagSpecifications=_ec2_tags(
+            "security-group", {**owned, f"sigs.k8s.io/cluster-api-provider-aws/cluster/{name}": "owned"}))["GroupId"]
+    shared_sg = ec2.create_security_group(
+        GroupName=f"{name}-shared", Description="shared", VpcId=net.vpc, TagSpecifications=_ec2_tags(
+            "security-group", {f"kubernetes.io/cluster/{name}": "shared"}))["GroupId"]
+    other_sg = ec2.create_security_group(
+        GroupName=f"{name}-other", Description="another cluster's", VpcId=net.vpc, TagSpecifications=_ec2_tags(
+            "security-group", {f"kubernetes.io/cluster/{name}-other": "owned"}))["GroupId"]
+
+    api.create(aws_clusters(namespace), aws_cluster_manifest("infra-zero", name, {TASKS: ALL_TASKS}))
+    path = f"{aws_clusters(namespace)}/infra-zero"
+    wait_for(lambda: FINALIZER in (api.get(path)["metadata"].get("finalizers") or []), "the finalizer", timeout=30)
+
+    # The plan: read from the AWSCluster (its tasks annotation, region), changing nothing.
+    planned = _nodewarden(cluster, "plan", name, "--namespace", namespace, "--output", "json")
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["tasksFrom"] == "annotation" and plan["clusterObject"] == f"AWSCluster {namespace}/infra-zero"
+    assert plan["region"] == w.REGION and ",".join(plan["tasks"]) == ALL_TASKS
+    assert [(r["kind"], r["id"]) for r in plan["delete"]] == [
+        ("instance", instance),
+        ("classic-load-balancer", made.classic_elbs[0]),
+        ("elbv2-load-balancer", made.load_balancers[0]),
+        ("target-group", made.target_groups[0]),
+        ("network-interface", eni["NetworkInterfaceId"]),
+        ("elastic-ip", eip),
+        ("security-group", made.security_groups[0]),
+        ("volume", made.volumes[0]),
+    ]
+    assert {r["id"]: r["reason"] for r in plan["keep"]} == {capa_sg: KEEP_CAPA, shared_sg: KEEP_NOT_OWNED}
+    text = _nodewarden(cluster, "plan", name, "--namespace", namespace)
+    assert text.returncode == 0 and f"from {TASKS} on AWSCluster {namespace}/infra-zero" in text.stdout
+    assert w.existing(cloud_client, made) == made  # the plan deleted nothing
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(planned.stdout)
+
+    started = time.monotonic()
+    api.delete(path)
+    wait_for(lambda: api.get_or_none(path) is None, "the AWSCluster to be finalized", timeout=60, interval=0.2)
+    seconds = time.monotonic() - started
+
+    audited = _nodewarden(cluster, "audit", name, "--expect-kept", str(plan_file), "--output", "json")
+    report = json.loads(audited.stdout)
+    assert audited.returncode == 0, (report["leftovers"], audited.stderr)
+    assert report["leftovers"] == [] and report["clean"] is True
+    assert {r["id"]: r["reason"] for r in report["kept"]} == {capa_sg: KEEP_CAPA, shared_sg: KEEP_NOT_OWNED}
+    # moto, like AWS for a while, still lists the terminated instance in the tagging API: gone, not a leftover.
+    assert {r["id"] for r in report["goneButListedByTaggingApi"]} <= {instance}
+    assert {g["GroupId"] for g in ec2.describe_security_groups(GroupIds=[other_sg])["SecurityGroups"]} == {other_sg}
+    kinds = {r["kind"] for r in plan["delete"]}
+    print(f"\ncluster-gc zero orphans: {len(plan['delete'])} resources of {len(kinds)} kinds deleted, "
+          f"{len(plan['keep'])} kept as planned; deletion to finalized {seconds:.1f} s; "
+          f"audit: {len(report['leftovers'])} leftovers")
