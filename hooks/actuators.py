@@ -20,17 +20,19 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from hooks import machine_names, runtime, timefmt
-from hooks.aws import ec2_power, elb, gc, instances, sqs_messages
+from hooks.aws import autoscaling, ec2_power, elb, gc, instances, sqs_messages
 from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
-from hooks.kube import fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, pods, taints
+from hooks.kube import (fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, owners, pods,
+                        taints)
 from hooks.machines.signals import CONSOLIDATION
 from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, MACHINES_LAUNCHED,
-                           PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
+                           OWNER_REPLACEMENTS, PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
                            REPLACEMENT_SECONDS, STORM_GUARD, record_action)
-from hooks.plan import (PRECONDITION, Action, ClusterInstance, Gate, InstanceOf, Orphaned, Outcome, PoweredOff,
-                        SameObject, error_text)
+from hooks.owner_names import NODECLAIM_KIND
+from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Gate, GroupMember, InstanceOf,
+                        NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
 from hooks.recent import Recent
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,18 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                                     a.params["value"]),
     "sqs.delete": lambda ctx, a: sqs_messages.delete(ctx.aws.client("sqs", a.params.get("region") or None),
                                             a.params["queueURL"], a.params["receipt"]),
+    # A fenced node's owner asked to replace it: Karpenter (its NodeClaim deleted), Cluster API (its Machine
+    # marked for the owner's remediation), EC2 Auto Scaling (the instance Unhealthy, or in and out of Standby
+    # around a reboot).
+    "kube.delete-nodeclaim": lambda ctx, a: owners.delete_nodeclaim(ctx.kube, a.target, a.params["uid"]),
+    "kube.remediate-capi-machine": lambda ctx, a: owners.mark_capi_remediation(
+        ctx.kube, *_namespaced(a.target), a.params["uid"], a.params["message"], timefmt.fmt(ctx.now())),
+    "asg.set-unhealthy": lambda ctx, a: autoscaling.set_unhealthy(
+        ctx.aws.client("autoscaling", a.params.get("region") or None), a.target),
+    "asg.enter-standby": lambda ctx, a: autoscaling.enter_standby(
+        ctx.aws.client("autoscaling", a.params.get("region") or None), a.params["group"], a.target),
+    "asg.exit-standby": lambda ctx, a: autoscaling.exit_standby(
+        ctx.aws.client("autoscaling", a.params.get("region") or None), a.params["group"], a.target),
     # Metrics that follow a decision.
     "metric.storm-guard": lambda ctx, a: STORM_GUARD.labels(a.target).set(1 if a.params["active"] else 0),
     "metric.machine": lambda ctx, a: MACHINE_EVENTS.labels(a.target, a.params["event"]).inc(),
@@ -169,6 +183,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     "metric.replaced": lambda ctx, a: REPLACEMENT_SECONDS.labels(a.target, a.params["reason"]).observe(
         a.params["seconds"]),
     "metric.launched": lambda ctx, a: _count_launch(a),
+    "metric.owner-replacement": lambda ctx, a: _count_owner_replacement(a),
 }
 
 
@@ -195,6 +210,18 @@ def _count_launch(a: Action) -> None:
         PROVISIONED_PODS.labels(a.target).inc(a.params["pods"])
     for resource, ratio in (a.params.get("ratios") or {}).items():
         PROVISIONED_REQUEST_RATIO.labels(a.target, resource).observe(ratio)
+
+
+# A FencingRequest sync retried before its status (the record) was written decides the same outcome again.
+_OWNER_REPLACEMENTS_COUNTED = Recent(10_000)
+
+
+def _count_owner_replacement(a: Action) -> None:
+    """One count per request and outcome (``params["request"]``, its uid; without one, every call counts)."""
+    request = a.params.get("request")
+    if request and not _OWNER_REPLACEMENTS_COUNTED.first(f"{request}/{a.target}/{a.params['outcome']}"):
+        return
+    OWNER_REPLACEMENTS.labels(a.target, a.params["outcome"]).inc()
 
 
 def _launch(ctx: runtime.Context, a: Action) -> dict:
@@ -229,7 +256,60 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         return _orphaned(ctx, requirement)
     if isinstance(requirement, ClusterInstance):
         return _cluster_instance(ctx, requirement)
+    if isinstance(requirement, NodeClaimOf):
+        return _nodeclaim_of(ctx, requirement)
+    if isinstance(requirement, CapiMachineOf):
+        return _capi_machine_of(ctx, requirement)
+    if isinstance(requirement, GroupMember):
+        return _group_member(ctx, requirement)
     return f"unknown precondition {requirement!r}"
+
+
+def _nodeclaim_of(ctx: runtime.Context, requirement: NodeClaimOf) -> str:
+    try:
+        claim = fresh.read(ctx.kube, NODECLAIM_KIND, requirement.name)
+    except fresh.Unverified as exc:
+        return str(exc)
+    if claim is None:
+        return ""  # gone: its delete answers so, and deletes nothing else
+    uid = (claim.get("metadata") or {}).get("uid")
+    if uid != requirement.uid:
+        return f"NodeClaim {requirement.name} is uid {uid}, not the {requirement.uid} expected"
+    status = claim.get("status") if isinstance(claim.get("status"), dict) else {}
+    if status.get("providerID") != requirement.provider_id:
+        return f"NodeClaim {requirement.name} is for {status.get('providerID')!r}, not {requirement.provider_id!r}"
+    if status.get("nodeName") != requirement.node_name:
+        return f"NodeClaim {requirement.name} names node {status.get('nodeName')!r}, not {requirement.node_name!r}"
+    return ""
+
+
+def _capi_machine_of(ctx: runtime.Context, requirement: CapiMachineOf) -> str:
+    where = f"{requirement.namespace}/{requirement.name}"
+    try:
+        machine = owners.capi_machine(ctx.kube, requirement.namespace, requirement.name)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"Cluster API Machine {where} not read: {error_text(exc)}"
+    if machine is None:
+        return ""  # gone: its mark answers so, and marks nothing else
+    uid = (machine.get("metadata") or {}).get("uid")
+    if uid != requirement.uid:
+        return f"Cluster API Machine {where} is uid {uid}, not the {requirement.uid} expected"
+    status = machine.get("status") if isinstance(machine.get("status"), dict) else {}
+    node = status.get("nodeRef").get("name") if isinstance(status.get("nodeRef"), dict) else None
+    if node != requirement.node_name:
+        return f"Cluster API Machine {where} holds node {node!r}, not {requirement.node_name!r}"
+    return ""
+
+
+def _group_member(ctx: runtime.Context, requirement: GroupMember) -> str:
+    try:
+        found = autoscaling.describe_instance(ctx.aws.client("autoscaling", requirement.region or None),
+                                              requirement.instance_id)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"Auto Scaling group of {requirement.instance_id} not confirmed: {error_text(exc)}"
+    if found is not None and found["group"] != requirement.group:
+        return f"instance {requirement.instance_id} is in Auto Scaling group {found['group']}, not {requirement.group}"
+    return ""  # in the group, or in none any more: the step answers that it is gone
 
 
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:

@@ -29,7 +29,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import httpx2 as httpx
 from botocore.exceptions import BotoCoreError, ClientError
 from lightkube.generic_resource import create_namespaced_resource
 
@@ -37,7 +36,7 @@ from hooks.aws.clients import AwsClients
 from hooks.aws.gc import audit, discovery
 from hooks.config import ConfigError, load_settings
 from hooks.contract import RequestError
-from hooks.kube.client import Kube, KubeUnavailable, is_not_found
+from hooks.kube.client import Kube, KubeUnavailable, is_missing
 from hooks.plan import error_text
 from hooks.teardown_names import CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, GC_ANNOTATION, TASKS_ANNOTATION
 from hooks.teardown.scope import COLLECT, Scope, cluster_name, parse_go_bool, parse_tasks
@@ -62,21 +61,13 @@ def _as_dict(obj) -> dict:
     return obj if isinstance(obj, dict) else obj.to_dict()
 
 
-def _missing(exc: Exception) -> bool:
-    """No such object, or no such resource type: an API server without the CRD
-    answers a plain-text 404, which lightkube raises as an HTTP error, not an ApiError."""
-    if is_not_found(exc):
-        return True
-    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code == 404
-
-
 def _get_or_none(kube, res, name: str, namespace: str):
     try:
         return _as_dict(kube.get(res, name, namespace=namespace))
     except KubeUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - lightkube's ApiError or httpx's HTTPStatusError
-        if _missing(exc):
+        if is_missing(exc):
             return None
         raise
 
@@ -107,7 +98,7 @@ def find_target(kube, cluster_name: str, namespace: str) -> tuple[type, str, str
         except KubeUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001
-            if _missing(exc):
+            if is_missing(exc):
                 continue
             raise
         names = sorted(_as_dict(o)["metadata"]["name"] for o in labelled)

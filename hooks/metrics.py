@@ -62,6 +62,13 @@ STORM_GUARD = Gauge(
     # write is the truth ("max" would keep a released guard at 1 forever).
     multiprocess_mode="mostrecent",
 )
+OWNER_REPLACEMENTS = Counter(
+    "nodewarden_owner_replacements_total",
+    "Fenced nodes by owner kind (NodeClaim, AutoScalingGroup, ClusterAPIMachine, Machine, None) and outcome"
+    " (NodeClaimDeleted, InstanceMarkedUnhealthy, RemediationRequested, RepairedByNodePool, InstanceTerminated,"
+    " Unattributed, Abandoned, NodeReadyAgain).",
+    ["kind", "outcome"],
+)
 MACHINE_EVENTS = Counter(
     "nodewarden_machine_events_total",
     "Machine lifecycle events by node pool: launched, registration-timeout, leaked-instance-terminated,"

@@ -161,7 +161,42 @@ class ClusterInstance:
     region: str | None = None
 
 
-Precondition = PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance
+@dataclass(frozen=True)
+class NodeClaimOf:
+    """The Karpenter NodeClaim of this uid still claims the node: its ``status.providerID`` and
+    ``status.nodeName`` are the Node's, as the API server says right now. One no longer there holds (its
+    delete answers that it is gone); another under its name does not."""
+
+    name: str
+    uid: str
+    provider_id: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class CapiMachineOf:
+    """The Cluster API Machine of this uid still holds the node: its ``status.nodeRef.name`` is the Node's, as
+    the API server says right now. One no longer there holds (its mark answers that it is gone); another under
+    its name does not."""
+
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """The instance is in this Auto Scaling group, as DescribeAutoScalingInstances says right now. One no group
+    holds any more holds (the step answers that it is gone); one in another group does not."""
+
+    instance_id: str
+    group: str
+    region: str | None = None
+
+
+Precondition = (PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance | NodeClaimOf | CapiMachineOf
+                | GroupMember)
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,7 @@ class _Rule:
     times: float
     after: int = 0  # let this many matching calls through first
     seen: int = 0
+    message: str = ""  # AWS's words for it, when the code under test reads them
 
 
 class Faults:
@@ -183,8 +184,8 @@ class Faults:
         self.rules: list[_Rule] = []
         self.injected: collections.Counter = collections.Counter()
 
-    def add(self, operation: str, code: str, times: float = 1, after: int = 0) -> "Faults":
-        self.rules.append(_Rule(operation, code, times, after))
+    def add(self, operation: str, code: str, times: float = 1, after: int = 0, message: str = "") -> "Faults":
+        self.rules.append(_Rule(operation, code, times, after, message=message))
         return self
 
     def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION):
@@ -203,7 +204,7 @@ class Faults:
             self.injected[(model.name, rule.code)] += 1
             status = 403 if "Denied" in rule.code else 400
             return _Response(status), {
-                "Error": {"Code": rule.code, "Message": f"injected by the test: {rule.code}"},
+                "Error": {"Code": rule.code, "Message": rule.message or f"injected by the test: {rule.code}"},
                 "ResponseMetadata": {"HTTPStatusCode": status},
             }
         return None

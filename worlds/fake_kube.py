@@ -3,7 +3,8 @@
 Used only in unit and moto tests and benchmarks; the real API server is exercised by
 tests/e2e. It keeps Nodes, Pods, VolumeAttachments, claims, FencingRequests
 and any other object as dicts, applies JSON patches with their ``test`` ops
-and merge patches, honours a delete's uid precondition, answers 404 like an
+(one of the status subresource writes status alone, and is recorded as
+``Kind/status``) and merge patches, honours a delete's uid precondition, answers 404 like an
 API server (a plain-text one for a resource type it does not serve), records
 every call and every Event report, and can be told to be unreachable.
 """
@@ -123,6 +124,12 @@ def _fields_match(obj: dict, fields) -> bool:
 def _kind(res) -> str:
     info = getattr(res, "_api_info", None)
     return info.resource.kind if info is not None else res.__name__
+
+
+def _subresource(res) -> str:
+    """The subresource a lightkube class stands for ("status" for ``Machine.Status``), "" for the object."""
+    info = getattr(res, "_api_info", None)
+    return (info.action or "") if info is not None else ""
 
 
 class FakeKube:
@@ -248,13 +255,18 @@ class FakeKube:
 
     def json_patch(self, res, name, ops, namespace=None):
         ops = list(ops)
-        self._check("json_patch", _kind(res), name, ops)
+        sub = _subresource(res)
+        self._check("json_patch", f"{_kind(res)}/{sub}" if sub else _kind(res), name, ops)
+        if _kind(res) in self.without_crds:
+            raise _no_such_type(_kind(res))
         key = (_kind(res), namespace or "", name)
         if _kind(res) != "Node" and key in self.objects:  # a custom resource (a Machine's annotations)
             try:
                 patched = jsonpatch.apply_patch(self.objects[key], ops)
             except jsonpatch.JsonPatchTestFailed:
                 raise api_error(422, "the server rejected our request: test failed") from None
+            if sub == "status":  # the status subresource writes status alone, whatever else the patch says
+                patched = {**copy.deepcopy(self.objects[key]), "status": patched.get("status")}
             patched["metadata"]["resourceVersion"] = str(next(_rv))
             self.objects[key] = patched
             return
@@ -293,6 +305,8 @@ class FakeKube:
     def delete_with_options(self, res, name, options, namespace=None):
         kind = _kind(res)
         self._check("delete_with_options", kind, name, namespace, options)
+        if kind in self.without_crds:
+            raise _no_such_type(kind)
         if kind == "Pod":
             assert options.get("gracePeriodSeconds") == 0
             store, key = self.pods, f"{namespace}/{name}"

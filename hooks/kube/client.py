@@ -27,6 +27,13 @@ def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, ApiError) and exc.status.code == 404
 
 
+def is_missing(exc: BaseException) -> bool:
+    """No such object, or no such resource type: an API server without the CRD answers a plain-text 404, which
+    lightkube raises as httpx's HTTP error, not an ApiError."""
+    return is_not_found(exc) or (isinstance(exc, httpx.HTTPStatusError) and exc.response is not None
+                                 and exc.response.status_code == 404)
+
+
 class Kube:
     """Thin wrapper: one client per process, created on first use."""
 

@@ -1,7 +1,7 @@
 """Deletes that can only ever remove the object that was verified: the uid is a precondition."""
 from __future__ import annotations
 
-from hooks.kube.client import is_not_found
+from hooks.kube.client import is_missing
 
 
 def precondition_failed(exc: BaseException) -> bool:
@@ -21,7 +21,7 @@ def delete_exact(kube, res, name: str, uid: str | None, namespace: str | None = 
     try:
         kube.delete_with_options(res, name, options, namespace=namespace)
         return True
-    except Exception as exc:  # noqa: BLE001 - gone already is success; the rest is reported
-        if is_not_found(exc) or precondition_failed(exc):
+    except Exception as exc:  # noqa: BLE001 - gone already (or never served) is success; the rest is reported
+        if is_missing(exc) or precondition_failed(exc):
             return False
         raise

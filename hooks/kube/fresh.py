@@ -7,8 +7,9 @@ objects that justify it again, here, and acts only on what the API server
 says now. A body names objects; it never proves anything about them.
 
 ``read`` answers the object as a plain dict, or None when the API server says
-it does not exist (404). Anything else (no configuration, unreachable, 5xx,
-forbidden) raises Unverified: an API that cannot be asked proves nothing.
+it does not exist (404, also for a type it does not serve). Anything else (no
+configuration, unreachable, 5xx, forbidden) raises Unverified: an API that
+cannot be asked proves nothing.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from functools import lru_cache
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from hooks.contract import HookRequest, RequestError, parse_object
-from hooks.kube.client import is_not_found
+from hooks.kube.client import is_missing
+from hooks.owner_names import NODECLAIM_GROUP, NODECLAIM_KIND, NODECLAIM_VERSION
 from hooks.plan import error_text
 
 
@@ -43,9 +45,11 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Attachment": ("nodewarden.io", "attachments", True),
     "UnhealthyNode": ("nodewarden.io", "unhealthynodes", False),
     "DecoratorController": ("metacontroller.k8s.io", "decoratorcontrollers", False),
+    NODECLAIM_KIND: (NODECLAIM_GROUP, "nodeclaims", False),
 }
 _VERSION = re.compile(r"^v[0-9]{1,3}((alpha|beta)[0-9]{1,3})?$")
-_DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1", "metacontroller.k8s.io": "v1alpha1"}
+_DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1", "metacontroller.k8s.io": "v1alpha1",
+                    NODECLAIM_GROUP: NODECLAIM_VERSION}
 
 
 @lru_cache(maxsize=64)
@@ -92,7 +96,7 @@ def read(kube, kind: str, name: str, namespace: str | None = None, version: str 
     try:
         found = kube.get(res, name, namespace=namespace if namespaced else None)
     except Exception as exc:  # noqa: BLE001 - anything but a 404 proves nothing
-        if is_not_found(exc):
+        if is_missing(exc):  # no such object, or no such type (its CRD not installed)
             return None
         raise Unverified(f"cannot read {kind} {_where(name, namespace)} from the API server: "
                          f"{error_text(exc)}") from exc

@@ -25,7 +25,7 @@ from botocore import xform_name
 ROOT = pathlib.Path(__file__).parents[2]
 # boto3 service name -> IAM action prefix
 SERVICES = {"elbv2": "elasticloadbalancing", "elb": "elasticloadbalancing", "ec2": "ec2",
-            "resourcegroupstaggingapi": "tag", "sqs": "sqs", "pricing": "pricing"}
+            "resourcegroupstaggingapi": "tag", "sqs": "sqs", "pricing": "pricing", "autoscaling": "autoscaling"}
 # Actions AWS checks as part of another call: RunInstances with TagSpecifications
 # needs ec2:CreateTags, and with an instance profile iam:PassRole on its role.
 IMPLIED = {"ec2:RunInstances": {"ec2:CreateTags", "iam:PassRole"}}

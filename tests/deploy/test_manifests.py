@@ -269,6 +269,29 @@ def test_the_hook_server_never_writes_machines_or_nodepools(aws_objects):
     assert writes == {("machines", "delete"), ("machines", "patch")}
 
 
+@pytest.mark.parametrize("group, resource, verb", [
+    ("karpenter.sh", "nodeclaims", "get"), ("karpenter.sh", "nodeclaims", "list"),
+    ("karpenter.sh", "nodeclaims", "delete"),
+    ("cluster.x-k8s.io", "machines", "get"), ("cluster.x-k8s.io", "machines", "list"),
+    ("cluster.x-k8s.io", "machines/status", "patch"),
+])
+def test_the_hook_server_may_ask_a_fenced_nodes_owner_to_replace_it(aws_objects, group, resource, verb):
+    """hooks/kube/owners.py: a Forbidden read leaves the owner unproven, a Forbidden write the node unreplaced."""
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    assert (group, resource, verb) in _granted(aws_objects, account)
+
+
+def test_the_hook_server_writes_an_owner_only_by_a_nodeclaims_delete_and_a_machines_status(aws_objects):
+    """Karpenter and Cluster API own their objects: nodewarden deletes a NodeClaim and marks a Machine's
+    status, nothing else of theirs."""
+    deploy = next(o for o in aws_objects if o["kind"] == "Deployment")
+    account = (deploy["metadata"]["namespace"], deploy["spec"]["template"]["spec"]["serviceAccountName"])
+    writes = {(g, r, v) for g, r, v in _granted(aws_objects, account) if g in ("karpenter.sh", "cluster.x-k8s.io")
+              and v not in ("get", "list", "watch")}
+    assert writes == {("karpenter.sh", "nodeclaims", "delete"), ("cluster.x-k8s.io", "machines/status", "patch")}
+
+
 # -- only Metacontroller may call the hooks ------------------------------------------------------
 
 # The fields of Metacontroller v4.16+'s controller CRDs that carry webhook credentials, as its
