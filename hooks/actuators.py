@@ -24,16 +24,19 @@ from hooks.aws import autoscaling, ec2_power, elb, gc, instances, sqs_messages
 from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
-from hooks.kube import (fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, owners, pods,
+from hooks.kube import (fencing_api, fresh, handover, interruptions, machine_api, node_timeline, nodes, owner_api, pods,
                         taints)
 from hooks.machines.signals import CONSOLIDATION
 from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS, MACHINES_DISRUPTED, MACHINES_LAUNCHED,
                            OWNER_REPLACEMENTS, PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
                            REPLACEMENT_SECONDS, STORM_GUARD, record_action)
 from hooks.owner_names import NODECLAIM_KIND
-from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Gate, GroupMember, InstanceOf,
-                        NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
+from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Collectable, Gate, GroupMember,
+                        InstanceOf, NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
 from hooks.recent import Recent
+from hooks.teardown.plan import verdict
+from hooks.teardown.scope import COLLECT, Scope
+from hooks.teardown.tasks import KIND_TASK
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +169,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
     # A fenced node's owner asked to replace it: Karpenter (its NodeClaim deleted), Cluster API (its Machine
     # marked for the owner's remediation), EC2 Auto Scaling (the instance Unhealthy, or in and out of Standby
     # around a reboot).
-    "kube.delete-nodeclaim": lambda ctx, a: owners.delete_nodeclaim(ctx.kube, a.target, a.params["uid"]),
-    "kube.remediate-capi-machine": lambda ctx, a: owners.mark_capi_remediation(
+    "kube.delete-nodeclaim": lambda ctx, a: owner_api.delete_nodeclaim(ctx.kube, a.target, a.params["uid"]),
+    "kube.remediate-capi-machine": lambda ctx, a: owner_api.mark_capi_remediation(
         ctx.kube, *_namespaced(a.target), a.params["uid"], a.params["message"], timefmt.fmt(ctx.now())),
     "asg.set-unhealthy": lambda ctx, a: autoscaling.set_unhealthy(
         ctx.aws.client("autoscaling", a.params.get("region") or None), a.target),
@@ -262,6 +265,8 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
         return _capi_machine_of(ctx, requirement)
     if isinstance(requirement, GroupMember):
         return _group_member(ctx, requirement)
+    if isinstance(requirement, Collectable):
+        return _collectable(ctx, requirement)
     return f"unknown precondition {requirement!r}"
 
 
@@ -286,7 +291,7 @@ def _nodeclaim_of(ctx: runtime.Context, requirement: NodeClaimOf) -> str:
 def _capi_machine_of(ctx: runtime.Context, requirement: CapiMachineOf) -> str:
     where = f"{requirement.namespace}/{requirement.name}"
     try:
-        machine = owners.capi_machine(ctx.kube, requirement.namespace, requirement.name)
+        machine = owner_api.capi_machine(ctx.kube, requirement.namespace, requirement.name)
     except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
         return f"Cluster API Machine {where} not read: {error_text(exc)}"
     if machine is None:
@@ -310,6 +315,21 @@ def _group_member(ctx: runtime.Context, requirement: GroupMember) -> str:
     if found is not None and found["group"] != requirement.group:
         return f"instance {requirement.instance_id} is in Auto Scaling group {found['group']}, not {requirement.group}"
     return ""  # in the group, or in none any more: the step answers that it is gone
+
+
+def _collectable(ctx: runtime.Context, requirement: Collectable) -> str:
+    """cluster-gc's verdict on the resource as EC2 has it now: still ours, and free to delete."""
+    kind, ident = requirement.kind, requirement.resource_id
+    try:
+        found = gc.read_one(ctx.aws, kind, requirement.region, ident)
+    except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
+        return f"{kind} {ident} not confirmed: {error_text(exc)}"
+    if found is None:
+        return ""  # EC2 no longer knows it: its delete finds it gone
+    scope = Scope(COLLECT, "", requirement.cluster_name, requirement.region, (KIND_TASK[kind],),
+                  requirement.include_lb_controller)
+    reason = verdict(scope, found, ctx.now()).keep
+    return f"{kind} {ident} is kept now: {reason}" if reason else ""
 
 
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:

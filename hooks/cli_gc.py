@@ -38,7 +38,9 @@ from hooks.config import ConfigError, load_settings
 from hooks.contract import RequestError
 from hooks.kube.client import Kube, KubeUnavailable, is_missing
 from hooks.plan import error_text
-from hooks.teardown_names import CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, GC_ANNOTATION, TASKS_ANNOTATION
+from hooks.teardown_names import CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, GC_ANNOTATION, TASKS_ANNOTATION, WAITED_FOR
+from hooks.teardown.ownership import tagged_for
+from hooks.teardown.plan import plan_of
 from hooks.teardown.scope import COLLECT, Scope, cluster_name, parse_go_bool, parse_tasks
 from hooks.teardown.tasks import DEFAULT_TASKS, KIND_TASK, TASK_ORDER
 
@@ -263,7 +265,8 @@ def plan_document(inputs: PlanInputs, gc_plan) -> dict:
         "clusterObject": inputs.cluster_object or None,
         "notes": inputs.notes,
         "delete": [{**r, "task": KIND_TASK.get(r["kind"])} for r in gc_plan.delete],
-        "keep": [{**r, "reason": reason} for r, reason in gc_plan.keep],
+        # waitedFor: cluster-gc deletes it once free, and holds the cluster until then.
+        "keep": [{**r, "reason": reason, "waitedFor": reason in WAITED_FOR} for r, reason in gc_plan.keep],
     }
 
 
@@ -283,6 +286,9 @@ def _print_plan(document: dict, inputs: PlanInputs) -> None:
     print(f"\nwould keep ({len(document['keep'])}):")
     for r in document["keep"]:
         print(f"       {r['kind']:<22} {r['id']}: {r['reason']}")
+    waited = sum(1 for r in document["keep"] if r["waitedFor"])
+    if waited:
+        print(f"\n{waited} of the kept are deleted once free: the cluster's deletion waits for them")
 
 
 def run_plan(args, kube=None, aws=None) -> int:
@@ -290,8 +296,10 @@ def run_plan(args, kube=None, aws=None) -> int:
         inputs = plan_inputs(args, kube or _kube(args))
         aws = aws or AwsClients(load_settings())
         found = discovery.discover_all(aws, inputs.cluster_name, inputs.region, inputs.include_lb_controller)
-        scope = Scope(COLLECT, "", inputs.cluster_name, inputs.region, inputs.tasks)
-        document = plan_document(inputs, plan_of(scope, found))
+        if found.get("fallback"):
+            inputs.notes.append(f"found by the describe calls alone: {found['fallback']}")
+        scope = Scope(COLLECT, "", inputs.cluster_name, inputs.region, inputs.tasks, inputs.include_lb_controller)
+        document = plan_document(inputs, plan_of(scope, found["resources"]))
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -328,7 +336,9 @@ def read_expected_kept(path: str, cluster: str, region: str) -> tuple[str, dict[
     planned_region = document.get("region") if isinstance(document.get("region"), str) else ""
     if region and planned_region and planned_region != region:
         raise UsageError(f"--expect-kept {path} is a plan for {planned_region}, not {region}")
-    return planned_region, {(r["kind"], r["id"]): str(r.get("reason") or "kept by the plan") for r in keep}
+    # What the plan keeps only until it is free is collected too: still there, it is a leftover.
+    return planned_region, {(r["kind"], r["id"]): str(r.get("reason") or "kept by the plan")
+                            for r in keep if not r.get("waitedFor")}
 
 
 def _line(item: audit.Found, detail: str = "") -> str:
@@ -360,8 +370,7 @@ def _print_audit(report: audit.AuditReport, found: int) -> None:
             print(_line(item))
     print(f"\nleftovers ({len(report.leftovers)}):")
     for item in report.leftovers:
-        tags = ", ".join(f"{k}={v}" for k, v in item.tags.items() if audit.tagged_for(
-            {k: v}, audit.tag_filters(report.cluster_name)))
+        tags = ", ".join(f"{k}={v}" for k, v in item.tags.items() if tagged_for({k: v}, report.cluster_name))
         print(_line(item, tags))
     print("\nclean: nothing left but what the plan keeps" if report.clean
           else f"\nNOT CLEAN: {len(report.leftovers)} leftover(s)")

@@ -97,6 +97,7 @@ class Settings:
     fencing_count_interval_seconds: float = 30
     fencing_count_max_age_seconds: float = 90
     fencing_policy_cache_seconds: float = 2
+    replacement_timeout_seconds: float = 1800
     # machine, nodepool
     machine_poll_seconds: float = 2
     machine_launch_visibility_seconds: float = 60
@@ -187,6 +188,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         fencing_count_interval_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_INTERVAL_SECONDS", 30, minimum=1),
         fencing_count_max_age_seconds=_number(env, "NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS", 90, minimum=1),
         fencing_policy_cache_seconds=min(30.0, _number(env, "NODEWARDEN_FENCING_POLICY_CACHE_SECONDS", 2)),
+        replacement_timeout_seconds=_number(env, "NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS", 1800, minimum=1),
         machine_poll_seconds=_number(env, "NODEWARDEN_MACHINE_POLL_SECONDS", 2, minimum=0.1),
         machine_launch_visibility_seconds=_number(env, "NODEWARDEN_MACHINE_LAUNCH_VISIBILITY_SECONDS", 60),
         machine_detach_wait_seconds=_number(env, "NODEWARDEN_MACHINE_DETACH_WAIT_SECONDS", 330),

@@ -195,8 +195,22 @@ class GroupMember:
     region: str | None = None
 
 
+@dataclass(frozen=True)
+class Collectable:
+    """cluster-gc's resource, read again from AWS right before its delete, is still one cluster-gc deletes now:
+    its tags still say a controller of the cluster made it (an instance its Machine's, an ENI the VPC CNI's),
+    and it is free (an ENI available, an Elastic IP unassociated, an instance not terminating). One EC2 no
+    longer knows is gone, and its delete finds it so."""
+
+    kind: str
+    resource_id: str
+    cluster_name: str
+    region: str
+    include_lb_controller: bool = False
+
+
 Precondition = (PoweredOff | SameObject | InstanceOf | Orphaned | ClusterInstance | NodeClaimOf | CapiMachineOf
-                | GroupMember)
+                | GroupMember | Collectable)
 
 
 @dataclass(frozen=True)

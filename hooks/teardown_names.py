@@ -24,3 +24,20 @@ PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE)
 def finalizer(settings: Settings) -> str:
     """The finalizer Metacontroller puts on the objects of this DecoratorController."""
     return decorator_finalizer(settings.gc_controller_name)
+
+
+# Why a resource tagged for the cluster is not deleted (hooks.teardown.plan): said by the plan,
+# the audit and the progress annotations, so users can grep for them.
+KEEP_NOT_OWNED = "not tagged owned for this cluster"
+KEEP_NOT_MADE_BY_CONTROLLER = "tagged for this cluster, but not made by one of its controllers"
+KEEP_LB_CONTROLLER_OFF = "the AWS Load Balancer Controller's, which is not included (NODEWARDEN_GC_INCLUDE_LB_CONTROLLER)"
+KEEP_CAPA = "CAPA's own: CAPA deletes it in its own teardown"
+KEEP_EKS = "EKS's own: EKS deletes it with the cluster"
+KEEP_TASK_OFF = "its task is not selected"
+KEEP_IN_USE = "in use (attached, associated or terminating): waited for"
+KEEP_RECENT = "made by the VPC CNI moments ago, which may still attach it: waited for"
+KEEP_GONE = "already gone"
+KEEP_REASONS = (KEEP_NOT_OWNED, KEEP_NOT_MADE_BY_CONTROLLER, KEEP_LB_CONTROLLER_OFF, KEEP_CAPA, KEEP_EKS,
+                KEEP_TASK_OFF, KEEP_IN_USE, KEEP_RECENT, KEEP_GONE)
+# Kept for now only: cluster-gc deletes these once they are free, and holds the cluster meanwhile.
+WAITED_FOR = (KEEP_IN_USE, KEEP_RECENT)

@@ -5,7 +5,9 @@ bench/cluster_gc.py:
 
 - ``build_cluster``: load balancers (ELBv2 and classic), target groups with
   listeners, security groups and volumes tagged the way the cloud controller
-  (or the AWS Load Balancer Controller, or a volume provisioner) tags them;
+  (or the AWS Load Balancer Controller, or a volume provisioner) tags them,
+  and instances, ENIs and Elastic IPs as a nodewarden Machine, the VPC CNI
+  or the cluster's own tooling tags them;
 - ``Faults``: AWS errors moto never raises (DependencyViolation, throttling,
   a refused tagging API), injected through botocore's ``before-call`` event:
   the request never reaches moto and the client raises the error as AWS's;
@@ -21,6 +23,7 @@ import collections
 import time
 from dataclasses import dataclass, field
 
+from hooks import machine_names
 from hooks.contract import DECORATOR, parse_request
 from hooks.controllers import cluster_gc
 from worlds.envelope import apply_decorator_response, hook_request  # noqa: F401 - re-exported for the bench
@@ -41,6 +44,26 @@ def lb_controller_tags(cluster: str) -> list[dict]:
         {"Key": "elbv2.k8s.aws/cluster", "Value": cluster},
         {"Key": "service.k8s.aws/stack", "Value": "default/api"},
     ]
+
+
+def machine_tags(cluster: str, machine: str) -> list[dict]:
+    """An instance's tags as a nodewarden Machine launches it (hooks.machine_names.instance_tags)."""
+    return machine_names.instance_tags(cluster, "pool-a", machine, f"uid-{machine}")
+
+
+def cni_tags(cluster: str, created: str = "2026-01-01T00:00:00Z", instance: str = "i-0123456789abcdef0") -> list[dict]:
+    """An ENI's tags as the VPC CNI (with CLUSTER_NAME set) creates it."""
+    return [
+        {"Key": "cluster.k8s.amazonaws.com/name", "Value": cluster},
+        {"Key": "node.k8s.amazonaws.com/instance_id", "Value": instance},
+        {"Key": "node.k8s.amazonaws.com/createdAt", "Value": created},
+        {"Key": "eks:eni:owner", "Value": "amazon-vpc-cni"},
+    ]
+
+
+def _cluster_of(tags: list[dict]) -> str:
+    key, value = tags[0]["Key"], tags[0]["Value"]
+    return key.rsplit("/", 1)[-1] if key.startswith("kubernetes.io/cluster/") else value
 
 
 @dataclass
@@ -69,6 +92,9 @@ class Made:
     target_groups: list[str] = field(default_factory=list)  # ARNs
     security_groups: list[str] = field(default_factory=list)  # sg- ids
     volumes: list[str] = field(default_factory=list)  # vol- ids
+    instances: list[str] = field(default_factory=list)  # i- ids
+    network_interfaces: list[str] = field(default_factory=list)  # eni- ids
+    elastic_ips: list[str] = field(default_factory=list)  # eipalloc- ids
 
     def extend(self, other: "Made") -> None:
         for name in self.__dataclass_fields__:
@@ -89,10 +115,21 @@ def build_cluster(
     target_groups: int = 0,
     security_groups: int = 0,
     volumes: int = 0,
+    instances: int = 0,
+    network_interfaces: int = 0,
+    elastic_ips: int = 0,
     sg_tags: list[dict] | None = None,
     volume_tags: list[dict] | None = None,
+    instance_tags: list[dict] | None = None,
+    eni_tags: list[dict] | None = None,
+    eip_tags: list[dict] | None = None,
 ) -> Made:
-    """Resources as a controller leaves them; each target group behind a listener when there is a load balancer."""
+    """Resources as a controller leaves them; each target group behind a listener when there is a load balancer.
+
+    Instances default to a Machine's tags, ENIs to the VPC CNI's (available,
+    made long ago), Elastic IPs to the cluster's tag (unassociated); all for
+    the cluster ``tags`` name.
+    """
     ec2, elb, elbv2 = client("ec2"), client("elb"), client("elbv2")
     made = Made()
     for i in range(load_balancers):
@@ -133,6 +170,23 @@ def build_cluster(
     for _ in range(volumes):
         volume = ec2.create_volume(Size=1, AvailabilityZone=net.zones[0], TagSpecifications=vol_spec)
         made.volumes.append(volume["VolumeId"])
+    cluster = _cluster_of(tags)
+    for i in range(instances):
+        image = ec2.describe_images()["Images"][0]["ImageId"]
+        spec = instance_tags if instance_tags is not None else machine_tags(cluster, f"{prefix}-machine-{i}")
+        launched = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=net.subnets[0],
+                                     TagSpecifications=[{"ResourceType": "instance", "Tags": spec}])
+        made.instances.append(launched["Instances"][0]["InstanceId"])
+    for _ in range(network_interfaces):
+        eni = ec2.create_network_interface(
+            SubnetId=net.subnets[0], Description="aws-K8S-i-0123456789abcdef0",
+            TagSpecifications=[{"ResourceType": "network-interface",
+                                "Tags": eni_tags if eni_tags is not None else cni_tags(cluster)}])
+        made.network_interfaces.append(eni["NetworkInterface"]["NetworkInterfaceId"])
+    for _ in range(elastic_ips):
+        address = ec2.allocate_address(Domain="vpc", TagSpecifications=[
+            {"ResourceType": "elastic-ip", "Tags": eip_tags if eip_tags is not None else tags[:1]}])
+        made.elastic_ips.append(address["AllocationId"])
     return made
 
 
@@ -147,12 +201,20 @@ def existing(client, made: Made) -> Made:
     sgs = {g["GroupId"] for page in ec2.get_paginator("describe_security_groups").paginate()
            for g in page["SecurityGroups"]}
     vols = {v["VolumeId"] for page in ec2.get_paginator("describe_volumes").paginate() for v in page["Volumes"]}
+    running = {i["InstanceId"] for page in ec2.get_paginator("describe_instances").paginate()
+               for r in page["Reservations"] for i in r["Instances"] if i["State"]["Name"] != "terminated"}
+    enis = {n["NetworkInterfaceId"] for page in ec2.get_paginator("describe_network_interfaces").paginate()
+            for n in page["NetworkInterfaces"]}
+    eips = {a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]}
     return Made(
         [a for a in made.load_balancers if a in lbs],
         [n for n in made.classic_elbs if n in classic],
         [a for a in made.target_groups if a in tgs],
         [g for g in made.security_groups if g in sgs],
         [v for v in made.volumes if v in vols],
+        [i for i in made.instances if i in running],
+        [n for n in made.network_interfaces if n in enis],
+        [a for a in made.elastic_ips if a in eips],
     )
 
 

@@ -3,8 +3,9 @@
 DecoratorController with a finalize hook on CAPA's ``AWSCluster`` and
 ``AWSManagedControlPlane`` (CAPA's external resource garbage collection
 proposal). The load balancers, target groups and security groups that the
-workload cluster's cloud controller made keep the VPC alive; the finalizer
-holds the cluster object until they are gone.
+workload cluster's cloud controller made, its nodewarden Machines'
+instances, the ENIs its VPC CNI left and its Elastic IPs keep the VPC alive;
+the finalizer holds the cluster object until they are gone.
 
 sync changes nothing (the parent's status belongs to CAPA). finalize, on
 every call:

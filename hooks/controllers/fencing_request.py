@@ -18,6 +18,10 @@ hooks/fencing/request_phases, one module each:
   PoweringOn           power: Reboot only, StartInstances until running.
   Succeeded            and, whatever the phase, aftercare: the out-of-service
                        taint comes off once the node is Ready again.
+  (recovered, finished) replacement: the node's proven owner is asked to
+                       replace it (spec.replacement); with Reboot only if the
+                       node is not Ready again within rebootTimeout. A group's
+                       instance enters Standby before a Reboot's stop (power).
 
 The finalize hook (deletion) takes the out-of-service taint off when a
 request is deleted half-way, unless another live request for the node still
@@ -35,17 +39,18 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import bounds, conditions, events, fencing_names, fields, pipeline, providerid, runtime, timefmt
-from hooks.aws import ec2_power
+from hooks import bounds, conditions, events, fencing_names, fields, owner_names, pipeline, providerid, runtime, timefmt
+from hooks.aws import autoscaling, ec2_power
 from hooks.config import Settings
 from hooks.contract import HookRequest, ObjectGroups, RequestError, composite_response, parse_object
 from hooks.ec2_names import OFF_STATES
 from hooks.fencing import request_rules
-from hooks.fencing.request_phases import aftercare, authority, deletion, power, recovery
+from hooks.fencing.request_phases import aftercare, authority, deletion, power, recovery, replacement
 from hooks.fencing.request_phases.invalid import invalid_spec
 from hooks.fencing.request_phases.state import Step, node_of, own_status, recorded, without_unverified
-from hooks.kube import fencing_api, fresh, pods
+from hooks.kube import fencing_api, fresh, nodes, owner_api, pods, policy_cache
 from hooks.plan import Outcome, Plan, backoff, error_text
+from hooks.replacement import owners
 
 NAME = "fencing-request"
 FAILURE_REASON = events.FENCING_ACTION_FAILED
@@ -83,6 +88,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         recovery.recover(step)
     if step.phase == fencing_names.POWERING_ON:
         power.power_on(step)
+    replacement.replace(step)
     aftercare.aftercare(step)
     return step.plan()
 
@@ -138,7 +144,97 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             observed["otherHolders"] = _other_holders(request, spec, ctx, unfinished_only=True)
         except Exception as exc:  # noqa: BLE001 - unknown is not "no other holder"
             observed["holdersError"] = error_text(exc)
+    if node is not None and replacement.needs_standby_check(status, spec) and \
+            phase in (fencing_names.PENDING, fencing_names.POWERING_OFF):
+        _observe_group_member(ctx, node, provider, observed)
+    if replacement.needs_proofs(status, spec, node, now):
+        observed["replacement"] = _owner_proofs(request, ctx, node, provider, observed)
     return observed
+
+
+def _instance_of(node: dict, provider: dict) -> tuple[str, str | None]:
+    """The instance this request fences once known, else the node's (ProviderIDError when it names none)."""
+    known = provider.get("instanceID")
+    if isinstance(known, str) and known:
+        return known, provider.get("region") or None
+    pid = providerid.parse((node.get("spec") or {}).get("providerID"))
+    return pid.instance_id, pid.region
+
+
+def _observe_group_member(ctx: runtime.Context, node: dict, provider: dict, observed: dict) -> None:
+    """Which Auto Scaling group holds the instance, before a Reboot's stop (it enters Standby first)."""
+    try:
+        instance, region = _instance_of(node, provider)
+        observed["asgInstance"] = autoscaling.describe_instance(ctx.aws.client("autoscaling", region),
+                                                                         instance)
+    except providerid.ProviderIDError:
+        pass  # decide fails the request with the reason
+    except Exception as exc:  # noqa: BLE001 - not known: the stop waits, bounded
+        observed["asgError"] = error_text(exc)
+
+
+def _owner_proofs(request: HookRequest, ctx: runtime.Context, node: dict | None, provider: dict,
+                  observed: dict) -> dict:
+    """The owner's proofs, read fresh where the hints point; then what the guards weigh: the policies, the
+    owner's group, the other FencingRequests. Each failure is recorded, never raised."""
+    read: dict = {"proofs": {}}
+    proofs = read["proofs"]
+    if node is not None:
+        if "instance" not in observed:
+            _observe_instance(ctx, node, provider, observed)
+        wanted = owners.to_read(node, (observed.get("instance") or {}).get("tags"))
+        _read_proofs(ctx, wanted, provider, proofs)
+    try:
+        read["policies"] = list(policy_cache.read_all(ctx.kube).values())
+    except Exception as exc:  # noqa: BLE001 - unknown: held
+        read["policiesError"] = error_text(exc)
+    try:
+        owner = owners.attribute(node, proofs) if node is not None else None
+    except owners.Unreadable:
+        return read  # decide waits for the proof; the group is read once the owner is known
+    try:
+        read["requests"] = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
+    except Exception as exc:  # noqa: BLE001 - unknown: waits
+        read["requestsError"] = error_text(exc)
+    if owner is not None:
+        try:
+            read["group"] = _group(ctx, owner, proofs)
+        except Exception as exc:  # noqa: BLE001 - unknown: waits
+            read["groupError"] = error_text(exc)
+    return read
+
+
+def _read_proofs(ctx: runtime.Context, wanted: dict, provider: dict, proofs: dict) -> None:
+    reads = {
+        "machine": lambda: fresh.read(ctx.kube, "Machine", wanted["machine"]),
+        "nodeClaims": lambda: owner_api.nodeclaims_for(ctx.kube, wanted["nodeClaims"]),
+        "asgInstance": lambda: autoscaling.describe_instance(
+            ctx.aws.client("autoscaling", provider.get("region") or None), wanted["asg"]),
+        "capiMachine": lambda: owner_api.capi_machine(ctx.kube, *wanted["capiMachine"]),
+    }
+    hint_of = {"machine": "machine", "nodeClaims": "nodeClaims", "asgInstance": "asg", "capiMachine": "capiMachine"}
+    for key, read in reads.items():
+        if hint_of[key] not in wanted:
+            continue
+        try:
+            proofs[key] = read()
+        except Exception as exc:  # noqa: BLE001 - unknown is not "not the owner"
+            proofs[f"{hint_of[key]}Error"] = error_text(exc)
+
+
+def _group(ctx: runtime.Context, owner: owners.Owner, proofs: dict) -> dict:
+    """The members of the owner's group, as the guards count them."""
+    if owner.kind == owner_names.OWNER_NODECLAIM:
+        return {"nodeClaims": owner_api.nodeclaims_in_pool(ctx.kube, owner.group),
+                "readiness": nodes.readiness(ctx.kube, {"matchLabels": {owner_names.KARPENTER_NODEPOOL_LABEL:
+                                                                        owner.group}})}
+    if owner.kind == owner_names.OWNER_ASG:
+        return {"group": autoscaling.describe_group(ctx.aws.client("autoscaling", owner.region or None),
+                                                              owner.group)}
+    if owner.kind == owner_names.OWNER_CAPI_MACHINE:
+        return {"machines": owner_api.capi_machines_in_group(ctx.kube, owner.namespace,
+                                                                     proofs["capiMachine"])}
+    return {}
 
 
 def _look_up_node(ctx: runtime.Context, name: str, observed: dict) -> None:
@@ -157,12 +253,7 @@ def _look_up_node(ctx: runtime.Context, name: str, observed: dict) -> None:
 def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed: dict) -> None:
     """The instance's power state and tags now: the one this request fences once known, else the node's."""
     try:
-        known = provider.get("instanceID")
-        if isinstance(known, str) and known:
-            instance, region = known, provider.get("region") or None
-        else:
-            pid = providerid.parse((node.get("spec") or {}).get("providerID"))
-            instance, region = pid.instance_id, pid.region
+        instance, region = _instance_of(node, provider)
         observed["instance"] = ec2_power.describe(ctx.aws.client("ec2", region), instance)
     except providerid.ProviderIDError:
         pass  # decide fails the request with the reason
@@ -260,6 +351,7 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     status = response["status"]
     resync = backoff(settings, 1)
     recovery_errors = []
+    response_events = list(plan.events)
     for outcome in (o for o in outcomes if not o.ok):
         kind = outcome.action.kind
         if kind in ("aws.stop", "aws.start"):
@@ -267,12 +359,16 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
             status.setdefault("providerStatus", {})[f"last{title}Error"] = outcome.error
             spec = request_rules.parse_spec(request.parent)
             resync = min(resync, max(1.0, spec.retry_interval))
+        elif kind in replacement.ACTION_KINDS:
+            said = replacement.failed(status, outcome)
+            if said is not None:
+                response_events.append(said)
         else:
             recovery_errors.append(f"{kind} {outcome.action.target}: {outcome.error}")
     if recovery_errors:
         status.setdefault("recovery", {})["lastError"] = "; ".join(recovery_errors)[:2000]
     response["resyncAfterSeconds"] = resync
-    return dataclasses.replace(plan, response=response)
+    return dataclasses.replace(plan, response=response, events=response_events)
 
 
 # --------------------------------------------------------------------------- hooks

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from hooks import bounds, fencing_names, fields, timefmt
 from hooks.contract import RequestError
 from hooks.fencing import selectors
+import hooks.replacement.spec
+from hooks.replacement.spec import ReplacementSpec, int_or_percent, scaled
 
 DEFAULT_DURATION = 60.0
 DEFAULT_MAX_UNHEALTHY = "40%"
-_PERCENT = re.compile(r"^([0-9]{1,3})%$")
 MAX_NODES = 1_000_000
 MAX_RULES = 32
 MAX_NAMESPACES = 256
@@ -52,16 +51,14 @@ class Policy:
     status: dict = field(default_factory=dict)
     deleting: bool = False
     uid: str = ""
+    replacement: ReplacementSpec = field(default_factory=ReplacementSpec)
 
     def selects(self, node_labels: dict) -> bool:
         return selectors.matches(self.node_selector, node_labels)
 
     def allowed_unhealthy(self, total: int) -> int:
         """How many of ``total`` nodes may be unhealthy before the storm guard holds."""
-        if isinstance(self.max_unhealthy, int):
-            return self.max_unhealthy
-        percent = int(_PERCENT.match(self.max_unhealthy).group(1))
-        return math.floor(total * percent / 100)
+        return scaled(self.max_unhealthy, total, round_up=False)
 
 
 def _rules(obj: dict, where: str) -> tuple[Rule, ...]:
@@ -83,19 +80,8 @@ def _rules(obj: dict, where: str) -> tuple[Rule, ...]:
 
 
 def _max_unhealthy(obj: dict, where: str) -> int | str:
-    raw = fields.mapping(obj, "spec", where=where).get("maxUnhealthy", DEFAULT_MAX_UNHEALTHY)
-    path = f"{where}.spec.maxUnhealthy"
-    if isinstance(raw, bool):
-        raise RequestError(path, "must be an integer or a percentage like '40%'")
-    if isinstance(raw, int):
-        return bounds.whole_number(raw, path, minimum=0, maximum=MAX_NODES)
-    if isinstance(raw, str):
-        if raw.isascii() and raw.isdigit():  # "²".isdigit() is True too
-            return bounds.whole_number(raw, path, minimum=0, maximum=MAX_NODES, strings=True)
-        match = _PERCENT.match(raw)
-        if match and int(match.group(1)) <= 100:
-            return raw
-    raise RequestError(path, f"must be an integer or a percentage from 0% to 100%, got {raw!r}")
+    raw = fields.mapping(obj, "spec", where=where).get("maxUnhealthy")
+    return int_or_percent(raw, f"{where}.spec.maxUnhealthy", DEFAULT_MAX_UNHEALTHY, MAX_NODES)
 
 
 def _choice(obj: dict, key: str, allowed: tuple[str, ...], default: str, where: str) -> str:
@@ -134,6 +120,7 @@ def parse(obj: dict, where: str = "parent") -> Policy:
         status=fields.mapping(obj, "status", where=where),
         deleting=bool(meta.get("deletionTimestamp")),
         uid=meta.get("uid") if isinstance(meta.get("uid"), str) else "",
+        replacement=hooks.replacement.spec.parse(obj, where),
     )
 
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hooks import bounds, fencing_names, fields
+import hooks.replacement.spec
+from hooks import bounds, fencing_names, fields, owner_names
 from hooks.contract import RequestError
+from hooks.replacement.spec import ReplacementSpec
 
 DEFAULT_RETRIES = 5
 DEFAULT_RETRY_INTERVAL = 5.0
@@ -23,6 +25,8 @@ class Spec:
     retry_interval: float
     timeout: float  # per attempt: how long a power-off may take to be confirmed
     allow_control_plane: bool = False  # the request's explicit opt-in to fence a control-plane node
+    # How the node's owner replaces it once fenced; a request without spec.replacement is not replaced.
+    replacement: ReplacementSpec = ReplacementSpec(mode=owner_names.REPLACE_NONE)
 
 
 def _duration(obj: dict, key: str, default: float, positive: bool = False) -> float:
@@ -53,6 +57,7 @@ def parse_spec(obj: dict) -> Spec:
         retry_interval=_duration(obj, "retryInterval", DEFAULT_RETRY_INTERVAL),
         timeout=timeout,
         allow_control_plane=fields.boolean(obj, "spec", "allowControlPlane", default=False),
+        replacement=hooks.replacement.spec.parse(obj, "parent", absent=owner_names.REPLACE_NONE),
     )
 
 

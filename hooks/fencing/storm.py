@@ -237,6 +237,18 @@ class Verdict:
 
 def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) -> Verdict:
     """May fencing of ``node_name`` start, by the policy's last count?"""
+    judged = count_verdict(policy, now, max_age)
+    if judged.outcome != ALLOWED:
+        return judged
+    names_counted = (policy.status or {}).get("unhealthyNodeNames")
+    if not isinstance(names_counted, list) or node_name not in names_counted:
+        return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted this node as unhealthy yet")
+    return Verdict(ALLOWED, "")
+
+
+def count_verdict(policy: Policy, now: dt.datetime, max_age: float) -> Verdict:
+    """Whether the policy's last count lets anything new start: counted for this spec, recently, and the
+    storm guard not holding (a node's own admission aside)."""
     status = policy.status or {}
     guard = conditions.find(status, fencing_names.STORM_GUARD)
     if guard is None or status.get("observedGeneration") != policy.generation:
@@ -252,9 +264,6 @@ def verdict(policy: Policy, node_name: str, now: dt.datetime, max_age: float) ->
         # A fixed message: counts change often in a storm, and every change would rewrite every held node.
         return Verdict(HOLD, f"the storm guard of NodeFencingPolicy {policy.name} holds new fencing: more than "
                              f"{policy.max_unhealthy} of its nodes are unhealthy (see its status)")
-    names_counted = status.get("unhealthyNodeNames")
-    if not isinstance(names_counted, list) or node_name not in names_counted:
-        return Verdict(PENDING, f"NodeFencingPolicy {policy.name} has not counted this node as unhealthy yet")
     return Verdict(ALLOWED, "")
 
 

@@ -1,9 +1,12 @@
 """cluster-gc's rules: what a deleted cluster's teardown collects, and what each finalize call answers.
 
-  tasks      GC tasks (CAPA's names, plus ``volume``), their order, and the
-             resource kinds of each
+  tasks      GC tasks (CAPA's names, plus ours: ``instance``,
+             ``network-interface``, ``elastic-ip``, ``volume``), their order,
+             and the resource kinds of each
   ownership  which resource a controller of the workload cluster made, from
              its tags: only that is collected
+  plan       the verdict on each resource (delete now, wait for it, or keep
+             it and why), and the plan of every resource tagged for a cluster
   scope      whether this call collects at all (switch, opt-out, move, tasks),
              and the cluster's name and region
   targets    what of discovery's answer is deleted, in task order, within the

@@ -38,7 +38,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     found = observed.get("discovery") or {"error": "discovery did not run"}
     if found.get("error"):
         return blocked(request, settings, now, f"discovery failed: {found['error']}", events.GC_RETRYING)
-    targets = select_targets(scope, found, settings)
+    targets = select_targets(scope, found, now)
     if not targets:
         message = (
             f"nothing of cluster {scope.cluster_name}'s {', '.join(scope.tasks)} left in {scope.region} "

@@ -12,11 +12,16 @@ from hooks import events, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.plan import Outcome, Plan
-from hooks.teardown_names import LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE
+from hooks.teardown_names import KEEP_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE
 from hooks.teardown.scope import Scope
 from hooks.teardown.targets import Target, summarize
 
 _MESSAGE_LIMIT = 1024
+
+
+def _why_waiting(target: Target) -> str:
+    """The state that holds a target (``in-use``, ``associated``, ``shutting-down``), or the reason."""
+    return (target.state or "unknown") if target.waiting == KEEP_IN_USE else target.waiting
 
 
 def cleared() -> dict:
@@ -64,8 +69,8 @@ def progress_response(
         first = failures[0]
         problem = f"{len(failures)} not deleted; first: {first.action.params['kind']} {first.action.target}: {first.error}"
     elif waiting:
-        states = ", ".join(f"{t.id} ({t.state or 'unknown'})" for t in waiting[:5])
-        problem = f"waiting for {len(waiting)} volume(s) to become available: {states}"
+        states = ", ".join(f"{t.kind} {t.id} ({_why_waiting(t)})" for t in waiting[:5])
+        problem = f"waiting for {len(waiting)} resource(s) to be free: {states}"
     annotations: dict = {REMAINING: summarize(left)}
     said: list[events.Event] = []
     if done:

@@ -38,6 +38,8 @@ class Scope:
     cluster_name: str = ""
     region: str = ""
     tasks: tuple[str, ...] = ()
+    # The AWS Load Balancer Controller's resources are collected too (NODEWARDEN_GC_INCLUDE_LB_CONTROLLER).
+    include_lb_controller: bool = False
 
 
 def parse_go_bool(value: str) -> bool | None:
@@ -145,7 +147,7 @@ def resolve_scope(request: HookRequest, settings: Settings) -> Scope:
         return Scope(BLOCKED, "no AWS region: spec.region is empty and AWS_REGION is not set")
     if not _REGION.match(region):
         return Scope(BLOCKED, f"region {region[:64]!r} (spec.region, else AWS_REGION) is not an AWS region")
-    return Scope(COLLECT, "", name, region, tasks)
+    return Scope(COLLECT, "", name, region, tasks, settings.gc_include_lb_controller)
 
 
 def scope_of(request: HookRequest, settings: Settings) -> Scope:

@@ -1,15 +1,20 @@
 """What of discovery's answer a finalize call deletes: ours only, in task order, within the work budget."""
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from hooks.config import Settings
-from hooks.plan import Action
-from hooks.teardown.ownership import made_by
+from hooks.plan import Action, Collectable
+from hooks.teardown.plan import verdict
 from hooks.teardown.scope import Scope
-from hooks.teardown.tasks import KIND_TASK, TASK_ORDER, VOL
+from hooks.teardown.tasks import EC2_INSTANCE, EIP, ENI, TASK_ORDER, deletion_order
 
 DELETE = "aws.delete"
+# Kinds whose delete is proven right before it runs, from the resource read again: an
+# instance still carries its Machine's tags, an ENI is still available, an Elastic IP
+# still unassociated (hooks.plan.Collectable).
+REREAD_KINDS = (EC2_INSTANCE, ENI, EIP)
 
 
 @dataclass(frozen=True)
@@ -20,29 +25,26 @@ class Target:
     stage: int
     made_by: str
     state: str | None
+    waiting: str = ""  # why it cannot be deleted yet (hooks.teardown_names.WAITED_FOR), "" when it can
 
     @property
     def deletable(self) -> bool:
-        # A volume is deleted only once nothing uses it ("available").
-        return self.kind != VOL or self.state == "available"
+        return not self.waiting
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.kind, self.id)
 
 
-def select_targets(scope: Scope, found: dict, settings: Settings) -> list[Target]:
-    """What discovery found that this GC deletes, in task order."""
+def select_targets(scope: Scope, found: dict, now: dt.datetime) -> list[Target]:
+    """What discovery found that this GC deletes, now or once free (hooks.teardown.plan.verdict), in task order."""
     targets = []
-    for item in found.get("resources") or []:
-        kind, tags = item.get("kind"), item.get("tags") or {}
-        task = KIND_TASK.get(kind)
-        if task not in scope.tasks:
-            continue
-        maker = made_by(kind, tags, scope.cluster_name, settings.gc_include_lb_controller)
-        if maker:
-            targets.append(Target(kind, item["id"], task, TASK_ORDER.index(task), maker, item.get("state")))
-    return sorted(targets, key=lambda t: (t.stage, t.kind, t.id))
+    for item in sorted(found.get("resources") or [], key=deletion_order):
+        judged = verdict(scope, item, now)
+        if judged.collected:
+            targets.append(Target(item["kind"], item["id"], judged.task, TASK_ORDER.index(judged.task),
+                                  judged.made_by, item.get("state"), judged.keep))
+    return targets
 
 
 def plan_deletes(targets: list[Target], scope: Scope, settings: Settings) -> list[Action]:
@@ -54,7 +56,10 @@ def plan_deletes(targets: list[Target], scope: Scope, settings: Settings) -> lis
         ready = [t for t in in_stage if t.deletable]
         for t in ready[: budget - len(actions)]:
             params = {"kind": t.kind, "task": t.task, "stage": t.stage, "region": scope.region, "madeBy": t.made_by}
-            actions.append(Action(DELETE, t.id, params))
+            requires = ()
+            if t.kind in REREAD_KINDS:
+                requires = (Collectable(t.kind, t.id, scope.cluster_name, scope.region, scope.include_lb_controller),)
+            actions.append(Action(DELETE, t.id, params, requires=requires))
         if len(actions) >= budget or len(ready) < len(in_stage):
             break
     return actions

@@ -16,7 +16,7 @@ from hooks.config import load_settings
 from hooks.plan import Action, DEFERRED, HELD
 from hooks.teardown import ownership, scope
 from hooks import teardown_names
-from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, ELBV2_LB, SG, TASK_ORDER, TG, VOL
+from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, EC2_INSTANCE, EIP, ELBV2_LB, ENI, SG, TASK_ORDER, TG, VOL
 from worlds.cluster_gc import aws_cluster
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
@@ -81,7 +81,11 @@ def test_cluster_name_prefers_the_label_then_the_owning_cluster():
     ("arn:aws-cn:ec2:cn-north-1:1:security-group/sg-0abc", (SG, "sg-0abc")),
     ("arn:aws:ec2:us-east-1:1:volume/vol-0abc", (VOL, "vol-0abc")),
     ("arn:aws:elasticloadbalancing:us-east-1:1:listener/net/web/abc/def", None),
-    ("arn:aws:ec2:us-east-1:1:instance/i-0abc", None),
+    ("arn:aws:ec2:us-east-1:1:instance/i-0abc", (EC2_INSTANCE, "i-0abc")),
+    ("arn:aws:ec2:us-east-1:1:network-interface/eni-0abc", (ENI, "eni-0abc")),
+    ("arn:aws:ec2:us-east-1:1:elastic-ip/eipalloc-0abc", (EIP, "eipalloc-0abc")),
+    ("arn:aws:ec2:us-east-1:1:subnet/subnet-0abc", None),
+    ("arn:aws:ec2:us-east-1:1:instance/", None),
     ("not-an-arn", None),
 ])
 def test_arns_are_classified(arn, parsed):

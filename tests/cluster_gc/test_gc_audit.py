@@ -13,6 +13,7 @@ import pytest
 
 from hooks import cli
 from hooks.aws.gc import audit
+from hooks.teardown.ownership import cluster_tag_filters
 from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.moto
@@ -34,21 +35,6 @@ def _tags(resource_type: str, tags: dict) -> list[dict]:
     return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
 
 
-def _eni(ec2, net, tags: dict) -> str:
-    return ec2.create_network_interface(SubnetId=net.subnets[0], TagSpecifications=_tags("network-interface", tags)
-                                        )["NetworkInterface"]["NetworkInterfaceId"]
-
-
-def _eip(ec2, tags: dict) -> str:
-    return ec2.allocate_address(Domain="vpc", TagSpecifications=_tags("elastic-ip", tags))["AllocationId"]
-
-
-def _instance(ec2, net, tags: dict) -> str:
-    image = ec2.describe_images()["Images"][0]["ImageId"]
-    return ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, SubnetId=net.subnets[0],
-                             TagSpecifications=_tags("instance", tags))["Instances"][0]["InstanceId"]
-
-
 def _sg(ec2, net, name: str, tags: dict) -> str:
     return ec2.create_security_group(GroupName=name, Description="test", VpcId=net.vpc,
                                      TagSpecifications=_tags("security-group", tags))["GroupId"]
@@ -61,27 +47,25 @@ def alpha_world(aws, net) -> dict:
     """alpha's resources of every kind the audit describes, each tagged one of the cluster's ways, and others'."""
     ec2 = aws("ec2")
     made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1, classic_elbs=1,
-                           target_groups=1, security_groups=1, volumes=1)
+                           target_groups=1, security_groups=1, volumes=1, instances=1, network_interfaces=1,
+                           elastic_ips=1)
     lb_controller = w.build_cluster(aws, net, "l", w.lb_controller_tags("alpha"), target_groups=1)
     expected = {
         ("elbv2-load-balancer", made.load_balancers[0]), ("classic-load-balancer", made.classic_elbs[0]),
         ("target-group", made.target_groups[0]), ("target-group", lb_controller.target_groups[0]),
         ("security-group", made.security_groups[0]), ("volume", made.volumes[0]),
-        ("network-interface", _eni(ec2, net, {"cluster.k8s.amazonaws.com/name": "alpha"})),
-        ("elastic-ip", _eip(ec2, OWNED)),
-        ("instance", _instance(ec2, net, {**OWNED, "nodewarden.io/machine": "m1", "nodewarden.io/machine-uid": "u1"})),
+        ("network-interface", made.network_interfaces[0]), ("elastic-ip", made.elastic_ips[0]),
+        ("instance", made.instances[0]),
         ("security-group", _sg(ec2, net, "capa", {**OWNED, CAPA_TAG: "owned"})),
         ("security-group", _sg(ec2, net, "shared", {"kubernetes.io/cluster/alpha": "shared"})),
     }
     vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16", TagSpecifications=_tags("vpc", OWNED))["Vpc"]["VpcId"]
     # Not alpha's: another cluster's, a cluster whose name starts like alpha's, and untagged ones.
     w.build_cluster(aws, net, "b", w.cluster_tags("beta"), load_balancers=1, target_groups=1, security_groups=1,
-                    volumes=1)
+                    volumes=1, instances=1, network_interfaces=1)
     w.build_cluster(aws, net, "x", w.cluster_tags("alpha-2"), security_groups=1)
-    _eni(ec2, net, {"cluster.k8s.amazonaws.com/name": "beta"})
-    _eip(ec2, {})
-    _instance(ec2, net, {"kubernetes.io/cluster/beta": "owned"})
-    terminated = _instance(ec2, net, OWNED)
+    w.build_cluster(aws, net, "u", [{"Key": "team", "Value": "payments"}], elastic_ips=1)
+    terminated = w.build_cluster(aws, net, "t", w.cluster_tags("alpha"), instances=1).instances[0]
     ec2.terminate_instances(InstanceIds=[terminated])
     return {"expected": expected, "vpc": vpc, "terminated": terminated, "made": made}
 
@@ -100,7 +84,7 @@ def test_finds_every_kind_tagged_for_the_cluster_and_says_which_way(aws, net, cl
     assert found[vpc_key].seen_by == {audit.TAGGING_API}  # no describe call for VPCs: the tagging API alone
     assert found[terminated].seen_by == {audit.TAGGING_API}  # terminated: only the tagging API still lists it
     instance = next(f for k, f in found.items() if k[0] == "instance" and f.seen_by == both)
-    assert instance.state == "running" and instance.tags["nodewarden.io/machine"] == "m1"
+    assert instance.state == "running" and instance.tags["nodewarden.io/machine"] == "a-machine-0"
     assert found[eip].state == "unassociated"
     assert found[("volume", world["made"].volumes[0])].state == "available"
 
@@ -126,7 +110,7 @@ def test_reads_every_page_of_the_tagging_api(aws, net, clients):
     found = audit.find(clients, "alpha", w.REGION)
     assert {f.id for f in found} == set(made.security_groups)
     assert all(f.seen_by == {audit.TAGGING_API, audit.DESCRIBE} for f in found)
-    assert calls.by_operation["GetResources"] > len(audit.tag_filters("alpha"))  # a filter's answer took pages
+    assert calls.by_operation["GetResources"] > len(cluster_tag_filters("alpha"))  # a filter's answer took pages
 
 
 def test_an_empty_region_is_clean(aws, clients):

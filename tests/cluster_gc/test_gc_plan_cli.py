@@ -11,7 +11,8 @@ import json
 import pytest
 
 from hooks import cli
-from hooks.teardown_names import GC_ANNOTATION, KEEP_CAPA, KEEP_NOT_OWNED, KEEP_TASK_OFF, TASKS_ANNOTATION
+from hooks.teardown_names import (GC_ANNOTATION, KEEP_CAPA, KEEP_LB_CONTROLLER_OFF, KEEP_NOT_OWNED, KEEP_TASK_OFF,
+                                  TASKS_ANNOTATION)
 from worlds import cluster_gc as w
 
 pytestmark = pytest.mark.moto
@@ -110,6 +111,34 @@ def test_an_opted_out_cluster_is_said_and_an_unknown_task_is_refused(aws, alpha,
     assert code == 0
     code, _, err = _run(kube, capsys, "alpha", "-n", "ns", "--gc-task", "nat-gateway")
     assert code == 2 and "unsupported gc task" in err
+
+
+def test_what_is_kept_only_until_free_is_a_leftover_for_the_audit(aws, net, capsys, tmp_path):
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), volumes=1)
+    ec2 = aws("ec2")
+    instance = ec2.run_instances(ImageId=ec2.describe_images()["Images"][0]["ImageId"], MinCount=1, MaxCount=1,
+                                 Placement={"AvailabilityZone": net.zones[0]})["Instances"][0]["InstanceId"]
+    ec2.attach_volume(VolumeId=made.volumes[0], InstanceId=instance, Device="/dev/sdf")
+    code, out, _ = _run(w.FakeKube(unavailable=True), capsys, "alpha", "--region", w.REGION,
+                        "--gc-task", "volume", "-o", "json")
+    plan = json.loads(out)
+    assert code == 0 and [(r["id"], r["waitedFor"]) for r in plan["keep"]] == [(made.volumes[0], True)]
+    path = tmp_path / "plan.json"
+    path.write_text(out)
+    # cluster-gc would have waited for it and deleted it: still there, it is a leftover.
+    assert cli.main(["gc", "audit", "alpha", "--expect-kept", str(path)]) == 1
+    assert made.volumes[0] in capsys.readouterr().out
+
+
+def test_the_lb_controllers_resources_are_planned_only_when_included(aws, net, capsys):
+    group = w.build_cluster(aws, net, "l", w.lb_controller_tags("alpha"), target_groups=1).target_groups[0]
+    kube = w.FakeKube(unavailable=True)
+    code, out, _ = _run(kube, capsys, "alpha", "--region", w.REGION, "-o", "json")
+    plan = json.loads(out)
+    assert code == 0 and plan["delete"] == [] and [r["reason"] for r in plan["keep"]] == [KEEP_LB_CONTROLLER_OFF]
+    code, out, _ = _run(kube, capsys, "alpha", "--region", w.REGION, "--include-lb-controller", "-o", "json")
+    plan = json.loads(out)
+    assert code == 0 and plan["includeLbController"] is True and [r["id"] for r in plan["delete"]] == [group]
 
 
 def test_no_region_anywhere_is_a_usage_error(aws, capsys, monkeypatch):

@@ -6,6 +6,11 @@ hack/capa-crds/go.mod), never a copy. A deleted AWSCluster stays, held by
 Metacontroller's finalizer, until moto shows its load balancers, target
 groups and security groups gone; then it is gone. No CAPA controller runs:
 only Metacontroller's finalizer holds the objects.
+
+The zero-orphan proof: one resource of each kind a cluster's controllers
+make, ``nodewarden gc plan`` first (order and reasons), the AWSCluster
+deleted and finalized, then ``nodewarden gc audit`` finds nothing tagged for
+the cluster but what the plan kept.
 """
 from __future__ import annotations
 
@@ -17,7 +22,6 @@ import time
 
 import pytest
 
-from devcluster import fleet
 from devcluster.api import ApiError, wait_for
 from devcluster.layout import REPO
 from devcluster.manifests import CAPA_CRD_FILES
@@ -232,10 +236,6 @@ def _nodewarden(cluster, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _ec2_tags(resource_type: str, tags: dict) -> list[dict]:
-    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-
-
 def test_plan_then_collection_leaves_nothing_but_what_the_plan_keeps(capa, api, cluster, cloud, cloud_client,
                                                                      namespace, tmp_path):
     """One resource of each kind the cluster's controllers make, and three that are not cluster-gc's to delete.
@@ -245,36 +245,23 @@ def test_plan_then_collection_leaves_nothing_but_what_the_plan_keeps(capa, api, 
     finds nothing tagged for the cluster but what the plan kept.
     """
     name = f"{namespace}-zero"
-    owned = {f"kubernetes.io/cluster/{name}": "owned"}
     net = w.network(cloud.ec2)
-    # The cloud controller's ELBv2 and classic load balancers, target group and security group;
-    # a CSI volume (the volume task is on below).
+    # The cloud controller's ELBv2 and classic load balancers, target group and security group; a CSI
+    # volume (the volume task is on below); a nodewarden Machine's running instance; an available ENI
+    # the VPC CNI left; an Elastic IP tagged for the cluster.
     made = w.build_cluster(cloud_client, net, _prefix(namespace, "z"), w.cluster_tags(name), load_balancers=1,
-                           classic_elbs=1, target_groups=1, security_groups=1, volumes=1,
+                           classic_elbs=1, target_groups=1, security_groups=1, volumes=1, instances=1,
+                           network_interfaces=1, elastic_ips=1,
                            volume_tags=w.cluster_tags(name, service=None) + [{"Key": "CSIVolumeName",
                                                                               "Value": "pvc-data"}])
-    ec2 = cloud.ec2
-    instance = ec2.run_instances(
-        ImageId=fleet.IMAGE_ID, MinCount=1, MaxCount=1, InstanceType="t3.micro", SubnetId=net.subnets[0],
-        TagSpecifications=_ec2_tags("instance", {**owned, "nodewarden.io/nodepool": "general",
-                                                 "nodewarden.io/machine": "general-x1",
-                                                 "nodewarden.io/machine-uid": "0b3c"}),
-    )["Instances"][0]["InstanceId"]
-    # The VPC CNI's ENI, left available by a node that went.
-    eni = ec2.create_network_interface(SubnetId=net.subnets[0], TagSpecifications=_ec2_tags(
-        "network-interface", {"cluster.k8s.amazonaws.com/name": name,
-                              "node.k8s.amazonaws.com/instance_id": "i-0gone"}))["NetworkInterface"]
-    eip = ec2.allocate_address(Domain="vpc", TagSpecifications=_ec2_tags("elastic-ip", owned))["AllocationId"]
     # Not cluster-gc's: CAPA's own security group, one tagged shared, and another cluster's.
-    capa_sg = ec2.create_security_group(
-        GroupName=f"{name}-capa", Description="CAPA's", VpcId=net.vpc, TagSpecifications=_ec2_tags(
-            "security-group", {**owned, f"sigs.k8s.io/cluster-api-provider-aws/cluster/{name}": "owned"}))["GroupId"]
-    shared_sg = ec2.create_security_group(
-        GroupName=f"{name}-shared", Description="shared", VpcId=net.vpc, TagSpecifications=_ec2_tags(
-            "security-group", {f"kubernetes.io/cluster/{name}": "shared"}))["GroupId"]
-    other_sg = ec2.create_security_group(
-        GroupName=f"{name}-other", Description="another cluster's", VpcId=net.vpc, TagSpecifications=_ec2_tags(
-            "security-group", {f"kubernetes.io/cluster/{name}-other": "owned"}))["GroupId"]
+    capa_tag = {"Key": f"sigs.k8s.io/cluster-api-provider-aws/cluster/{name}", "Value": "owned"}
+    capa_sg, shared_sg, other_sg = (
+        w.build_cluster(cloud_client, net, _prefix(namespace, letter), w.cluster_tags(name), security_groups=1,
+                        sg_tags=sg_tags).security_groups[0]
+        for letter, sg_tags in (("c", w.cluster_tags(name, service=None) + [capa_tag]),
+                                ("s", [{"Key": f"kubernetes.io/cluster/{name}", "Value": "shared"}]),
+                                ("o", w.cluster_tags(f"{name}-other", service=None))))
 
     api.create(aws_clusters(namespace), aws_cluster_manifest("infra-zero", name, {TASKS: ALL_TASKS}))
     path = f"{aws_clusters(namespace)}/infra-zero"
@@ -287,12 +274,12 @@ def test_plan_then_collection_leaves_nothing_but_what_the_plan_keeps(capa, api, 
     assert plan["tasksFrom"] == "annotation" and plan["clusterObject"] == f"AWSCluster {namespace}/infra-zero"
     assert plan["region"] == w.REGION and ",".join(plan["tasks"]) == ALL_TASKS
     assert [(r["kind"], r["id"]) for r in plan["delete"]] == [
-        ("instance", instance),
+        ("instance", made.instances[0]),
         ("classic-load-balancer", made.classic_elbs[0]),
         ("elbv2-load-balancer", made.load_balancers[0]),
         ("target-group", made.target_groups[0]),
-        ("network-interface", eni["NetworkInterfaceId"]),
-        ("elastic-ip", eip),
+        ("network-interface", made.network_interfaces[0]),
+        ("elastic-ip", made.elastic_ips[0]),
         ("security-group", made.security_groups[0]),
         ("volume", made.volumes[0]),
     ]
@@ -314,9 +301,11 @@ def test_plan_then_collection_leaves_nothing_but_what_the_plan_keeps(capa, api, 
     assert report["leftovers"] == [] and report["clean"] is True
     assert {r["id"]: r["reason"] for r in report["kept"]} == {capa_sg: KEEP_CAPA, shared_sg: KEEP_NOT_OWNED}
     # moto, like AWS for a while, still lists the terminated instance in the tagging API: gone, not a leftover.
-    assert {r["id"] for r in report["goneButListedByTaggingApi"]} <= {instance}
-    assert {g["GroupId"] for g in ec2.describe_security_groups(GroupIds=[other_sg])["SecurityGroups"]} == {other_sg}
+    assert {r["id"] for r in report["goneButListedByTaggingApi"]} <= set(made.instances)
+    others = cloud.ec2.describe_security_groups(GroupIds=[other_sg])["SecurityGroups"]
+    assert [g["GroupId"] for g in others] == [other_sg]  # another cluster's: untouched, and no business of the audit
     kinds = {r["kind"] for r in plan["delete"]}
     print(f"\ncluster-gc zero orphans: {len(plan['delete'])} resources of {len(kinds)} kinds deleted, "
           f"{len(plan['keep'])} kept as planned; deletion to finalized {seconds:.1f} s; "
-          f"audit: {len(report['leftovers'])} leftovers")
+          f"audit: {len(report['leftovers'])} leftovers, {len(report['kept'])} kept, "
+          f"{len(report['goneButListedByTaggingApi'])} gone but still listed by the tagging API")

@@ -10,7 +10,7 @@ import pytest
 
 from hooks import actuators, timefmt
 from hooks.aws import autoscaling
-from hooks.kube import owners
+from hooks.kube import owner_api
 from hooks.metrics import OWNER_REPLACEMENTS
 from hooks.owner_names import CAPI_HEALTH_CHECK_SUCCEEDED, CAPI_OWNER_REMEDIATED, OWNER_NODECLAIM
 from hooks.plan import PRECONDITION, Action, CapiMachineOf, GroupMember, NodeClaimOf
@@ -38,7 +38,7 @@ def _delete_claim(uid="u-claim", provider_id=PROVIDER_ID, node="n1") -> Action:
 def test_the_nodeclaim_that_claims_the_node_is_deleted(make_ctx):
     kube = FakeKube([nodeclaim("claim-a", "u-claim", PROVIDER_ID, "n1")])
     outcome = _run(make_ctx(kube=kube), _delete_claim())
-    assert outcome.ok and outcome.result == owners.DELETED
+    assert outcome.ok and outcome.result == owner_api.DELETED
     assert ("NodeClaim", "", "claim-a") not in kube.objects
 
 
@@ -57,7 +57,7 @@ def test_a_nodeclaim_that_does_not_claim_the_node_is_not_deleted(make_ctx, store
 
 def test_a_nodeclaim_gone_already_is_gone(make_ctx):
     outcome = _run(make_ctx(kube=FakeKube()), _delete_claim())
-    assert outcome.ok and outcome.result == owners.GONE
+    assert outcome.ok and outcome.result == owner_api.GONE
 
 
 def test_a_nodeclaim_the_api_server_cannot_show_is_not_deleted(make_ctx):
@@ -82,7 +82,7 @@ def _conditions(kube) -> dict:
 def test_the_capi_machine_that_holds_the_node_is_marked_for_its_owner_now(make_ctx):
     kube = FakeKube([capi_machine("m1", "u-m1", "n1")])
     outcome = _run(make_ctx(kube=kube, now=NOW), _remediate())
-    assert outcome.ok and outcome.result == owners.DONE
+    assert outcome.ok and outcome.result == owner_api.DONE
     conditions = _conditions(kube)
     assert {k: (c["status"], c["lastTransitionTime"]) for k, c in conditions.items()} == {
         CAPI_HEALTH_CHECK_SUCCEEDED: ("False", timefmt.fmt(NOW)), CAPI_OWNER_REMEDIATED: ("False", timefmt.fmt(NOW))}
@@ -104,7 +104,7 @@ def test_a_capi_machine_that_does_not_hold_the_node_is_not_marked(make_ctx, stor
 
 def test_a_capi_machine_gone_already_is_gone(make_ctx):
     outcome = _run(make_ctx(kube=FakeKube(), now=NOW), _remediate())
-    assert outcome.ok and outcome.result == owners.GONE
+    assert outcome.ok and outcome.result == owner_api.GONE
 
 
 # -- EC2 Auto Scaling ------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """The audit after cluster-gc: every resource of a region still tagged for a cluster, found two ways.
 
 - the Resource Groups Tagging API (GetResources, no resource-type filter,
-  every page), once per tag that marks a resource as the cluster's
-  (``tag_filters``);
+  every page), once per tag that makes a resource the cluster's
+  (hooks.teardown.ownership.cluster_tag_filters);
 - the describe calls of each kind cluster-gc knows: ELBv2 and classic load
-  balancers, target groups, security groups, volumes, network interfaces,
-  Elastic IPs and instances not terminated, read with the same tags.
+  balancers, target groups, and EC2's instances not terminated, network
+  interfaces, Elastic IPs, security groups and volumes, read with the same
+  tags.
 
 Each resource says which way found it. What only the tagging API lists, of a
 kind the describe calls cover, is gone: the API goes on listing resources
@@ -20,60 +21,17 @@ keeps (by kind and id): the rest are leftovers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
-from hooks.aws.gc import classic_elb, elbv2
-from hooks.aws.gc.resources import parse_arn, tags_to_dict
-from hooks.ec2_names import STATES, TERMINATED, cluster_tag
-from hooks.teardown.ownership import CAPA_CLUSTER_TAG_PREFIX, EKS_CLUSTER_TAG, LB_CONTROLLER_CLUSTER_TAG
-from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, SG, TG, VOL
+from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
+from hooks.aws.gc.discovery import EC2_KINDS
+from hooks.aws.gc.resources import parse_arn
+from hooks.teardown.ownership import cluster_tag_filters, tagged_for
+from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, KIND_TASK, TG, deletion_order
 
 TAGGING_API = "tagging-api"
 DESCRIBE = "describe"
-PAGE_SIZE = 100  # GetResources' maximum ResourcesPerPage
-
-# Kinds cluster-gc collects beyond the load balancers', security groups and volumes.
-INSTANCE = "instance"
-ENI = "network-interface"
-EIP = "elastic-ip"
-# The tag the VPC CNI (amazon-vpc-cni-k8s) puts on the ENIs it makes; the value is the cluster's name.
-CNI_CLUSTER_TAG = "cluster.k8s.amazonaws.com/name"
-
-# EC2's describe call per kind: (operation, paginated, list key, id key, tags key, state key, extra filters).
-_EC2_KINDS = {
-    SG: ("describe_security_groups", True, "SecurityGroups", "GroupId", "Tags", None, []),
-    VOL: ("describe_volumes", True, "Volumes", "VolumeId", "Tags", "State", []),
-    ENI: ("describe_network_interfaces", True, "NetworkInterfaces", "NetworkInterfaceId", "TagSet", "Status", []),
-    EIP: ("describe_addresses", False, "Addresses", "AllocationId", "Tags", None, []),
-    INSTANCE: ("describe_instances", True, "Reservations", "InstanceId", "Tags", "State",
-               [{"Name": "instance-state-name", "Values": [s for s in STATES if s != TERMINATED]}]),
-}
-DESCRIBED_KINDS = (ELBV2_LB, CLASSIC_ELB, TG, *_EC2_KINDS)
-
-
-@dataclass(frozen=True)
-class TagFilter:
-    key: str
-    value: str | None = None  # None: any value (owned or shared)
-
-    def matches(self, tags: Mapping[str, str]) -> bool:
-        return self.key in tags and (self.value is None or tags[self.key] == self.value)
-
-
-def tag_filters(cluster_name: str) -> tuple[TagFilter, ...]:
-    """The tags that make a resource the cluster's: the cloud controller's and the Machines'
-    (``kubernetes.io/cluster/<name>``), the AWS Load Balancer Controller's, the VPC CNI's, CAPA's and EKS's."""
-    return (
-        TagFilter(cluster_tag(cluster_name)),
-        TagFilter(LB_CONTROLLER_CLUSTER_TAG, cluster_name),
-        TagFilter(CNI_CLUSTER_TAG, cluster_name),
-        TagFilter(f"{CAPA_CLUSTER_TAG_PREFIX}{cluster_name}"),
-        TagFilter(EKS_CLUSTER_TAG, cluster_name),
-    )
-
-
-def tagged_for(tags: Mapping[str, str], filters: Iterable[TagFilter]) -> bool:
-    return any(f.matches(tags) for f in filters)
+DESCRIBED_KINDS = (ELBV2_LB, CLASSIC_ELB, TG, *EC2_KINDS)
 
 
 def classify_arn(arn: str) -> tuple[str, str]:
@@ -85,11 +43,8 @@ def classify_arn(arn: str) -> tuple[str, str]:
     parts = arn.split(":", 5)
     if len(parts) != 6:
         return "unknown", arn
-    service, resource = parts[2], parts[5]
-    resource_type, _, ident = resource.replace(":", "/").partition("/")
-    if service == "ec2" and resource_type in _EC2_KINDS and ident:
-        return resource_type, ident
-    return f"{service}:{resource_type}", arn
+    resource_type = parts[5].replace(":", "/").partition("/")[0]
+    return f"{parts[2]}:{resource_type}", arn
 
 
 # ------------------------------------------------------------------- finding
@@ -113,12 +68,17 @@ class Found:
                 "state": self.state, "seenBy": sorted(self.seen_by)}
 
 
+def _order(item: Found) -> tuple:
+    if item.kind in KIND_TASK:
+        return (0, *deletion_order({"kind": item.kind, "id": item.id}))
+    return (1, item.kind, item.id)
+
+
 def find(aws, cluster_name: str, region: str) -> list[Found]:
     """Every resource of ``region`` tagged for ``cluster_name``, by the tagging API and by describe calls.
 
     Raises botocore's errors: an audit that could not ask both ways has no verdict.
     """
-    filters = tag_filters(cluster_name)
     found: dict[tuple[str, str], Found] = {}
 
     def add(kind: str, ident: str, arn: str, tags: dict, state: str | None, way: str) -> None:
@@ -130,68 +90,37 @@ def find(aws, cluster_name: str, region: str) -> list[Found]:
             item.tags = tags
         item.seen_by.add(way)
 
-    for arn, tags in _tagging(aws.client("resourcegroupstaggingapi", region), filters).items():
-        kind, ident = classify_arn(arn)
-        add(kind, ident, arn, tags, None, TAGGING_API)
-    for kind, ident, arn, tags, state in _described(aws, region, filters):
+    client = aws.client("resourcegroupstaggingapi", region)
+    for key, value in cluster_tag_filters(cluster_name):
+        for arn, tags in tagging.resources_tagged(client, key, [value] if value is not None else []).items():
+            kind, ident = classify_arn(arn)
+            add(kind, ident, arn, tags, None, TAGGING_API)
+    for kind, ident, arn, tags, state in _described(aws, region, cluster_name):
         add(kind, ident, arn, tags, state, DESCRIBE)
-    order = {kind: i for i, kind in enumerate(DESCRIBED_KINDS)}
-    return sorted(found.values(), key=lambda f: (order.get(f.kind, len(order)), f.kind, f.id))
+    return sorted(found.values(), key=_order)
 
 
-def _tagging(client, filters: tuple[TagFilter, ...]) -> dict[str, dict[str, str]]:
-    """{ARN: tags} of every resource carrying one of ``filters``, every page of each."""
-    found: dict[str, dict[str, str]] = {}
-    paginator = client.get_paginator("get_resources")
-    for tag in filters:
-        wanted = {"Key": tag.key, **({"Values": [tag.value]} if tag.value is not None else {})}
-        for page in paginator.paginate(TagFilters=[wanted], ResourcesPerPage=PAGE_SIZE):
-            for mapping in page.get("ResourceTagMappingList", []):
-                found[mapping["ResourceARN"]] = tags_to_dict(mapping.get("Tags"))
-    return found
-
-
-def _described(aws, region: str, filters: tuple[TagFilter, ...]):
+def _described(aws, region: str, cluster_name: str):
     """(kind, id, arn, tags, state) of each resource the describe calls find tagged for the cluster."""
     client = aws.client("elbv2", region)
     for arn, tags in elbv2.tags_of(client, elbv2.load_balancer_arns(client)).items():
-        if tagged_for(tags, filters):
+        if tagged_for(tags, cluster_name):
             yield ELBV2_LB, arn, arn, tags, None
     for arn, tags in elbv2.tags_of(client, elbv2.target_group_arns(client)).items():
-        if tagged_for(tags, filters):
+        if tagged_for(tags, cluster_name):
             yield TG, arn, arn, tags, None
     client = aws.client("elb", region)
     for name, tags in classic_elb.tags_of(client, classic_elb.load_balancer_names(client)).items():
-        if tagged_for(tags, filters):
+        if tagged_for(tags, cluster_name):
             yield CLASSIC_ELB, name, "", tags, None
     client = aws.client("ec2", region)
-    # One call per kind and tag (EC2 filters on tags server-side): every answer holds only the cluster's.
-    for kind, (operation, paginated, list_key, id_key, tags_key, state_key, extra) in _EC2_KINDS.items():
-        seen: set[str] = set()
-        for tag in filters:
-            by_tag = ({"Name": "tag-key", "Values": [tag.key]} if tag.value is None
-                      else {"Name": f"tag:{tag.key}", "Values": [tag.value]})
-            pages = (client.get_paginator(operation).paginate(Filters=[by_tag, *extra]) if paginated
-                     else [getattr(client, operation)(Filters=[by_tag, *extra])])
-            for page in pages:
-                items = page.get(list_key, [])
-                if kind == INSTANCE:
-                    items = [i for reservation in items for i in reservation.get("Instances", [])]
-                for item in items:
-                    tags = tags_to_dict(item.get(tags_key))
-                    if item[id_key] not in seen and tagged_for(tags, filters):
-                        seen.add(item[id_key])
-                        yield kind, item[id_key], "", tags, _state(kind, item, state_key)
-
-
-def _state(kind: str, item: dict, state_key: str | None) -> str | None:
-    if kind == INSTANCE:
-        return (item.get("State") or {}).get("Name")
-    if kind == EIP:
-        return "associated" if item.get("AssociationId") else "unassociated"
-    return item.get(state_key) if state_key else None
-
-
+    # One call per kind and tag: EC2 filters on tags server-side.
+    for kind in EC2_KINDS:
+        seen: dict[str, dict] = {}
+        for key, value in cluster_tag_filters(cluster_name):
+            seen.update(ec2.tagged(client, kind, key, value))
+        for ident, item in seen.items():
+            yield kind, ident, "", item["tags"], item["state"]
 # ------------------------------------------------------------------- verdict
 
 

@@ -1,22 +1,27 @@
-"""Find what a cluster's controllers made in one region: load balancers, target groups, and more.
+"""Find what a cluster's controllers made in one region: instances, load balancers, ENIs, and more.
 
 The one discovery by tag: cluster-gc asks it for what a deleted cluster left
 (by task), node-detacher for the target groups and classic ELBs its nodes
 may be in. Two ways, one result:
 
 - the Resource Groups Tagging API, every page, for
-  ``kubernetes.io/cluster/<name>=owned`` (and ``elbv2.k8s.aws/cluster=<name>``
-  when the AWS Load Balancer Controller's resources are included); what it
-  lists is then checked to exist, since it can list resources deleted moments
-  ago;
+  ``kubernetes.io/cluster/<name>=owned``, the VPC CNI's
+  ``cluster.k8s.amazonaws.com/name=<name>`` when ENIs are asked for (and
+  ``elbv2.k8s.aws/cluster=<name>`` when the AWS Load Balancer Controller's
+  resources are included); what it lists is then checked to exist, since it
+  can list resources deleted moments ago;
 - when that API is refused or configured off, and whenever it finds nothing
   left to collect (it lags: what it omits may exist), list the load balancers and
   target groups and read their tags in chunks of 20, and ask EC2 for the
-  security groups and volumes carrying the tags.
+  instances, ENIs, Elastic IPs, security groups and volumes carrying the tags.
+
+``discover_all`` answers every resource of every kind tagged for the cluster
+by any of its makers' tags (hooks.teardown.ownership.cluster_tag_filters),
+found both ways, so that a plan can say why each one it keeps stays.
 
 The result is JSON (the ``observed`` of cluster-gc's decide): each resource
 as ``{"kind", "id", "arn", "tags", "state"}``. Whether it is deleted is
-decided from the tags, purely, in hooks.teardown.
+decided from the tags and state, purely, in hooks.teardown.
 """
 from __future__ import annotations
 
@@ -29,11 +34,15 @@ from hooks.aws.gc import classic_elb, ec2, elbv2, tagging
 from hooks.aws.gc.resources import parse_arn
 from hooks.ec2_names import OWNED, cluster_tag
 from hooks.plan import error_text
-from hooks.teardown.ownership import LB_CONTROLLER_CLUSTER_TAG, is_candidate, made_by
-from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, KIND_TASK, SG, TASK_KINDS, TASK_ORDER, TG, VOL
+from hooks.teardown.ownership import (CNI_CLUSTER_TAG, LB_CONTROLLER_CLUSTER_TAG, cluster_tag_filters, is_candidate,
+                                      made_by, tagged_for)
+from hooks.teardown.tasks import (CLASSIC_ELB, EC2_INSTANCE, EIP, ELBV2_LB, ENI, SG, TASK_KINDS, TASK_ORDER, TG, VOL,
+                                  deletion_order)
 
 TAGGING_API = "tagging-api"
 LISTING = "listing"
+BOTH = "tagging-api+listing"  # discover_all: the union of the two
+EC2_KINDS = (EC2_INSTANCE, ENI, EIP, SG, VOL)
 
 
 @dataclass(frozen=True)
@@ -48,12 +57,33 @@ class Query:
     # cluster-gc counts only what a controller of the cluster made as "something
     # left"; node-detacher counts every load balancer tagged for the cluster.
     made_by_only: bool = True
+    # Every resource tagged for the cluster by any key of cluster_tag_filters, whoever made it.
+    every_tag: bool = False
 
     @property
     def kinds(self) -> set[str]:
         if self.only_kinds:
             return set(self.only_kinds)
         return {kind for task in self.tasks for kind in TASK_KINDS[task]}
+
+    def wanted(self, tags: dict) -> bool:
+        """Whether a listed resource's tags make it one this query is after."""
+        if self.every_tag:
+            return tagged_for(tags, self.cluster_name)
+        return is_candidate(tags, self.cluster_name, self.include_lb_controller)
+
+    def tag_filters(self, kinds: set[str]) -> list[tuple[str, str | None]]:
+        """The tags asked for, for ``kinds``: (key, value; None for any value)."""
+        if self.every_tag:
+            return list(cluster_tag_filters(self.cluster_name))
+        filters: list[tuple[str, str | None]] = []
+        if kinds - {ENI}:  # the CNI's ENIs carry only its own tag
+            filters.append((cluster_tag(self.cluster_name), OWNED))
+        if self.include_lb_controller and kinds & {ELBV2_LB, CLASSIC_ELB, TG, SG, EIP}:
+            filters.append((LB_CONTROLLER_CLUSTER_TAG, self.cluster_name))
+        if ENI in kinds:
+            filters.append((CNI_CLUSTER_TAG, self.cluster_name))
+        return filters
 
 
 def discover(aws, query: Query) -> dict:
@@ -82,6 +112,30 @@ def discover(aws, query: Query) -> dict:
     return _result(LISTING, fallback, _listed(aws, query))
 
 
+def discover_all(aws, cluster_name: str, region: str, include_lb_controller: bool) -> dict:
+    """Every resource of every kind in ``region`` tagged for the cluster by any of its makers' tags.
+
+    Both ways, merged (``method`` "tagging-api+listing"; "listing" with
+    ``fallback`` when the tagging API is refused), whatever the tasks: what
+    cluster-gc would keep is in it too, so a plan (hooks.teardown.plan.plan_of)
+    can say why. The AWS Load Balancer Controller's resources are found either
+    way; ``include_lb_controller`` only says whether they are collected.
+    Same shape as ``discover``'s result; raises botocore errors.
+    """
+    query = Query(cluster_name=cluster_name, region=region, tasks=TASK_ORDER,
+                  include_lb_controller=include_lb_controller, made_by_only=False, every_tag=True)
+    method, fallback, found = BOTH, "", []
+    try:
+        found = _existing(aws, query, _tagged(aws.client("resourcegroupstaggingapi", region), query))
+    except ClientError as exc:
+        if error_code(exc) not in tagging.DENIED:
+            raise
+        method, fallback = LISTING, f"tagging API refused: {error_text(exc)}"
+    merged = {(r["kind"], r["id"]): r for r in _listed(aws, query)}
+    merged.update({(r["kind"], r["id"]): r for r in found})  # the tagging API's records carry the ARN
+    return _result(method, fallback, list(merged.values()))
+
+
 def _collectable(resources: list[dict], query: Query) -> bool:
     """Whether ``resources`` holds anything the caller is after (for cluster-gc: what it would delete)."""
     if not query.made_by_only:
@@ -90,8 +144,7 @@ def _collectable(resources: list[dict], query: Query) -> bool:
 
 
 def _result(method: str, fallback: str, resources: list[dict]) -> dict:
-    order = {task: i for i, task in enumerate(TASK_ORDER)}
-    resources.sort(key=lambda r: (order[KIND_TASK[r["kind"]]], r["kind"], r["id"]))
+    resources.sort(key=deletion_order)
     return {"method": method, "fallback": fallback, "resources": resources}
 
 
@@ -104,10 +157,10 @@ def _record(kind: str, ident: str, arn: str, tags: dict, state: str | None = Non
 
 def _tagged(client, query: Query) -> dict[tuple[str, str], dict]:
     """(kind, id) -> {"arn", "tags"} of the selected kinds, from the tagging API."""
-    found = tagging.resources_tagged(client, cluster_tag(query.cluster_name), [OWNED])
-    if query.include_lb_controller:
-        found.update(tagging.resources_tagged(client, LB_CONTROLLER_CLUSTER_TAG, [query.cluster_name]))
     kinds = query.kinds
+    found: dict[str, dict[str, str]] = {}
+    for key, value in query.tag_filters(kinds):
+        found.update(tagging.resources_tagged(client, key, [value] if value is not None else []))
     candidates: dict[tuple[str, str], dict] = {}
     for arn, tags in found.items():
         parsed = parse_arn(arn)
@@ -136,14 +189,11 @@ def _existing(aws, query: Query, candidates: dict[tuple[str, str], dict]) -> lis
         resources += [
             _record(CLASSIC_ELB, i, c["arn"], c["tags"]) for i, c in by_kind[CLASSIC_ELB].items() if i in alive
         ]
-    if by_kind.get(SG) or by_kind.get(VOL):
-        client = aws.client("ec2", region)
-        if by_kind.get(SG):
-            for ident, found in ec2.security_groups_by_id(client, list(by_kind[SG])).items():
-                resources.append(_record(SG, ident, by_kind[SG][ident]["arn"], found["tags"]))
-        if by_kind.get(VOL):
-            for ident, found in ec2.volumes_by_id(client, list(by_kind[VOL])).items():
-                resources.append(_record(VOL, ident, by_kind[VOL][ident]["arn"], found["tags"], found["state"]))
+    for kind in EC2_KINDS:
+        if by_kind.get(kind):
+            # EC2's own answer: the tags and state as they are now (a terminated instance is not listed).
+            for ident, found in ec2.by_id(aws.client("ec2", region), kind, list(by_kind[kind])).items():
+                resources.append(_record(kind, ident, by_kind[kind][ident]["arn"], found["tags"], found["state"]))
     return resources
 
 
@@ -151,11 +201,8 @@ def _existing(aws, query: Query, candidates: dict[tuple[str, str], dict]) -> lis
 
 
 def _listed(aws, query: Query) -> list[dict]:
-    kinds, region, name = query.kinds, query.region, query.cluster_name
-
-    def wanted(tags: dict) -> bool:
-        return is_candidate(tags, name, query.include_lb_controller)
-
+    kinds, region = query.kinds, query.region
+    wanted = query.wanted
     resources: list[dict] = []
     if kinds & {ELBV2_LB, TG}:
         client = aws.client("elbv2", region)
@@ -169,14 +216,12 @@ def _listed(aws, query: Query) -> list[dict]:
         client = aws.client("elb", region)
         tags = classic_elb.tags_of(client, classic_elb.load_balancer_names(client))
         resources += [_record(CLASSIC_ELB, n, "", t) for n, t in tags.items() if wanted(t)]
-    if kinds & {SG, VOL}:
+    for kind in EC2_KINDS:
+        if kind not in kinds:
+            continue
         client = aws.client("ec2", region)
-        if SG in kinds:
-            groups = ec2.security_groups_tagged(client, cluster_tag(name), OWNED)
-            if query.include_lb_controller:
-                groups.update(ec2.security_groups_tagged(client, LB_CONTROLLER_CLUSTER_TAG, name))
-            resources += [_record(SG, i, "", g["tags"]) for i, g in groups.items() if wanted(g["tags"])]
-        if VOL in kinds:
-            volumes = ec2.volumes_tagged(client, cluster_tag(name), OWNED)
-            resources += [_record(VOL, i, "", v["tags"], v["state"]) for i, v in volumes.items() if wanted(v["tags"])]
+        found: dict[str, dict] = {}
+        for key, value in query.tag_filters({kind}):
+            found.update(ec2.tagged(client, kind, key, value))
+        resources += [_record(kind, i, "", f["tags"], f["state"]) for i, f in found.items() if wanted(f["tags"])]
     return resources

@@ -8,14 +8,19 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
-from hooks.teardown.tasks import CLASSIC_ELB, ELBV2_LB, SG, TG, VOL
+from hooks.teardown.tasks import CLASSIC_ELB, EC2_INSTANCE, EIP, ELBV2_LB, ENI, SG, TG, VOL
+
+# The resource types of EC2 ARNs (``arn:aws:ec2:<region>:<account>:<type>/<id>``) the collector knows.
+EC2_ARN_TYPES = {"instance": EC2_INSTANCE, "network-interface": ENI, "elastic-ip": EIP,
+                 "security-group": SG, "volume": VOL}
 
 
 def parse_arn(arn: str) -> tuple[str, str] | None:
     """(kind, id) of an ARN the collector knows, else None.
 
     The id is what the delete call takes: the ARN for ELBv2 load balancers
-    and target groups, the name for a classic ELB, the sg-/vol- id for EC2.
+    and target groups, the name for a classic ELB, the EC2 id (sg-, vol-, eni-,
+    eipalloc-, i-) for EC2.
     """
     parts = arn.split(":", 5)
     if len(parts) != 6 or parts[0] != "arn":
@@ -32,10 +37,10 @@ def parse_arn(arn: str) -> tuple[str, str] | None:
                 return CLASSIC_ELB, rest
         return None  # listeners, rules
     if service == "ec2":
-        if resource.startswith("security-group/"):
-            return SG, resource[len("security-group/"):]
-        if resource.startswith("volume/"):
-            return VOL, resource[len("volume/"):]
+        resource_type, _, ident = resource.partition("/")
+        kind = EC2_ARN_TYPES.get(resource_type)
+        if kind and ident and "/" not in ident:
+            return kind, ident
     return None
 
 

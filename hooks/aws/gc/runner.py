@@ -21,7 +21,8 @@ IN_USE = "in-use"  # still used by something that is going away: retry later
 THROTTLED = "throttled"  # AWS asked us to slow down: stop this call
 FAILED = "failed"  # any other error: retried with backoff, reported
 
-IN_USE_CODES = ("ResourceInUse", "DependencyViolation", "VolumeInUse", "IncorrectState")
+IN_USE_CODES = ("ResourceInUse", "DependencyViolation", "VolumeInUse", "IncorrectState",
+                "InvalidNetworkInterface.InUse", "InvalidIPAddress.InUse")
 THROTTLE_CODES = (
     "Throttling",
     "ThrottlingException",

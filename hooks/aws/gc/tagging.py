@@ -23,10 +23,11 @@ DENIED = (
 
 
 def resources_tagged(tagging, key: str, values: list[str]) -> dict[str, dict[str, str]]:
-    """{ARN: tags} of every resource with tag ``key`` set to one of ``values``."""
+    """{ARN: tags} of every resource with tag ``key`` set to one of ``values`` (no values: to any value)."""
     found: dict[str, dict[str, str]] = {}
     paginator = tagging.get_paginator("get_resources")
-    for page in paginator.paginate(TagFilters=[{"Key": key, "Values": values}], ResourcesPerPage=PAGE_SIZE):
+    tag_filter = {"Key": key, "Values": values} if values else {"Key": key}
+    for page in paginator.paginate(TagFilters=[tag_filter], ResourcesPerPage=PAGE_SIZE):
         for mapping in page.get("ResourceTagMappingList", []):
             found[mapping["ResourceARN"]] = tags_to_dict(mapping.get("Tags"))
     return found

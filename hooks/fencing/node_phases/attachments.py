@@ -44,6 +44,8 @@ def desired_request(request: HookRequest, sit: Situation, settings: Settings) ->
             # The policy's word that control-plane nodes may be fenced; fencing-request refuses them otherwise,
             # on any evidence, whatever the Node's labels say.
             **({} if sit.policy.exclude_control_plane else {"allowControlPlane": True}),
+            # The policy's replacement, in full: the request's own spec governs from now on.
+            "replacement": sit.policy.replacement.to_dict(),
         },
     }
 

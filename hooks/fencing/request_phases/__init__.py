@@ -12,6 +12,9 @@
               StartInstances for a Reboot
   recovery    the out-of-service taint and the force deletes it stands for,
               or ResourceDeletion's; every destructive step re-confirmed
+  replacement once recovered, the node's proven owner is asked to replace it
+              (spec.replacement), within the guards; the Auto Scaling
+              Standby around a Reboot
   aftercare   the out-of-service taint comes off once the node is back
   deletion    a request deleted half-way takes its taint off (the finalize hook)
   invalid     an unreadable spec is reported once, nothing done

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hooks import bounds, events, fencing_names, fields, timefmt
 from hooks.ec2_names import OFF_STATES, RUNNING
 from hooks.fencing import health, request_rules
-from hooks.fencing.request_phases import authority, ownership, queue
+from hooks.fencing.request_phases import authority, ownership, queue, replacement
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.state import Step
 from hooks.plan import Action
@@ -60,6 +60,9 @@ def power_off(step: Step) -> None:
         step.event("PoweredOff", f"Instance {step.provider['instanceID']} is {state}: node "
                                  f"{step.spec.node_name} can no longer write")
         return
+    if not health.is_ready(fields.mapping(step.node, "status", where="related.Node")) and \
+            not replacement.standby_before_stop(step):
+        return  # a group's instance enters Standby before a Reboot's stop
     attempt(step, "stop")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hooks import bounds, events, fencing_names, timefmt
 from hooks.ec2_names import OFF_STATES
 from hooks.fencing import request_rules
-from hooks.fencing.request_phases import ownership
+from hooks.fencing.request_phases import ownership, replacement
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.power import observe_instance
 from hooks.fencing.request_phases.state import Step
@@ -140,7 +140,7 @@ def delete_resources(step: Step, node_pods: list[dict], attachments: list[dict])
 def recovered(step: Step, reason: str, message: str) -> None:
     step.recovery["completionTime"] = step.stamp()
     step.condition(fencing_names.RECOVERED, "True", reason, message)
-    if step.spec.action == fencing_names.ACTION_REBOOT:
+    if replacement.reboots(step.status, step.spec):
         step.phase = fencing_names.POWERING_ON
     else:
         step.succeed()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 
-from hooks import conditions, events, fencing_names, fields, timefmt
+from hooks import conditions, events, fencing_names, fields, owner_names, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, composite_response
 from hooks.fencing import request_rules
@@ -29,7 +29,7 @@ def recorded(status: dict, section: str) -> dict:
 def own_status(parent: dict) -> dict:
     """A working copy of the status; a field of ours with the wrong type is dropped, never trusted."""
     status = copy.deepcopy(fields.mapping(parent, "status"))
-    for key in ("providerStatus", "recovery"):
+    for key in ("providerStatus", "recovery", "replacement"):
         if key in status and not isinstance(status[key], dict):
             del status[key]
     if "conditions" in status and not isinstance(status["conditions"], list):
@@ -51,7 +51,8 @@ def observed_generation(request: HookRequest) -> int:
 # not parse restarts from now: a deadline must still fire, never wait forever.
 _DEADLINE_STAMPS = ((None, ("startTime", "completionTime")),
                     ("providerStatus", ("lastStopTime", "lastStartTime")),
-                    ("recovery", ("startTime", "completionTime", "nodeReadyAgainTime")))
+                    ("recovery", ("startTime", "completionTime", "nodeReadyAgainTime")),
+                    ("replacement", ("startTime", "requestedTime")))
 
 
 def restamp(status: dict, now: dt.datetime) -> None:
@@ -102,6 +103,10 @@ class Step:
     def recovery(self) -> dict:
         return self.status.setdefault("recovery", {})
 
+    @property
+    def replacement(self) -> dict:
+        return self.status.setdefault("replacement", {})
+
     def stamp(self) -> str:
         return timefmt.fmt(self.now)
 
@@ -140,7 +145,9 @@ class Step:
     def succeed(self) -> None:
         self.phase = fencing_names.SUCCEEDED
         self.status["completionTime"] = self.stamp()
-        what = "powered off, recovered" + (" and powered on again" if self.spec.action == fencing_names.ACTION_REBOOT else "")
+        rebooted = self.spec.action == fencing_names.ACTION_REBOOT and \
+            recorded(self.status, "replacement").get("standby") != owner_names.STANDBY_REFUSED
+        what = "powered off, recovered" + (" and powered on again" if rebooted else "")
         self.condition(fencing_names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
         self.event("FencingComplete", f"Node {self.spec.node_name} {what}")
 

@@ -1,4 +1,4 @@
-"""A node's owners on the API server (hooks/kube/owners.py): Karpenter NodeClaims and Cluster API Machines.
+"""A node's owners on the API server (hooks/kube/owner_api.py): Karpenter NodeClaims and Cluster API Machines.
 
 The API server is worlds/fake_kube.FakeKube (no unit-level API server here): it honours a delete's uid
 precondition, a JSON patch's test ops, the status subresource (a patch there writes status alone) and
@@ -15,7 +15,7 @@ import shutil
 import pytest
 import yaml
 
-from hooks.kube import owners
+from hooks.kube import owner_api
 from hooks.owner_names import CAPI_HEALTH_CHECK_SUCCEEDED, CAPI_OWNER_REMEDIATED
 from tests.support.owner_objects import CAPI_NAMESPACE, capi_machine, nodeclaim
 from worlds.fake_kube import FakeKube
@@ -76,43 +76,43 @@ def _valid(status: dict, schema: dict) -> None:
 def test_nodeclaims_for_a_provider_id_are_those_whose_status_says_so():
     kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1"), nodeclaim("b", "u-b", "aws:///z/i-2", "n2"),
                      nodeclaim("launching", "u-c", "", "")])
-    assert [c["metadata"]["name"] for c in owners.nodeclaims_for(kube, "aws:///z/i-1")] == ["a"]
-    assert owners.nodeclaims_for(kube, "aws:///z/i-9") == []
+    assert [c["metadata"]["name"] for c in owner_api.nodeclaims_for(kube, "aws:///z/i-1")] == ["a"]
+    assert owner_api.nodeclaims_for(kube, "aws:///z/i-9") == []
     kube.calls.clear()
-    assert owners.nodeclaims_for(kube, "") == [] and kube.calls == [], "no providerID: nothing to look for"
+    assert owner_api.nodeclaims_for(kube, "") == [] and kube.calls == [], "no providerID: nothing to look for"
 
 
 def test_nodeclaims_in_a_pool_are_those_karpenter_labelled_for_it():
     kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1", pool="general"),
                      nodeclaim("b", "u-b", "aws:///z/i-2", "n2", pool="gpu"),
                      nodeclaim("c", "u-c", "aws:///z/i-3", "n3", pool="general")])
-    assert [c["metadata"]["name"] for c in owners.nodeclaims_in_pool(kube, "general")] == ["a", "c"]
-    assert owners.nodeclaims_in_pool(kube, "other") == []
+    assert [c["metadata"]["name"] for c in owner_api.nodeclaims_in_pool(kube, "general")] == ["a", "c"]
+    assert owner_api.nodeclaims_in_pool(kube, "other") == []
 
 
 def test_without_karpenter_there_are_no_nodeclaims_and_a_delete_finds_none():
     kube = FakeKube(without_crds=("NodeClaim",))
-    assert owners.nodeclaims_for(kube, "aws:///z/i-1") == []
-    assert owners.nodeclaims_in_pool(kube, "general") == []
-    assert owners.delete_nodeclaim(kube, "a", "u-a") == owners.GONE
+    assert owner_api.nodeclaims_for(kube, "aws:///z/i-1") == []
+    assert owner_api.nodeclaims_in_pool(kube, "general") == []
+    assert owner_api.delete_nodeclaim(kube, "a", "u-a") == owner_api.GONE
 
 
 def test_a_nodeclaim_is_deleted_only_with_its_uid():
     kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1")])
-    assert owners.delete_nodeclaim(kube, "a", "u-other") == owners.GONE, "a namesake is another object"
+    assert owner_api.delete_nodeclaim(kube, "a", "u-other") == owner_api.GONE, "a namesake is another object"
     assert ("NodeClaim", "", "a") in kube.objects
     ((verb, kind, name, _, options),) = [c for c in kube.calls if c[0] == "delete_with_options"]
     assert (kind, name, options["preconditions"]) == ("NodeClaim", "a", {"uid": "u-other"})
-    assert owners.delete_nodeclaim(kube, "a", "u-a") == owners.DELETED
+    assert owner_api.delete_nodeclaim(kube, "a", "u-a") == owner_api.DELETED
     assert ("NodeClaim", "", "a") not in kube.objects
-    assert owners.delete_nodeclaim(kube, "a", "u-a") == owners.GONE, "deleted already: gone, not an error"
+    assert owner_api.delete_nodeclaim(kube, "a", "u-a") == owner_api.GONE, "deleted already: gone, not an error"
 
 
 def test_a_nodeclaim_delete_the_api_server_refuses_is_an_error():
     kube = FakeKube([nodeclaim("a", "u-a", "aws:///z/i-1", "n1")])
     kube.refused.add(("delete_with_options", "NodeClaim"))
     with pytest.raises(Exception, match="500|refused"):
-        owners.delete_nodeclaim(kube, "a", "u-a")
+        owner_api.delete_nodeclaim(kube, "a", "u-a")
     assert ("NodeClaim", "", "a") in kube.objects
 
 
@@ -120,16 +120,16 @@ def test_a_nodeclaim_delete_the_api_server_refuses_is_an_error():
 
 def test_a_capi_machine_is_read_from_its_namespace():
     kube = FakeKube([capi_machine("m1", "u1")])
-    assert owners.capi_machine(kube, CAPI_NAMESPACE, "m1")["metadata"]["uid"] == "u1"
-    assert owners.capi_machine(kube, "other", "m1") is None
-    assert owners.capi_machine(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1") is None
+    assert owner_api.capi_machine(kube, CAPI_NAMESPACE, "m1")["metadata"]["uid"] == "u1"
+    assert owner_api.capi_machine(kube, "other", "m1") is None
+    assert owner_api.capi_machine(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1") is None
 
 
 def test_a_capi_machine_read_the_api_server_refuses_is_an_error():
     kube = FakeKube([capi_machine("m1", "u1")])
     kube.refused.add(("get", "Machine"))
     with pytest.raises(Exception, match="500|refused"):
-        owners.capi_machine(kube, CAPI_NAMESPACE, "m1")
+        owner_api.capi_machine(kube, CAPI_NAMESPACE, "m1")
 
 
 def test_a_machines_group_is_its_controllers_machines():
@@ -138,7 +138,7 @@ def test_a_machines_group_is_its_controllers_machines():
     machines = [capi_machine("m1", "u1", owner=ms_a, deployment="md-a"), capi_machine("m2", "u2", "n2", owner=ms_a),
                 capi_machine("m3", "u3", "n3", owner=ms_b, deployment="md-a"), capi_machine("m4", "u4", "n4")]
     kube = FakeKube(machines + [capi_machine("m5", "u5", "n5", owner=ms_a, namespace="other")])
-    group = owners.capi_machines_in_group(kube, CAPI_NAMESPACE, machines[0])
+    group = owner_api.capi_machines_in_group(kube, CAPI_NAMESPACE, machines[0])
     assert sorted(m["metadata"]["name"] for m in group) == ["m1", "m2"], "its MachineSet's, in its namespace"
 
 
@@ -148,11 +148,11 @@ def test_without_a_controller_a_machines_group_is_its_deployments_then_itself():
     kube = FakeKube(machines)
 
     def group(machine):
-        return sorted(m["metadata"]["name"] for m in owners.capi_machines_in_group(kube, CAPI_NAMESPACE, machine))
+        return sorted(m["metadata"]["name"] for m in owner_api.capi_machines_in_group(kube, CAPI_NAMESPACE, machine))
 
     assert group(machines[0]) == ["m1", "m2"]
     assert group(machines[3]) == ["m4"]
-    assert owners.capi_machines_in_group(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, machines[0]) == []
+    assert owner_api.capi_machines_in_group(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, machines[0]) == []
 
 
 # -- Cluster API Machines: the owner asked to remediate --------------------------------------------------------
@@ -160,8 +160,8 @@ def test_without_a_controller_a_machines_group_is_its_deployments_then_itself():
 def test_the_mark_is_what_a_machinehealthcheck_writes_on_the_status_subresource(machine_status_schema):
     kube = FakeKube([capi_machine("m1", "u1", status={"phase": "Running", "conditions": [
         {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": T0}]})])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "Node n1 fenced: powered off", T1) \
-        == owners.DONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "Node n1 fenced: powered off", T1) \
+        == owner_api.DONE
     ((kind, ops),) = [(c[1], c[3]) for c in kube.calls if c[0] == "json_patch"]
     assert kind == "Machine/status"
     assert ops[0] == {"op": "test", "path": "/metadata/uid", "value": "u1"}
@@ -188,7 +188,7 @@ def test_the_mark_on_a_machine_without_status_makes_it(machine_status_schema):
     machine = capi_machine("m1", "u1", node=None)
     del machine["status"]
     kube = FakeKube([machine])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "", T1) == owners.DONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "", T1) == owner_api.DONE
     stored = _stored(kube, "m1")
     assert _remediated_by_owner(stored)
     assert "message" not in _v1beta1(stored)["HealthCheckSucceeded"], "v1beta1: an empty message is left out"
@@ -197,18 +197,18 @@ def test_the_mark_on_a_machine_without_status_makes_it(machine_status_schema):
 
 def test_marking_again_writes_nothing_and_keeps_the_transition_times():
     kube = FakeKube([capi_machine("m1", "u1")])
-    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
+    owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
     before = copy.deepcopy(_stored(kube, "m1")["status"])
     kube.calls.clear()
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owner_api.DONE
     assert [c[0] for c in kube.calls] == ["get"]
     assert _stored(kube, "m1")["status"] == before
 
 
 def test_a_new_message_moves_v1beta1s_transition_time_and_not_v1beta2s():
     kube = FakeKube([capi_machine("m1", "u1")])
-    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
-    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced again", T1)
+    owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T0)
+    owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced again", T1)
     machine = _stored(kube, "m1")
     assert _conditions(machine)[CAPI_HEALTH_CHECK_SUCCEEDED]["lastTransitionTime"] == T0
     assert _conditions(machine)[CAPI_HEALTH_CHECK_SUCCEEDED]["message"] == "fenced again"
@@ -224,7 +224,7 @@ def test_a_healthy_machine_turns_unhealthy_and_a_finished_remediation_is_asked_a
         "deprecated": {"v1beta1": {"conditions": [
             {"type": "HealthCheckSucceeded", "status": "True", "lastTransitionTime": T0}]}}}
     kube = FakeKube([capi_machine("m1", "u1", status=status)])
-    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
+    owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     machine = _stored(kube, "m1")
     assert {k: (c["status"], c["lastTransitionTime"]) for k, c in _conditions(machine).items()} == {
         CAPI_HEALTH_CHECK_SUCCEEDED: ("False", T1), CAPI_OWNER_REMEDIATED: ("False", T1)}
@@ -240,7 +240,7 @@ def test_a_remediation_in_progress_is_left_to_the_owner():
                            "reason": "RemediationInProgress", "lastTransitionTime": T0}
     kube = FakeKube([capi_machine("m1", "u1", status={"conditions": [in_progress],
                                                   "deprecated": {"v1beta1": {"conditions": [in_progress_v1beta1]}}})])
-    owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
+    owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     machine = _stored(kube, "m1")
     assert _conditions(machine)[CAPI_OWNER_REMEDIATED] == in_progress
     assert _v1beta1(machine)[CAPI_OWNER_REMEDIATED] == in_progress_v1beta1
@@ -249,18 +249,18 @@ def test_a_remediation_in_progress_is_left_to_the_owner():
 
 def test_a_machine_being_deleted_gets_no_owner_remediation():
     kube = FakeKube([capi_machine("m1", "u1", deletionTimestamp=T0, finalizers=["machine.cluster.x-k8s.io"])])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owner_api.DONE
     machine = _stored(kube, "m1")
     assert set(_conditions(machine)) == {CAPI_HEALTH_CHECK_SUCCEEDED} == set(_v1beta1(machine))
 
 
 def test_only_the_machine_of_the_uid_is_marked():
     kube = FakeKube([capi_machine("m1", "u-new")])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u-old", "fenced", T1) == owners.GONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u-old", "fenced", T1) == owner_api.GONE
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "gone", "u1", "fenced", T1) == owners.GONE
-    assert owners.mark_capi_remediation(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1", "u1", "fenced", T1) \
-        == owners.GONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "gone", "u1", "fenced", T1) == owner_api.GONE
+    assert owner_api.mark_capi_remediation(FakeKube(without_crds=("Machine",)), CAPI_NAMESPACE, "m1", "u1", "fenced", T1) \
+        == owner_api.GONE
 
 
 def test_a_namesake_made_between_the_read_and_the_write_is_not_marked():
@@ -273,7 +273,7 @@ def test_a_namesake_made_between_the_read_and_the_write_is_not_marked():
             return read
 
     kube = Replaced([capi_machine("m1", "u1")])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.GONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owner_api.GONE
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))
 
 
@@ -283,12 +283,12 @@ def test_a_status_written_meanwhile_is_read_again_and_kept():
             read = super().get(res, name, namespace)
             if not getattr(self, "raced", False):
                 self.raced = True  # the Machine controller writes its status after our read
-                self.json_patch(owners.CAPI_MACHINE.Status, name, [{"op": "add", "path": "/status/phase",
+                self.json_patch(owner_api.CAPI_MACHINE.Status, name, [{"op": "add", "path": "/status/phase",
                                                                     "value": "Provisioned"}], namespace)
             return read
 
     kube = Racing([capi_machine("m1", "u1")])
-    assert owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owners.DONE
+    assert owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1) == owner_api.DONE
     machine = _stored(kube, "m1")
     assert machine["status"]["phase"] == "Provisioned" and _remediated_by_owner(machine)
     assert [c[0] for c in kube.calls].count("get") == 2
@@ -298,5 +298,5 @@ def test_a_mark_the_api_server_keeps_refusing_is_an_error():
     kube = FakeKube([capi_machine("m1", "u1")])
     kube.refused.add(("json_patch", "Machine/status"))
     with pytest.raises(Exception, match="500|refused"):
-        owners.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
+        owner_api.mark_capi_remediation(kube, CAPI_NAMESPACE, "m1", "u1", "fenced", T1)
     assert CAPI_HEALTH_CHECK_SUCCEEDED not in _conditions(_stored(kube, "m1"))

@@ -1,0 +1,125 @@
+"""Whether a replacement may start: the policy's storm guard, the group's share of unhealthy members, and
+the group's budget of replacements in flight (pure).
+
+A group is what the owner replaces from: a Karpenter NodePool (its
+NodeClaims), an Auto Scaling group, a Cluster API MachineSet (else its
+MachineDeployment). A member is unhealthy while its Node is not Ready or it
+is being deleted or replaced; a replacement is in flight while the owner is
+deleting or replacing a member (NodeClaim or Machine deleting, instance
+Unhealthy or Terminating, OwnerRemediated=False), and while another
+FencingRequest asked for one whose member the group still lists as it was.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from hooks import owner_names
+from hooks.fencing import storm
+from hooks.fencing.policy import governing, parse_all
+from hooks.replacement.owners import Owner, capi_group, condition_is, nodeclaim_pool
+from hooks.replacement.spec import ReplacementSpec
+
+
+@dataclass(frozen=True)
+class GroupView:
+    name: str
+    total: int
+    unhealthy: int
+    replacing: int
+
+
+def verdict(group: GroupView | None, spec: ReplacementSpec, storm_hold: str | None) -> str | None:
+    """None when the replacement may start, else the reason it is held (owner_names.HELD_*).
+
+    ``group`` None: the owner keeps its own budgets (a NodePool's repair), only the storm guard applies.
+    """
+    if storm_hold:
+        return owner_names.HELD_STORM_GUARD
+    if group is None:
+        return None
+    if group.unhealthy > spec.allowed_unhealthy(group.total):
+        return owner_names.HELD_GROUP_UNHEALTHY
+    if group.replacing >= spec.allowed_replacing(group.total):
+        return owner_names.HELD_BUDGET
+    return None
+
+
+def storm_hold(policy_objs: list[dict], node_labels: dict, now: dt.datetime, max_age: float) -> str | None:
+    """Why the storm guard of the policy governing the node holds (None when it does not), judged as
+    node-fencing judges it: the guard True, or a count that is missing, stale or not of the current spec."""
+    valid, _invalid = parse_all(policy_objs)
+    policy = governing(valid, node_labels)
+    if policy is None:
+        return "no NodeFencingPolicy governs the node: there is no count to tell a storm by"
+    judged = storm.count_verdict(policy, now, max_age)
+    return None if judged.outcome == storm.ALLOWED else judged.message
+
+
+def _meta(obj: dict) -> dict:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _status(obj: dict) -> dict:
+    status = obj.get("status") if isinstance(obj, dict) else None
+    return status if isinstance(status, dict) else {}
+
+
+def members(owner: Owner, read: dict) -> dict[str, tuple[bool, bool]]:
+    """Each member of the owner's group as read: key -> (unhealthy, being replaced)."""
+    found: dict[str, tuple[bool, bool]] = {}
+    if owner.kind == owner_names.OWNER_NODECLAIM:
+        not_ready = set((read.get("readiness") or {}).get("notReady") or [])
+        for claim in read.get("nodeClaims") or []:
+            if nodeclaim_pool(claim) != owner.group:
+                continue
+            deleting = bool(_meta(claim).get("deletionTimestamp"))
+            node = _status(claim).get("nodeName")
+            found[str(_meta(claim).get("name"))] = (deleting or not node or node in not_ready, deleting)
+    elif owner.kind == owner_names.OWNER_ASG:
+        for instance in (read.get("group") or {}).get("instances") or []:
+            state, health = str(instance.get("lifecycleState") or ""), instance.get("health")
+            replacing = health == owner_names.ASG_UNHEALTHY or state.startswith("Terminating")
+            unhealthy = replacing or health != owner_names.ASG_HEALTHY or state != owner_names.ASG_IN_SERVICE
+            found[str(instance.get("instanceId"))] = (unhealthy, replacing)
+    elif owner.kind == owner_names.OWNER_CAPI_MACHINE:
+        for machine in read.get("machines") or []:
+            if capi_group(machine) != owner.group:
+                continue
+            status = _status(machine)
+            deleting = bool(_meta(machine).get("deletionTimestamp"))
+            replacing = deleting or condition_is(status, owner_names.CAPI_OWNER_REMEDIATED, "False")
+            unhealthy = replacing or not condition_is(status, owner_names.CAPI_NODE_READY, "True") or \
+                condition_is(status, owner_names.CAPI_HEALTH_CHECK_SUCCEEDED, "False")
+            found[f"{_meta(machine).get('namespace')}/{_meta(machine).get('name')}"] = (unhealthy, replacing)
+    return found
+
+
+def requested_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> set[str]:
+    """Members of the owner's group whose replacement another live FencingRequest has asked for."""
+    found = set()
+    for request in requests:
+        meta = _meta(request)
+        if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
+            continue
+        record = _status(request).get("replacement")
+        record = record if isinstance(record, dict) else {}
+        other = record.get("owner") if isinstance(record.get("owner"), dict) else {}
+        if other.get("kind") != owner.kind or other.get("group") != owner.group or not record.get("requestedTime"):
+            continue
+        if owner.kind == owner_names.OWNER_ASG:
+            found.add(str(other.get("instanceID") or ""))
+        else:
+            name = str(other.get("name") or "")
+            found.add(f"{other['namespace']}/{name}" if other.get("namespace") else name)
+    return found - {""}
+
+
+def group_view(owner: Owner, read: dict, requests: list[dict], my_uid: str) -> GroupView:
+    """The owner's group as read now; this node's own member counts as unhealthy, never as in flight."""
+    listed = members(owner, read)
+    asked = requested_elsewhere(owner, requests, my_uid)
+    unhealthy = sum(1 for key, (sick, _) in listed.items() if sick or key == owner.member)
+    replacing = sum(1 for key, (_, going) in listed.items() if key != owner.member and (going or key in asked))
+    return GroupView(owner.group, len(listed), unhealthy, replacing)
