@@ -11,7 +11,7 @@ infrastructure object (AWSCluster), or for EKS its AWSManagedControlPlane,
 gets the annotation through the Kubernetes API. Without the Cluster API
 Cluster (or its CRD), the AWSCluster/AWSManagedControlPlane labelled
 ``cluster.x-k8s.io/cluster-name=NAME``, else named NAME, is used.
-``configure`` without ``--gc-task`` removes the tasks annotation: CAPA's
+``configure`` without ``--gc-task`` removes the tasks annotation: the
 default tasks again.
 
 ``plan`` changes nothing: it prints what cluster-gc would delete for the
@@ -419,7 +419,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         if name == "configure":
             cmd.add_argument(
                 "--gc-task", action="append", metavar="TASK",
-                help=f"a task to run: {', '.join(TASK_ORDER)} (repeat or comma-separate; none = CAPA's default)",
+                help=f"a task to run: {', '.join(TASK_ORDER)} (repeat or comma-separate; "
+                     f"none = the default: {', '.join(DEFAULT_TASKS)})",
             )
         cmd.set_defaults(func=run)
 
