@@ -5,7 +5,6 @@ asked (AWS refuses both), so every "kept" here is cluster-gc's own doing.
 """
 from __future__ import annotations
 
-import datetime as dt
 
 import pytest
 
@@ -19,37 +18,9 @@ from worlds import cluster_gc as w
 pytestmark = pytest.mark.moto
 
 REMAINING, LAST_ERROR = teardown_names.REMAINING, teardown_names.LAST_ERROR
-START = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
 CAPA_TAGS = [{"Key": "kubernetes.io/cluster/alpha", "Value": "owned"},
              {"Key": "sigs.k8s.io/cluster-api-provider-aws/cluster/alpha", "Value": "owned"},
              {"Key": "sigs.k8s.io/cluster-api-provider-aws/role", "Value": "common"}]
-
-
-class Clock:
-    def __init__(self):
-        self.now = START
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += dt.timedelta(seconds=seconds or 0)
-
-
-@pytest.fixture
-def gc_ctx(aws, make_ctx):
-    def build(env: dict | None = None):
-        kube = w.FakeKube()
-        ctx = make_ctx(env=env, kube=kube)
-        ctx.clock = Clock()
-        return ctx, kube
-
-    return build
-
-
-@pytest.fixture
-def net(aws):
-    return w.network(aws("ec2"))
 
 
 def bystander_instance(aws, net) -> str:

@@ -8,7 +8,6 @@ events and says so. Events go to the in-memory stand-in for the Kubernetes API
 """
 from __future__ import annotations
 
-import datetime as dt
 
 import pytest
 
@@ -19,36 +18,6 @@ from worlds import cluster_gc as w
 pytestmark = pytest.mark.moto
 
 REMAINING, LAST_ERROR, STALLED_SINCE = teardown_names.REMAINING, teardown_names.LAST_ERROR, teardown_names.STALLED_SINCE
-START = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)
-
-
-class Clock:
-    """A test clock the driver moves by each requested resync, so backoff shows without sleeping."""
-
-    def __init__(self):
-        self.now = START
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += dt.timedelta(seconds=seconds or 0)
-
-
-@pytest.fixture
-def gc_ctx(aws, make_ctx):
-    def build(env: dict | None = None):
-        kube = w.FakeKube()
-        ctx = make_ctx(env=env, kube=kube)
-        ctx.clock = Clock()
-        return ctx, kube
-
-    return build
-
-
-@pytest.fixture
-def net(aws):
-    return w.network(aws("ec2"))
 
 
 def alpha_everything(aws, net) -> w.Made:
