@@ -55,7 +55,7 @@ down: setup
 # BENCH_ARGS replaces the picked benchmarks' settings:
 #   make bench BENCH=fencing_failover BENCH_ARGS="--trials 10 --baseline-trials 5"
 BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover \
-	provisioning
+	provisioning owner_replacement
 BENCH ?= $(BENCHES)
 BENCH_ARGS ?=
 BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3 --auth --stalls 200
@@ -67,6 +67,7 @@ BENCH_ARGS_policy_count := --nodes 5000 --unhealthy 10 --repeat 5
 BENCH_ARGS_cordon_to_deregister := --trials 20
 BENCH_ARGS_fencing_failover := --trials 3 --baseline-trials 1 --baseline-seconds 120
 BENCH_ARGS_provisioning := decision --repeat 5
+BENCH_ARGS_owner_replacement := --rounds 2
 BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
 .PHONY: $(BENCH_TARGETS)
 
@@ -80,8 +81,8 @@ bench:
 	  $(MAKE) --no-print-directory bench-$$b || exit 1; \
 	done; echo "bench: $(words $(BENCH)) benchmark(s) in $$((SECONDS - start)) s"
 
-# These two start their own local control plane (docs/local-stack.md).
-bench-cordon_to_deregister bench-fencing_failover: controlplane-bins prometheus-bins
+# These start their own local control plane (docs/local-stack.md).
+bench-cordon_to_deregister bench-fencing_failover bench-owner_replacement: controlplane-bins prometheus-bins
 
 $(BENCH_TARGETS): bench-%: setup
 	@echo "bench: $(PY) bench/$*.py $(or $(BENCH_ARGS),$(BENCH_ARGS_$*))"

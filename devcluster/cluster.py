@@ -282,7 +282,7 @@ class Cluster:
         manifests.point_hooks_at(docs, self.hook_server.url)
         (self.layout.workdir / "manifests.yaml").write_text(manifests.to_yaml(docs))
         rest, self._controllers = manifests.split_controllers(docs)
-        rest = crds + manifests.capa_crds(self.layout) + rest + secrets
+        rest = crds + manifests.upstream_crds(self.layout, manifests.CAPA_CRDS) + rest + secrets
         self.kubectl("apply", "--server-side", "--field-manager=devcluster", "-f", "-",
                      input=manifests.to_yaml(rest))
         names = [f"crd/{d['metadata']['name']}" for d in rest if d.get("kind") == "CustomResourceDefinition"]

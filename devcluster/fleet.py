@@ -38,6 +38,8 @@ class Aws:
         # Interruptions: the queue EventBridge sends EC2's events to (docs/interruptions.md).
         self.sqs = boto3.client("sqs", **self._kwargs)
         self.events = boto3.client("events", **self._kwargs)
+        # Auto Scaling groups: an owner fencing asks to replace a node (devcluster/owners.py).
+        self.autoscaling = boto3.client("autoscaling", **self._kwargs)
 
 
 def cluster_tag(cluster_name: str) -> list[dict]:

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -161,20 +161,69 @@ def metacontroller_crds(layout: Layout, build: Build) -> list[dict]:
     return docs
 
 
-# CAPA's own CRDs, read from its Go module (hack/capa-crds pins the release):
-# the local stack serves AWSCluster and AWSManagedControlPlane as CAPA defines them.
+# Other projects' CRDs, read from their Go modules as each project publishes
+# them (hack/crds/go.mod pins the releases); none of their controllers runs
+# here. The launcher installs CAPA's (AWSCluster, AWSManagedControlPlane: what
+# cluster-gc acts on). Karpenter's and Cluster API's (the owners fencing asks
+# to replace a node) are installed by what needs them (devcluster/owners.py),
+# and removed after: their NodePool and Machine share plural names with
+# nodewarden's, and `kubectl get nodepools,machines` would name theirs.
 CAPA_CRD_FILES = {
     "awsclusters.infrastructure.cluster.x-k8s.io": "infrastructure.cluster.x-k8s.io_awsclusters.yaml",
     "awsmanagedcontrolplanes.controlplane.cluster.x-k8s.io": "controlplane.cluster.x-k8s.io_awsmanagedcontrolplanes.yaml",
 }
+KARPENTER_CRD_FILES = {
+    "nodeclaims.karpenter.sh": "karpenter.sh_nodeclaims.yaml",
+    "nodepools.karpenter.sh": "karpenter.sh_nodepools.yaml",
+}
+CAPI_CRD_FILES = {
+    "machines.cluster.x-k8s.io": "cluster.x-k8s.io_machines.yaml",
+    "machinesets.cluster.x-k8s.io": "cluster.x-k8s.io_machinesets.yaml",
+    "machinedeployments.cluster.x-k8s.io": "cluster.x-k8s.io_machinedeployments.yaml",
+}
 
 
-def capa_crds(layout: Layout) -> list[dict]:
-    result = subprocess.run([str(layout.repo / "hack" / "capa-crds" / "crd-dir.sh")], capture_output=True, text=True)
+class UpstreamCrds(NamedTuple):
+    module: str  # the Go module, pinned in hack/crds/go.mod
+    directory: str  # where its CRDs are in the module
+    files: dict[str, str]  # CRD name -> its file there
+
+
+CAPA_CRDS = UpstreamCrds("sigs.k8s.io/cluster-api-provider-aws/v2", "config/crd/bases", CAPA_CRD_FILES)
+KARPENTER_CRDS = UpstreamCrds("sigs.k8s.io/karpenter", "pkg/apis/crds", KARPENTER_CRD_FILES)
+CAPI_CRDS = UpstreamCrds("sigs.k8s.io/cluster-api", "core/config/crd/bases", CAPI_CRD_FILES)
+UPSTREAM_CRDS = (CAPA_CRDS, KARPENTER_CRDS, CAPI_CRDS)
+MODULE_DIR = Path("hack") / "crds" / "module-dir.sh"
+
+
+def upstream_module_dir(layout: Layout, module: str) -> Path:
+    """Where ``module``'s pinned release is in the Go module cache (downloaded through the module proxy
+    when absent)."""
+    result = subprocess.run([str(layout.repo / MODULE_DIR), module], capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"CAPA's CRDs from its Go module: {result.stderr.strip()}")
-    crd_dir = Path(result.stdout.strip())
-    return [yaml.safe_load((crd_dir / name).read_text()) for name in CAPA_CRD_FILES.values()]
+        raise RuntimeError(f"{module} from the Go module proxy: {result.stderr.strip()}")
+    return Path(result.stdout.strip())
+
+
+def upstream_crds(layout: Layout, *sets: UpstreamCrds) -> list[dict]:
+    """The CRDs of ``sets`` as their projects publish them, less any conversion webhook.
+
+    Cluster API serves v1beta1 and v1beta2 of its kinds and converts between
+    them in its own webhook, which its release manifests add to the CRDs; no
+    webhook runs here, so the API server keeps the default conversion (None:
+    the apiVersion alone changes), and the stack's clients use each kind's
+    stored version.
+    """
+    docs: list[dict] = []
+    for module, directory, files in sets:
+        crd_dir = upstream_module_dir(layout, module) / directory
+        for name, file in files.items():
+            crd = yaml.safe_load((crd_dir / file).read_text())
+            if crd["metadata"]["name"] != name:
+                raise ValueError(f"{crd_dir / file} defines {crd['metadata']['name']}, not {name}")
+            crd["spec"].pop("conversion", None)
+            docs.append(crd)
+    return docs
 
 
 CONTROLLER_KINDS = ("DecoratorController", "CompositeController")

@@ -1,8 +1,8 @@
 """cluster-gc end to end: CAPA's CRDs, Metacontroller's finalizer, moto's resources.
 
 CAPA's CRDs for AWSCluster and AWSManagedControlPlane come from CAPA's Go
-module in the module cache (hack/capa-crds/crd-dir.sh, release pinned in
-hack/capa-crds/go.mod), never a copy. A deleted AWSCluster stays, held by
+module in the module cache (hack/crds/module-dir.sh, release pinned in
+hack/crds/go.mod), never a copy. A deleted AWSCluster stays, held by
 Metacontroller's finalizer, until moto shows its load balancers, target
 groups and security groups gone; then it is gone. No CAPA controller runs:
 only Metacontroller's finalizer holds the objects.
