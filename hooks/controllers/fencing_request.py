@@ -230,11 +230,33 @@ def _group(ctx: runtime.Context, owner: owners.Owner, proofs: dict) -> dict:
                                                                         owner.group}})}
     if owner.kind == owner_names.OWNER_ASG:
         return {"group": autoscaling.describe_group(ctx.aws.client("autoscaling", owner.region or None),
-                                                              owner.group)}
+                                                    owner.group),
+                "readiness": {"notReadyInstances": _not_ready_instances(ctx)}}
     if owner.kind == owner_names.OWNER_CAPI_MACHINE:
         return {"machines": owner_api.capi_machines_in_group(ctx.kube, owner.namespace,
                                                                      proofs["capiMachine"])}
     return {}
+
+
+# Nodes not Ready looked up one by one for a group's count; more than this and the count waits (a storm).
+MAX_NOT_READY_LOOKUPS = 100
+
+
+def _not_ready_instances(ctx: runtime.Context) -> list[str]:
+    """The instances behind the Nodes that are not Ready, read from the API server: an Auto Scaling group's
+    Nodes share no label to select them by, so the few not Ready are read for their providerIDs."""
+    names = nodes.readiness(ctx.kube, {})["notReady"]
+    if len(names) > MAX_NOT_READY_LOOKUPS:
+        raise RuntimeError(f"{len(names)} Nodes are not Ready, more than the {MAX_NOT_READY_LOOKUPS} "
+                           "looked up for a group's count")
+    instances = []
+    for name in names:
+        node = fresh.read(ctx.kube, "Node", name)
+        try:
+            instances.append(providerid.parse(((node or {}).get("spec") or {}).get("providerID")).instance_id)
+        except providerid.ProviderIDError:
+            continue  # gone, or not an EC2 instance: no member of a group
+    return sorted(instances)
 
 
 def _look_up_node(ctx: runtime.Context, name: str, observed: dict) -> None:

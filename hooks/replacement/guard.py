@@ -78,10 +78,13 @@ def members(owner: Owner, read: dict) -> dict[str, tuple[bool, bool]]:
             node = _status(claim).get("nodeName")
             found[str(_meta(claim).get("name"))] = (deleting or not node or node in not_ready, deleting)
     elif owner.kind == owner_names.OWNER_ASG:
+        # The group's own health lags: a running instance whose Node is not Ready is still Healthy to it.
+        not_ready = set((read.get("readiness") or {}).get("notReadyInstances") or [])
         for instance in (read.get("group") or {}).get("instances") or []:
             state, health = str(instance.get("lifecycleState") or ""), instance.get("health")
             replacing = health == owner_names.ASG_UNHEALTHY or state.startswith("Terminating")
-            unhealthy = replacing or health != owner_names.ASG_HEALTHY or state != owner_names.ASG_IN_SERVICE
+            unhealthy = replacing or health != owner_names.ASG_HEALTHY or state != owner_names.ASG_IN_SERVICE or \
+                instance.get("instanceId") in not_ready
             found[str(instance.get("instanceId"))] = (unhealthy, replacing)
     elif owner.kind == owner_names.OWNER_CAPI_MACHINE:
         for machine in read.get("machines") or []:

@@ -224,10 +224,7 @@ def test_an_unattributed_node_stays_powered_off_with_an_event(wave, cloud):
 
 
 @pytest.mark.parametrize("scenario", [
-    pytest.param("held-asg", marks=pytest.mark.xfail(strict=True, reason=(
-        "an Auto Scaling group's members count as unhealthy by the group's own InService and Healthy, not "
-        "by their Nodes' Ready (hooks/replacement/guard.py members): the other dead Node's instance is still "
-        "Healthy, so the first decided is replaced"))),
+    "held-asg",
     "held-pool"])
 def test_a_group_with_too_many_unhealthy_members_is_held(wave, cloud, scenario):
     """Both Nodes of a group of two died: 2 unhealthy > max(1, 40 % of 2), so neither is replaced."""

@@ -360,6 +360,20 @@ def test_asg_instance_is_marked_unhealthy_in_its_group():
                                    "region": "us-east-1"}]
 
 
+def test_an_asg_member_whose_node_is_not_ready_counts_as_unhealthy_though_the_group_says_healthy():
+    """Two of a group of two dead: the other is still InService and Healthy to the group while it runs."""
+    node = dead_node()
+    other = "i-0bbbbbbbbbbbbbbb0"
+    group = asg_group([asg_member(), asg_member(other)])
+    held = decide(request_of(node, recovered_status()), observed_with(
+        {"asgInstance": asg_member()}, {"group": group, "readiness": {"notReadyInstances": [mf.INSTANCE, other]}}))
+    assert condition(held)["reason"] == "GroupUnhealthy" and not any(
+        a["kind"] == "asg.set-unhealthy" for a in held["actions"])
+    allowed = decide(request_of(node, recovered_status()), observed_with(
+        {"asgInstance": asg_member()}, {"group": group, "readiness": {"notReadyInstances": [mf.INSTANCE]}}))
+    assert any(a["kind"] == "asg.set-unhealthy" for a in allowed["actions"])
+
+
 def test_capi_machine_is_remediated_through_its_owner():
     node = dead_node(annotations=CAPI)
     machines = [capi_machine(), capi_machine("workers-def", node_name="n-2", node_ready="True")]
