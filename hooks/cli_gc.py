@@ -283,8 +283,12 @@ def _tasks_origin(inputs: PlanInputs) -> str:
     return f"default tasks: {where}"
 
 
-def plan_document(inputs: PlanInputs, gc_plan) -> dict:
-    """The plan as JSON: what ``gc audit --expect-kept`` reads back."""
+def plan_document(inputs: PlanInputs, gc_plan, others: list[dict] | None = None) -> dict:
+    """The plan as JSON: what ``gc audit --expect-kept`` reads back.
+
+    ``others``: discovery's ``[{"arn", "tags"}]`` of kinds cluster-gc does not collect (``otherKinds``):
+    neither deleted nor kept by it, so the audit counts them until whoever made them deletes them.
+    """
     return {
         "cluster": inputs.cluster_name,
         "region": inputs.region,
@@ -296,6 +300,7 @@ def plan_document(inputs: PlanInputs, gc_plan) -> dict:
         "delete": [{**r, "task": KIND_TASK.get(r["kind"])} for r in gc_plan.delete],
         # waitedFor: cluster-gc deletes it once free, and holds the cluster until then.
         "keep": [{**r, "reason": reason, "waitedFor": reason in WAITED_FOR} for r, reason in gc_plan.keep],
+        "otherKinds": [dict(zip(("kind", "id"), audit.classify_arn(r["arn"])), tags=r["tags"]) for r in others or []],
     }
 
 
@@ -315,6 +320,11 @@ def _print_plan(document: dict, inputs: PlanInputs) -> None:
     print(f"\nwould keep ({len(document['keep'])}):")
     for r in document["keep"]:
         print(f"       {r['kind']:<22} {r['id']}: {r['reason']}")
+    if document["otherKinds"]:
+        print(f"\nnot a kind cluster-gc collects ({len(document['otherKinds'])}): whoever made them deletes them "
+              "(CAPA its network); gc audit counts them until they are gone")
+        for r in document["otherKinds"]:
+            print(f"       {r['kind']:<22} {r['id']}")
     waited = sum(1 for r in document["keep"] if r["waitedFor"])
     if waited:
         print(f"\n{waited} of the kept are deleted once free: the cluster's deletion waits for them")
@@ -328,7 +338,7 @@ def run_plan(args, kube=None, aws=None) -> int:
         if found.get("fallback"):
             inputs.notes.append(f"found by the describe calls alone: {found['fallback']}")
         scope = Scope(COLLECT, "", inputs.cluster_name, inputs.region, inputs.tasks, inputs.include_lb_controller)
-        document = plan_document(inputs, plan_of(scope, found["resources"]))
+        document = plan_document(inputs, plan_of(scope, found["resources"]), found.get("others"))
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -18,7 +18,9 @@ may be in. Two ways, one result:
 
 ``discover_all`` answers every resource of every kind tagged for the cluster
 by any of its makers' tags (hooks.teardown.ownership.cluster_tag_filters),
-found both ways, so that a plan can say why each one it keeps stays.
+found both ways, so that a plan can say why each one it keeps stays; and,
+apart, what the tagging API lists of kinds cluster-gc does not collect (a
+VPC, a subnet, a listener), which the audit counts too.
 
 The result is JSON (the ``observed`` of cluster-gc's decide): each resource
 as ``{"kind", "id", "arn", "tags", "state"}``. Whether it is deleted is
@@ -121,20 +123,27 @@ def discover_all(aws, cluster_name: str, region: str, include_lb_controller: boo
     cluster-gc would keep is in it too, so a plan (hooks.teardown.plan.plan_of)
     can say why. The AWS Load Balancer Controller's resources are found either
     way; ``include_lb_controller`` only says whether they are collected.
-    Same shape as ``discover``'s result; raises botocore errors.
+    Same shape as ``discover``'s result, plus ``others``: ``[{"arn", "tags"}]``
+    of the kinds cluster-gc does not collect (empty when the tagging API is
+    refused); raises botocore errors.
     """
     query = Query(cluster_name=cluster_name, region=region, tasks=TASK_ORDER,
                   include_lb_controller=include_lb_controller, made_by_only=False, every_tag=True)
-    method, fallback, found = BOTH, "", []
+    method, fallback, found, others = BOTH, "", [], {}
     try:
-        found = _existing(aws, query, _tagged(aws.client("resourcegroupstaggingapi", region), query))
+        listed = _tag_listing(aws.client("resourcegroupstaggingapi", region), query.tag_filters(query.kinds))
     except ClientError as exc:
         if error_code(exc) not in tagging.DENIED:
             raise
         method, fallback = LISTING, f"tagging API refused: {error_text(exc)}"
+    else:
+        found = _existing(aws, query, _candidates(listed, query.kinds))
+        others = {arn: tags for arn, tags in listed.items() if parse_arn(arn) is None}
     merged = {(r["kind"], r["id"]): r for r in _listed(aws, query)}
     merged.update({(r["kind"], r["id"]): r for r in found})  # the tagging API's records carry the ARN
-    return _result(method, fallback, list(merged.values()))
+    result = _result(method, fallback, list(merged.values()))
+    result["others"] = [{"arn": arn, "tags": dict(sorted(tags.items()))} for arn, tags in sorted(others.items())]
+    return result
 
 
 def _collectable(resources: list[dict], query: Query) -> bool:
@@ -158,12 +167,20 @@ def _record(kind: str, ident: str, arn: str, tags: dict, state: str | None = Non
 
 def _tagged(client, query: Query) -> dict[tuple[str, str], dict]:
     """(kind, id) -> {"arn", "tags"} of the selected kinds, from the tagging API."""
-    kinds = query.kinds
+    return _candidates(_tag_listing(client, query.tag_filters(query.kinds)), query.kinds)
+
+
+def _tag_listing(client, filters: list[tuple[str, str | None]]) -> dict[str, dict[str, str]]:
+    """{ARN: tags} of every resource the tagging API lists with any of ``filters``, whatever its type."""
     found: dict[str, dict[str, str]] = {}
-    for key, value in query.tag_filters(kinds):
+    for key, value in filters:
         found.update(tagging.resources_tagged(client, key, [value] if value is not None else []))
+    return found
+
+
+def _candidates(listed: dict[str, dict[str, str]], kinds: set[str]) -> dict[tuple[str, str], dict]:
     candidates: dict[tuple[str, str], dict] = {}
-    for arn, tags in found.items():
+    for arn, tags in listed.items():
         parsed = parse_arn(arn)
         if parsed and parsed[0] in kinds:
             candidates[parsed] = {"arn": arn, "tags": tags}
