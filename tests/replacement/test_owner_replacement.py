@@ -497,3 +497,23 @@ def test_a_request_failing_before_recovery_leaves_the_standby_it_entered():
                           replacement={"standby": "Entered", "standbyGroup": "workers-asg"})
     result = decide(reboot_request(node, status), {})
     assert kinds(result) == ["asg.exit-standby"] and condition(result) is None
+
+
+def test_a_request_deleted_while_its_instance_is_in_standby_takes_it_out_before_it_goes():
+    """Deleted half-way through a Reboot: the instance it put in Standby (the group's capacity decremented)
+    leaves Standby before the finalizer goes, else the group never counts or replaces it again."""
+    node = dead_node()
+    status = mf.fr_status("PoweringOn", started=100, providerStatus=mf.provider(stopAttempts=1, startAttempts=1),
+                          replacement={"standby": "Entered", "standbyGroup": "workers-asg"})
+    fr = mf.fencing_request(status=status, deleting=True,
+                            spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    result = decide(mf.fr_request(fr, node, finalizing=True), {"otherHolders": []})
+    assert kinds(result) == ["asg.exit-standby"] and result["response"]["finalized"] is False
+    exit_standby = result["actions"][0]
+    assert exit_standby["params"]["group"] == "workers-asg" and exit_standby["requires"][0]["type"] == "GroupMember"
+    exited = copy.deepcopy(result["response"]["status"])
+    assert exited["replacement"]["standby"] == "Entered"  # recorded only once it succeeded
+    exited["replacement"]["standby"] = "Exited"
+    fr = mf.fencing_request(status=exited, deleting=True, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    done = decide(mf.fr_request(fr, node, finalizing=True), {"otherHolders": []})
+    assert "asg.exit-standby" not in kinds(done)

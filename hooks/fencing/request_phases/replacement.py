@@ -337,6 +337,14 @@ def _exit_standby(step: Step, why: str) -> None:
     step.resync(step.settings.fencing_poll_seconds)
 
 
+def leave_standby(step: Step, why: str) -> bool:
+    """The ExitStandby of an instance this request put in Standby, if it is still there (True when planned)."""
+    if _rec(step).get("standby") != owner_names.STANDBY_ENTERED or not step.provider.get("instanceID"):
+        return False
+    _exit_standby(step, why)
+    return True
+
+
 def standby_before_stop(step: Step) -> bool:
     """Before a Reboot's first stop: True when the stop may go (no group holds the instance, it is in
     Standby, or Standby was refused); else the EnterStandby, or a bounded wait for the group to be read."""
