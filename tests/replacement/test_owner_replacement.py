@@ -250,7 +250,8 @@ def test_nodeclaim_is_deleted_with_its_uid_and_proof_read_again():
     delete = next(a for a in result["actions"] if a["kind"] == "kube.delete-nodeclaim")
     assert delete["target"] == "default-abcde" and delete["params"] == {"uid": "uid-default-abcde"}
     assert delete["requires"] == [{"type": "NodeClaimOf", "name": "default-abcde", "uid": "uid-default-abcde",
-                                   "provider_id": PROVIDER_ID, "node_name": mf.NODE}]
+                                   "provider_id": PROVIDER_ID, "node_name": mf.NODE},
+                                  {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"}]
     assert {r["path"][-1]: r.get("value") for r in delete["record"]}["outcome"] == "NodeClaimDeleted"
     assert delete["reports"]["reason"] == "OwnerReplacementRequested"
     assert replacement_of(result)["owner"]["kind"] == "NodeClaim"
@@ -357,7 +358,8 @@ def test_asg_instance_is_marked_unhealthy_in_its_group():
     action = next(a for a in result["actions"] if a["kind"] == "asg.set-unhealthy")
     assert action["params"] == {"group": "workers-asg", "region": "us-east-1"}
     assert action["requires"] == [{"type": "GroupMember", "instance_id": mf.INSTANCE, "group": "workers-asg",
-                                   "region": "us-east-1"}]
+                                   "region": "us-east-1"},
+                                  {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"}]
 
 
 def test_an_asg_member_whose_node_is_not_ready_counts_as_unhealthy_though_the_group_says_healthy():
@@ -517,3 +519,27 @@ def test_a_request_deleted_while_its_instance_is_in_standby_takes_it_out_before_
     fr = mf.fencing_request(status=exited, deleting=True, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
     done = decide(mf.fr_request(fr, node, finalizing=True), {"otherHolders": []})
     assert "asg.exit-standby" not in kinds(done)
+
+
+def test_a_node_powered_off_that_is_ready_again_is_not_replaced():
+    """Action Off, held a while by a guard; meanwhile someone started the instance and the node is Ready: its
+    owner is not asked to replace a node that serves again."""
+    back = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    result = decide(request_of(back, recovered_status()),
+                    observed_with({"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))))
+    assert "kube.delete-nodeclaim" not in kinds(result)
+    assert condition(result)["reason"] == "NodeReadyAgain"
+
+
+@pytest.mark.parametrize("kind,proofs,group", [
+    ("kube.delete-nodeclaim", {"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))),
+    ("asg.set-unhealthy", {"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])}),
+    ("kube.remediate-capi-machine", {"capiMachine": capi_machine()}, {"machines": [capi_machine()]}),
+])
+def test_the_owner_of_a_node_powered_off_is_asked_only_while_its_instance_is_still_off(kind, proofs, group):
+    """Action Off: the instance powered off is read again right before the owner's action; one started again
+    since the decision is not replaced."""
+    node = dead_node(labels=KARPENTER, annotations=CAPI)
+    result = decide(request_of(node, recovered_status()), observed_with(proofs, group))
+    action = next(a for a in result["actions"] if a["kind"] == kind)
+    assert {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"} in action["requires"]

@@ -116,6 +116,10 @@ def replace(step: Step) -> None:
             return
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
         return _exit_standby(step, "the reboot was not attempted")
+    elif _ready_again(step.status, step.node):
+        # Powered off, then started again by someone: a node that serves again is not replaced.
+        return _conclude(step, owner_names.NOT_NEEDED, f"node {step.spec.node_name} is Ready again since its "
+                                                       "power-off: its owner is not asked to replace it")
     if step.spec.replacement.mode == owner_names.REPLACE_NONE:
         return _conclude(step, owner_names.DISABLED, "spec.replacement.mode is None: the owner is not asked")
     rec.setdefault("startTime", step.stamp())
@@ -249,6 +253,11 @@ def _request(step: Step, owner: owners.Owner) -> None:
             "kube.delete-machine", owner.name, {"uid": owner.uid},
             requires=(SameObject("Machine", owner.name, owner.uid),))
         said = f"Deleted Machine {owner.name}: its NodePool {owner.group} replaces node {node}"
+    if not reboots(step.status, step.spec):
+        # Left powered off: the owner is asked only while the instance still is, read right before.
+        instance, region = step.provider.get("instanceID") or owner.instance_id, step.provider.get("region") or None
+        action = Action(action.kind, action.target, action.params,
+                        requires=(*action.requires, PoweredOff(instance, region)))
     _ask(step, action, reason, said)
 
 
