@@ -543,3 +543,28 @@ def test_the_owner_of_a_node_powered_off_is_asked_only_while_its_instance_is_sti
     result = decide(request_of(node, recovered_status()), observed_with(proofs, group))
     action = next(a for a in result["actions"] if a["kind"] == kind)
     assert {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"} in action["requires"]
+
+
+def test_an_exit_standby_refused_for_good_is_given_up_within_the_replacement_timeout():
+    """ExitStandby raises the desired capacity by one: at the group's maximum size Auto Scaling refuses it, call
+    after call. The tries end NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the first, with a Warning naming the
+    instance left in Standby; nothing is asked after that, and a deletion is not held by it."""
+    ready = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    entered = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg")
+    first = decide(reboot_request(ready, entered), {})
+    assert kinds(first) == ["asg.exit-standby"]
+    began = first["response"]["status"]["replacement"]["standbyExitStartTime"]
+    refused = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg", standbyExitStartTime=began,
+                               lastError="asg.exit-standby i-0: ValidationError: desired capacity would exceed max")
+    assert kinds(decide(reboot_request(ready, refused), {})) == ["asg.exit-standby"]
+    refused["replacement"]["standbyExitStartTime"] = mf.at(1801)
+    given_up = decide(reboot_request(ready, refused), {})
+    assert "asg.exit-standby" not in kinds(given_up)
+    assert condition(given_up)["reason"] == "Abandoned" and "Standby" in condition(given_up)["message"]
+    assert any(e["reason"] == "OwnerReplacementAbandoned" and e.get("warning") for e in given_up["events"])
+    again = decide(reboot_request(ready, given_up["response"]["status"]), {})
+    assert again["actions"] == [] and again["events"] == []
+    fr = mf.fencing_request(status=given_up["response"]["status"], deleting=True,
+                            spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    deleted = decide(mf.fr_request(fr, ready, finalizing=True), {"otherHolders": []})
+    assert "asg.exit-standby" not in kinds(deleted)

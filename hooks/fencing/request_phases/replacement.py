@@ -106,16 +106,20 @@ def replace(step: Step) -> None:
     if not due(step.status, step.spec):
         return
     rec = _rec(step)
+    if rec.get("outcome") == owner_names.ABANDONED:
+        return _conclude(step, owner_names.ABANDONED, rec.get("message") or "")
     if rec.get("standby") == owner_names.STANDBY_ENTERED and \
             not conditions.is_true(step.status, fencing_names.RECOVERED):
-        return _exit_standby(step, f"fencing failed: {step.status.get('errorReason') or 'Failed'}")
+        _exit_standby(step, f"fencing failed: {step.status.get('errorReason') or 'Failed'}")
+        return
     if rec.get("outcome"):
         return _conclude(step, rec["outcome"], rec.get("message") or "")
     if step.spec.action == fencing_names.ACTION_REBOOT and rec.get("standby") != owner_names.STANDBY_REFUSED:
         if not _reboot_settled(step):
             return
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
-        return _exit_standby(step, "the reboot was not attempted")
+        _exit_standby(step, "the reboot was not attempted")
+        return
     elif _ready_again(step.status, step.node):
         # Powered off, then started again by someone: a node that serves again is not replaced.
         return _conclude(step, owner_names.NOT_NEEDED, f"node {step.spec.node_name} is Ready again since its "
@@ -333,10 +337,20 @@ def _reboot_settled(step: Step) -> bool:
     return True
 
 
-def _exit_standby(step: Step, why: str) -> None:
+def _exit_standby(step: Step, why: str) -> bool:
+    """The ExitStandby, tried until NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the first try (False once given
+    up: at the group's maximum size, say, Auto Scaling refuses it for as long as the group stays there)."""
     rec = _rec(step)
     instance, group = step.provider.get("instanceID"), rec.get("standbyGroup")
     region = step.provider.get("region") or None
+    rec.setdefault("standbyExitStartTime", step.stamp())
+    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
+    if waited >= step.settings.replacement_timeout_seconds:
+        message = f"instance {instance} stays in Standby in Auto Scaling group {group}: ExitStandby failed for " \
+                  f"{waited:.0f}s: {rec.get('lastError') or 'not done'}"
+        step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
+        _conclude(step, owner_names.ABANDONED, message)
+        return False
     step.actions.append(Action(
         "asg.exit-standby", instance, {"group": group, "region": region},
         requires=(GroupMember(instance, group, region),),
@@ -344,14 +358,16 @@ def _exit_standby(step: Step, why: str) -> None:
         reports=events.normal(events.STANDBY_EXITED, f"Instance {instance} left Standby in Auto Scaling group "
                                                      f"{group}: {why}")))
     step.resync(step.settings.fencing_poll_seconds)
+    return True
 
 
 def leave_standby(step: Step, why: str) -> bool:
     """The ExitStandby of an instance this request put in Standby, if it is still there (True when planned)."""
-    if _rec(step).get("standby") != owner_names.STANDBY_ENTERED or not step.provider.get("instanceID"):
+    rec = _rec(step)
+    if rec.get("standby") != owner_names.STANDBY_ENTERED or not step.provider.get("instanceID") or \
+            rec.get("outcome") == owner_names.ABANDONED:
         return False
-    _exit_standby(step, why)
-    return True
+    return _exit_standby(step, why)
 
 
 def standby_before_stop(step: Step) -> bool:
