@@ -568,3 +568,17 @@ def test_an_exit_standby_refused_for_good_is_given_up_within_the_replacement_tim
                             spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
     deleted = decide(mf.fr_request(fr, ready, finalizing=True), {"otherHolders": []})
     assert "asg.exit-standby" not in kinds(deleted)
+
+
+@pytest.mark.parametrize("uid,instance", [("uid-of-a-namesake", "i-0eeeeeeeeeeeeeee0"),
+                                          (mf.NODE_UID, "i-0eeeeeeeeeeeeeee0"), ("uid-of-a-namesake", mf.INSTANCE)])
+def test_a_namesake_node_is_never_the_one_replaced(uid, instance):
+    """The fenced Node went and another joined under its name (not Ready yet): its NodeClaim is not the fenced
+    node's owner, and is not deleted."""
+    provider = f"aws:///us-east-1a/{instance}"
+    namesake = mf.node(conditions=[mf.ready("False", 10)], labels=KARPENTER, uid=uid, provider=provider)
+    claim = nodeclaim("default-new", provider=provider)
+    result = decide(request_of(namesake, recovered_status()),
+                    observed_with({"nodeClaims": [claim]}, claim_group(claim, nodeclaim("b", node_name="n-b"))))
+    assert "kube.delete-nodeclaim" not in kinds(result)
+    assert replacement_of(result).get("owner") is None

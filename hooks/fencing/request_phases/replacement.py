@@ -17,7 +17,7 @@ once the node is Ready again.
 """
 from __future__ import annotations
 
-from hooks import conditions, events, fencing_names, owner_names, timefmt
+from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
 from hooks.fencing import health
 from hooks.fencing.request_phases import authority, ownership
 from hooks.fencing.request_phases.state import Step, node_gone, recorded
@@ -120,7 +120,7 @@ def replace(step: Step) -> None:
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
         _exit_standby(step, "the reboot was not attempted")
         return
-    elif _ready_again(step.status, step.node):
+    elif _ready_again(step.status, _fenced(step)):
         # Powered off, then started again by someone: a node that serves again is not replaced.
         return _conclude(step, owner_names.NOT_NEEDED, f"node {step.spec.node_name} is Ready again since its "
                                                        "power-off: its owner is not asked to replace it")
@@ -137,7 +137,7 @@ def replace(step: Step) -> None:
         return step.resync(step.settings.fencing_poll_seconds)  # due since this call began: read on the next
     if step.node is None and not node_gone(step.observed):
         return _wait(step, step.observed.get("nodeError") or f"Node {step.spec.node_name} could not be read")
-    owner = _attributed(step, proofs)
+    owner = _attributed(step, _fenced(step), proofs)
     if owner is False:
         return
     if owner is None:
@@ -149,7 +149,24 @@ def replace(step: Step) -> None:
                          f"Machine {owner.name}: its NodePool {owner.group} replaces it (repair)")
     if not _cleared(step, owner, proofs):
         return
-    _request(step, owner)
+    _request(step, owner, _fenced(step))
+
+
+def _fenced(step: Step) -> dict | None:
+    """The Node, while it is the one this request fenced (its uid, its instance); a namesake that joined since
+    is another node, none of this request's business."""
+    node = step.node
+    if node is None:
+        return None
+    uid = step.provider.get("nodeUID")
+    if uid and (node.get("metadata") or {}).get("uid") != uid:
+        return None
+    try:
+        pid = providerid.parse((node.get("spec") or {}).get("providerID"))
+    except providerid.ProviderIDError:
+        return None
+    known = step.provider.get("instanceID")
+    return None if known and pid.instance_id != known else node
 
 
 def _wait(step: Step, why: str) -> None:
@@ -159,12 +176,13 @@ def _wait(step: Step, why: str) -> None:
     step.resync(backoff(step.settings, 1))
 
 
-def _attributed(step: Step, proofs: dict):
-    """The proven owner, None when none is proven, False when that cannot be told yet (waiting). An owner
-    this request recorded that its proof no longer shows is gone: that counts as done."""
+def _attributed(step: Step, node: dict | None, proofs: dict):
+    """The proven owner of the fenced ``node``, None when none is proven (or the node is gone), False when that
+    cannot be told yet (waiting). An owner this request recorded that its proof no longer shows is gone: that
+    counts as done."""
     rec = _rec(step)
     try:
-        owner = owners.attribute(step.node, proofs.get("proofs") or {}) if step.node is not None else None
+        owner = owners.attribute(node, proofs.get("proofs") or {}) if node is not None else None
     except owners.Unreadable as exc:
         _wait(step, f"the node's owner could not be read: {exc}")
         return False
@@ -229,10 +247,10 @@ def _cleared(step: Step, owner: owners.Owner | None, proofs: dict) -> bool:
     return False
 
 
-def _request(step: Step, owner: owners.Owner) -> None:
+def _request(step: Step, owner: owners.Owner, fenced: dict | None) -> None:
     """The owner's replacement action, recorded (and said) only once it succeeded."""
     node = step.spec.node_name
-    provider_id = ((step.node or {}).get("spec") or {}).get("providerID") or ""
+    provider_id = ((fenced or {}).get("spec") or {}).get("providerID") or ""
     if owner.kind == owner_names.OWNER_NODECLAIM:
         reason, action = owner_names.NODECLAIM_DELETED, Action(
             "kube.delete-nodeclaim", owner.name, {"uid": owner.uid},
@@ -320,7 +338,7 @@ def _reboot_settled(step: Step) -> bool:
     """A Reboot: True once the node is known not to come back in time (and its instance is out of Standby);
     a node Ready again concludes (leaving Standby first)."""
     rec = _rec(step)
-    if _ready_again(step.status, step.node):
+    if _ready_again(step.status, _fenced(step)):
         if rec.get("standby") == owner_names.STANDBY_ENTERED:
             _exit_standby(step, f"node {step.spec.node_name} is Ready again")
             return False
