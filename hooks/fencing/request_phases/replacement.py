@@ -228,11 +228,25 @@ def _cleared(step: Step, owner: owners.Owner | None, proofs: dict) -> bool:
             _wait(step, f"the owner's group could not be read: {error or 'not read'}")
             return False
         view = guard.group_view(owner, proofs["group"], proofs["requests"],
-                                str(step.request.meta.get("uid") or ""))
+                                str(step.request.meta.get("uid") or ""), _rec(step).get("claimTime"))
     held = guard.verdict(view, step.spec.replacement, storm)
+    rec = _rec(step)
+    if held is None and view is not None and not rec.get("claimTime"):
+        # A place in the group's budget is claimed first, and taken on a later call only if the others'
+        # claims, read once this one is written, still leave room (hooks/replacement/guard.py).
+        rec.pop("heldReason", None)
+        rec["claimTime"] = step.stamp()
+        step.resync(step.settings.fencing_poll_seconds)
+        return False
     if held is None:
-        _rec(step).pop("heldReason", None)
+        rec.pop("heldReason", None)
         return True
+    if held == owner_names.HELD_BUDGET and rec.get("claimTime") and \
+            view.replacing_before < step.spec.replacement.allowed_replacing(view.total):
+        # Only later claims stand in the way: they yield to this one, which keeps its place and waits.
+        step.resync(step.settings.fencing_poll_seconds)
+        return False
+    rec.pop("claimTime", None)
     if held == owner_names.HELD_STORM_GUARD:
         message = f"storm guard: {storm}"
     elif held == owner_names.HELD_GROUP_UNHEALTHY:
