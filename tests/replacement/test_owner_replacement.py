@@ -689,3 +689,14 @@ def test_claims_elsewhere_count_in_flight_and_later_ones_are_told_apart():
     assert guard.group_view(me, read, others, "uid-fr-1") == guard.GroupView("default", 3, 1, 2, 0)
     mine = guard.group_view(me, read, others, "uid-fr-1", mf.at(3))
     assert (mine.replacing, mine.claimed_later, mine.replacing_before) == (2, 1, 1)
+
+
+def test_a_karpenter_instance_whose_node_lost_its_nodepool_label_is_still_looked_for():
+    """Node labels are anyone's to edit: a Karpenter node whose nodepool label was taken off would be
+    unattributed (and, with unattributed Terminate, terminated behind Karpenter's back). The tag Karpenter puts
+    on the instance says where to look too; the NodeClaim still has to prove it."""
+    node = dead_node()
+    tags = {**mf.CLUSTER_TAG, owner_names.KARPENTER_NODEPOOL_LABEL: "default"}
+    assert owners.to_read(node, tags) == {"nodeClaims": PROVIDER_ID}
+    assert owners.attribute(node, {"nodeClaims": [nodeclaim()]}).kind == owner_names.OWNER_NODECLAIM
+    assert owners.to_read(node, mf.CLUSTER_TAG) == {}
