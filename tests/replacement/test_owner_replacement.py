@@ -700,3 +700,25 @@ def test_a_karpenter_instance_whose_node_lost_its_nodepool_label_is_still_looked
     assert owners.to_read(node, tags) == {"nodeClaims": PROVIDER_ID}
     assert owners.attribute(node, {"nodeClaims": [nodeclaim()]}).kind == owner_names.OWNER_NODECLAIM
     assert owners.to_read(node, mf.CLUSTER_TAG) == {}
+
+
+def test_every_field_the_phase_records_is_in_the_crd_else_the_api_server_prunes_it():
+    """A status field the FencingRequest CRD does not declare is dropped when Metacontroller writes the status:
+    a claim or a Standby exit's start would never be read back."""
+    import yaml
+
+    path = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds" / "fencingrequests.yaml"
+    schema = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    declared = set(schema["properties"]["status"]["properties"]["replacement"]["properties"])
+    node = dead_node(labels=KARPENTER)
+    group = claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))
+    ready = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    results = [decide(request_of(node, recovered_status()), observed_with({"nodeClaims": [nodeclaim()]}, group)),
+               decide(request_of(node, recovered_status(claimTime=CLAIMED)),
+                      observed_with({"nodeClaims": [nodeclaim()]}, group)),
+               decide(reboot_request(ready, recovered_status("Reboot", standby="Entered", standbyGroup="g")), {})]
+    written = set()
+    for result in results:
+        written |= set(_acted(result).get("replacement") or {})
+    assert {"claimTime", "standbyExitStartTime", "owner", "outcome", "requestedTime"} <= written
+    assert written <= declared, written - declared
