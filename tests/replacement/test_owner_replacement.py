@@ -722,3 +722,8 @@ def test_every_field_the_phase_records_is_in_the_crd_else_the_api_server_prunes_
         written |= set(_acted(result).get("replacement") or {})
     assert {"claimTime", "standbyExitStartTime", "owner", "outcome", "requestedTime"} <= written
     assert written <= declared, written - declared
+
+
+def test_mode_none_says_disabled_even_for_a_node_ready_again():
+    back = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    assert condition(decide(request_of(back, recovered_status(), mode="None"), {}))["reason"] == "Disabled"

@@ -120,12 +120,12 @@ def replace(step: Step) -> None:
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
         _exit_standby(step, "the reboot was not attempted")
         return
-    elif _ready_again(step.status, _fenced(step)):
+    if step.spec.replacement.mode == owner_names.REPLACE_NONE:
+        return _conclude(step, owner_names.DISABLED, "spec.replacement.mode is None: the owner is not asked")
+    if not reboots(step.status, step.spec) and _ready_again(step.status, _fenced(step)):
         # Powered off, then started again by someone: a node that serves again is not replaced.
         return _conclude(step, owner_names.NOT_NEEDED, f"node {step.spec.node_name} is Ready again since its "
                                                        "power-off: its owner is not asked to replace it")
-    if step.spec.replacement.mode == owner_names.REPLACE_NONE:
-        return _conclude(step, owner_names.DISABLED, "spec.replacement.mode is None: the owner is not asked")
     rec.setdefault("startTime", step.stamp())
     waited = timefmt.seconds_since(rec.get("startTime"), step.now) or 0.0
     if waited >= step.settings.replacement_timeout_seconds:
