@@ -727,3 +727,19 @@ def test_every_field_the_phase_records_is_in_the_crd_else_the_api_server_prunes_
 def test_mode_none_says_disabled_even_for_a_node_ready_again():
     back = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
     assert condition(decide(request_of(back, recovered_status(), mode="None"), {}))["reason"] == "Disabled"
+
+
+def test_a_standby_entered_whose_answer_was_lost_is_recorded_as_this_requests_and_left_later():
+    """EnterStandby went through but its answer did not come back (a read timeout): the next call finds the
+    instance in Standby in the group it asked. That Standby is this request's, recorded so that it is left again;
+    one found with no EnterStandby asked is an operator's, left as it is."""
+    node = mf.node(conditions=[mf.ready("Unknown", 100)], taints=[mf.TRIAGED_TAINT, mf.REQUIRED_TAINT])
+    asked = mf.fr_status("Pending", started=10, replacement={
+        "standbyGroup": "workers-asg", "lastError": "asg.enter-standby i-0: ReadTimeoutError: x"})
+    fr = mf.fencing_request(status=asked, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    observed = {**mf.ec2("running"), "olderRequests": [], "asgInstance": asg_member(state="Standby")}
+    result = decide(mf.fr_request(fr, node), observed)
+    assert result["response"]["status"]["replacement"]["standby"] == "Entered"
+    operators = mf.fencing_request(spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    result = decide(mf.fr_request(operators, node), observed)
+    assert kinds(result) == ["aws.stop"] and "standby" not in (result["response"]["status"].get("replacement") or {})

@@ -418,7 +418,10 @@ def standby_before_stop(step: Step) -> bool:
     if not isinstance(found, dict) or found.get("instanceId") != instance or not found.get("group"):
         return True
     if found.get("lifecycleState") == owner_names.ASG_STANDBY:
-        return True  # in Standby already, by someone else: left as it is
+        if _rec(step).get("standbyGroup") == found["group"]:
+            # This request asked for it and the answer was lost: its own Standby, left again later.
+            _rec(step)["standby"] = owner_names.STANDBY_ENTERED
+        return True  # else an operator's: left as it is
     if not (ownership.ours(step) and authority.may_fence(step)):
         return False
     rec = _rec(step)
