@@ -395,8 +395,8 @@ def _exit_standby(step: Step, why: str) -> bool:
 
 def leave_standby(step: Step, why: str) -> bool:
     """The ExitStandby of an instance this request put in Standby, if it is still there (True when planned)."""
-    rec = _rec(step)
-    if rec.get("standby") != owner_names.STANDBY_ENTERED or not step.provider.get("instanceID") or \
+    rec = recorded(step.status, "replacement")
+    if rec.get("standby") != owner_names.STANDBY_ENTERED or not recorded(step.status, "providerStatus").get("instanceID") or \
             rec.get("outcome") == owner_names.ABANDONED:
         return False
     return _exit_standby(step, why)
