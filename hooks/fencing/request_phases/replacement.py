@@ -4,9 +4,12 @@ Runs on a finished request whose recovery is done (``Recovered=True``):
 with action Off at once; with action Reboot only if the node is not Ready
 again within ``rebootTimeout`` of the recovery's end (when the start was
 first issued), and after a group's instance has left Standby. The owner is
-proven from what it holds, read fresh (hooks/replacement/owners.py), and
-asked only while no guard holds (hooks/replacement/guard.py); each action
-carries the facts it rests on, read again right before it runs. Every wait
+proven from what it holds, read fresh (hooks/replacement/owners.py), only
+for the Node this request fenced (not a namesake), and asked only while no
+guard holds (hooks/replacement/guard.py), on a call after the one that
+claimed its place in the group's budget; each action carries the facts it
+rests on, read again right before it runs (for a node left powered off, that
+its instance still is). Every wait
 ends NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the replacement started
 (``Abandoned``).
 
