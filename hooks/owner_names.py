@@ -71,4 +71,4 @@ HELD_GROUP_UNHEALTHY = "GroupUnhealthy"
 HELD_BUDGET = "Budget"
 ERROR = "Error"
 ABANDONED = "Abandoned"
-NOT_NEEDED = "NodeReadyAgain"  # a Reboot whose node came back Ready within rebootTimeout
+NOT_NEEDED = "NodeReadyAgain"  # the node is Ready again after its power-off (a Reboot, or started by someone)

@@ -7,7 +7,14 @@ MachineDeployment). A member is unhealthy while its Node is not Ready or it
 is being deleted or replaced; a replacement is in flight while the owner is
 deleting or replacing a member (NodeClaim or Machine deleting, instance
 Unhealthy or Terminating, OwnerRemediated=False), and while another
-FencingRequest asked for one whose member the group still lists as it was.
+FencingRequest asked for one whose member the group still lists as it was,
+or has claimed a place in the budget to ask for one.
+
+The claim is what keeps two requests decided at once within the budget: a
+request records its claim (``status.replacement.claimTime``) on one call and
+asks the owner on a later one only if, read after its claim was written, the
+claims of the others still leave room. Of two that see each other's claims,
+the later claim (then the higher uid) yields.
 """
 from __future__ import annotations
 
@@ -27,6 +34,12 @@ class GroupView:
     total: int
     unhealthy: int
     replacing: int
+    claimed_later: int = 0  # of ``replacing``: other requests' claims ordered after this request's own
+
+    @property
+    def replacing_before(self) -> int:
+        """Replacements in flight that this request's claim does not take precedence over."""
+        return self.replacing - self.claimed_later
 
 
 def verdict(group: GroupView | None, spec: ReplacementSpec, storm_hold: str | None) -> str | None:
@@ -99,6 +112,37 @@ def members(owner: Owner, read: dict) -> dict[str, tuple[bool, bool]]:
     return found
 
 
+def _member_of(owner: Owner, other: dict) -> str:
+    if owner.kind == owner_names.OWNER_ASG:
+        return str(other.get("instanceID") or "")
+    name = str(other.get("name") or "")
+    return f"{other['namespace']}/{name}" if other.get("namespace") else name
+
+
+def _claim_order(claim_time, uid) -> tuple:
+    return (str(claim_time or ""), str(uid or ""))
+
+
+def claimed_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> dict[str, tuple]:
+    """Members of the owner's group another live FencingRequest has claimed a place in the budget for and not
+    asked yet: member -> the claim's order (claimTime, uid)."""
+    found = {}
+    for request in requests:
+        meta = _meta(request)
+        if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
+            continue
+        record = _status(request).get("replacement")
+        record = record if isinstance(record, dict) else {}
+        other = record.get("owner") if isinstance(record.get("owner"), dict) else {}
+        if other.get("kind") != owner.kind or other.get("group") != owner.group or not record.get("claimTime") \
+                or record.get("requestedTime") or record.get("outcome"):
+            continue
+        member = _member_of(owner, other)
+        if member:
+            found[member] = _claim_order(record["claimTime"], meta.get("uid"))
+    return found
+
+
 def requested_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> set[str]:
     """Members of the owner's group whose replacement another live FencingRequest has asked for."""
     found = set()
@@ -111,18 +155,22 @@ def requested_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> set[
         other = record.get("owner") if isinstance(record.get("owner"), dict) else {}
         if other.get("kind") != owner.kind or other.get("group") != owner.group or not record.get("requestedTime"):
             continue
-        if owner.kind == owner_names.OWNER_ASG:
-            found.add(str(other.get("instanceID") or ""))
-        else:
-            name = str(other.get("name") or "")
-            found.add(f"{other['namespace']}/{name}" if other.get("namespace") else name)
+        found.add(_member_of(owner, other))
     return found - {""}
 
 
-def group_view(owner: Owner, read: dict, requests: list[dict], my_uid: str) -> GroupView:
-    """The owner's group as read now; this node's own member counts as unhealthy, never as in flight."""
+def group_view(owner: Owner, read: dict, requests: list[dict], my_uid: str, my_claim: str | None = None) \
+        -> GroupView:
+    """The owner's group as read now; this node's own member counts as unhealthy, never as in flight. Other
+    requests' claims count as in flight; with ``my_claim`` (this request's claimTime), those ordered after it
+    are told apart (``claimed_later``)."""
     listed = members(owner, read)
     asked = requested_elsewhere(owner, requests, my_uid)
+    claimed = claimed_elsewhere(owner, requests, my_uid)
+    mine = _claim_order(my_claim, my_uid) if my_claim else None
     unhealthy = sum(1 for key, (sick, _) in listed.items() if sick or key == owner.member)
-    replacing = sum(1 for key, (_, going) in listed.items() if key != owner.member and (going or key in asked))
-    return GroupView(owner.group, len(listed), unhealthy, replacing)
+    in_flight = [key for key, (_, going) in listed.items()
+                 if key != owner.member and (going or key in asked or key in claimed)]
+    later = sum(1 for key in in_flight if mine is not None and key in claimed and key not in asked
+                and not listed[key][1] and claimed[key] > mine)
+    return GroupView(owner.group, len(listed), unhealthy, len(in_flight), later)

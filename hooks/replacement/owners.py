@@ -1,7 +1,8 @@
 """Which owner a fenced node has, proven from what the owner itself holds, read fresh (pure).
 
 A Node's labels and annotations, and an instance's tags, are anyone's to
-write: they only say where to look (``to_read``). The owner is the one whose
+write: they only say where to look (``to_read``; a Karpenter node's
+NodeClaims are looked for by its Node's label or its instance's tag). The owner is the one whose
 own object names this node:
 
 - nodewarden Machine: the Machine the ``nodewarden.io/machine`` label names
@@ -78,7 +79,9 @@ def to_read(node: dict, instance_tags: dict | None) -> dict:
     pid = _instance(node)
     if isinstance(labels.get(machine_names.MACHINE_LABEL), str) and labels[machine_names.MACHINE_LABEL]:
         wanted["machine"] = labels[machine_names.MACHINE_LABEL]
-    if labels.get(owner_names.KARPENTER_NODEPOOL_LABEL) and _text(node, "spec", "providerID"):
+    karpenter = labels.get(owner_names.KARPENTER_NODEPOOL_LABEL) or \
+        (instance_tags or {}).get(owner_names.KARPENTER_NODEPOOL_LABEL)  # Karpenter tags its instances so too
+    if karpenter and _text(node, "spec", "providerID"):
         wanted["nodeClaims"] = _text(node, "spec", "providerID")
     if pid is not None and (instance_tags or {}).get(owner_names.ASG_NAME_TAG):
         wanted["asg"] = pid.instance_id

@@ -191,6 +191,10 @@ def test_group_view_counts_self_unhealthy_and_others_in_flight():
 # --------------------------------------------------------------------------- the phase
 
 
+# A place in the group's budget claimed on an earlier call: this call may ask the owner.
+CLAIMED = mf.at(2)
+
+
 def recovered_status(action="Off", **replacement_status):
     phase = "Succeeded"
     conditions = [mf.succeeded_cond(200),
@@ -245,12 +249,13 @@ def claim_group(*claims, not_ready=(mf.NODE,)):
 
 def test_nodeclaim_is_deleted_with_its_uid_and_proof_read_again():
     node = dead_node(labels=KARPENTER)
-    result = decide(request_of(node, recovered_status()),
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)),
                     observed_with({"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))))
     delete = next(a for a in result["actions"] if a["kind"] == "kube.delete-nodeclaim")
     assert delete["target"] == "default-abcde" and delete["params"] == {"uid": "uid-default-abcde"}
     assert delete["requires"] == [{"type": "NodeClaimOf", "name": "default-abcde", "uid": "uid-default-abcde",
-                                   "provider_id": PROVIDER_ID, "node_name": mf.NODE}]
+                                   "provider_id": PROVIDER_ID, "node_name": mf.NODE},
+                                  {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"}]
     assert {r["path"][-1]: r.get("value") for r in delete["record"]}["outcome"] == "NodeClaimDeleted"
     assert delete["reports"]["reason"] == "OwnerReplacementRequested"
     assert replacement_of(result)["owner"]["kind"] == "NodeClaim"
@@ -272,7 +277,7 @@ def test_the_recorded_outcome_becomes_the_condition_and_the_metric_once():
 
 def test_a_pool_of_two_with_one_fenced_is_allowed():
     node = dead_node(labels=KARPENTER)
-    result = decide(request_of(node, recovered_status()),
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)),
                     observed_with({"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))))
     assert "kube.delete-nodeclaim" in kinds(result)
 
@@ -353,11 +358,12 @@ def test_asg_instance_is_marked_unhealthy_in_its_group():
     node = dead_node()
     observed = observed_with({"asgInstance": asg_member()},
                              {"group": asg_group([asg_member(), asg_member("i-0bbbbbbbbbbbbbbb0")])})
-    result = decide(request_of(node, recovered_status()), observed)
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)), observed)
     action = next(a for a in result["actions"] if a["kind"] == "asg.set-unhealthy")
     assert action["params"] == {"group": "workers-asg", "region": "us-east-1"}
     assert action["requires"] == [{"type": "GroupMember", "instance_id": mf.INSTANCE, "group": "workers-asg",
-                                   "region": "us-east-1"}]
+                                   "region": "us-east-1"},
+                                  {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"}]
 
 
 def test_an_asg_member_whose_node_is_not_ready_counts_as_unhealthy_though_the_group_says_healthy():
@@ -365,11 +371,11 @@ def test_an_asg_member_whose_node_is_not_ready_counts_as_unhealthy_though_the_gr
     node = dead_node()
     other = "i-0bbbbbbbbbbbbbbb0"
     group = asg_group([asg_member(), asg_member(other)])
-    held = decide(request_of(node, recovered_status()), observed_with(
+    held = decide(request_of(node, recovered_status(claimTime=CLAIMED)), observed_with(
         {"asgInstance": asg_member()}, {"group": group, "readiness": {"notReadyInstances": [mf.INSTANCE, other]}}))
     assert condition(held)["reason"] == "GroupUnhealthy" and not any(
         a["kind"] == "asg.set-unhealthy" for a in held["actions"])
-    allowed = decide(request_of(node, recovered_status()), observed_with(
+    allowed = decide(request_of(node, recovered_status(claimTime=CLAIMED)), observed_with(
         {"asgInstance": asg_member()}, {"group": group, "readiness": {"notReadyInstances": [mf.INSTANCE]}}))
     assert any(a["kind"] == "asg.set-unhealthy" for a in allowed["actions"])
 
@@ -377,7 +383,7 @@ def test_an_asg_member_whose_node_is_not_ready_counts_as_unhealthy_though_the_gr
 def test_capi_machine_is_remediated_through_its_owner():
     node = dead_node(annotations=CAPI)
     machines = [capi_machine(), capi_machine("workers-def", node_name="n-2", node_ready="True")]
-    result = decide(request_of(node, recovered_status()),
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)),
                     observed_with({"capiMachine": capi_machine()}, {"machines": machines}))
     action = next(a for a in result["actions"] if a["kind"] == "kube.remediate-capi-machine")
     assert action["target"] == "capi/workers-abc" and action["params"]["uid"] == "uid-workers-abc"
@@ -421,7 +427,7 @@ def test_reboot_waits_for_its_bound_then_leaves_standby_then_replaces():
     late["recovery"]["completionTime"] = mf.at(301)
     first = decide(reboot_request(node, late), {})
     assert kinds(first) == ["asg.exit-standby"]
-    late["replacement"]["standby"] = "Exited"
+    late["replacement"].update(standby="Exited", claimTime=CLAIMED)
     observed = observed_with({"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])})
     second = decide(reboot_request(node, late), observed)
     assert "asg.set-unhealthy" in kinds(second)
@@ -466,7 +472,7 @@ def test_a_refused_standby_means_no_reboot_and_the_group_replaces():
     assert replacement.failed({}, Outcome(action, False, "x", code=PRECONDITION)) is None
     # Recovered with the Standby refused: Succeeded without a power-on, and the group asked at once.
     node = dead_node()
-    refused = recovered_status("Reboot", standby="Refused")
+    refused = recovered_status("Reboot", standby="Refused", claimTime=CLAIMED)
     refused["providerStatus"].pop("startAttempts")
     observed = observed_with({"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])})
     result = decide(reboot_request(node, refused), observed)
@@ -497,3 +503,243 @@ def test_a_request_failing_before_recovery_leaves_the_standby_it_entered():
                           replacement={"standby": "Entered", "standbyGroup": "workers-asg"})
     result = decide(reboot_request(node, status), {})
     assert kinds(result) == ["asg.exit-standby"] and condition(result) is None
+
+
+def test_a_request_deleted_while_its_instance_is_in_standby_takes_it_out_before_it_goes():
+    """Deleted half-way through a Reboot: the instance it put in Standby (the group's capacity decremented)
+    leaves Standby before the finalizer goes, else the group never counts or replaces it again."""
+    node = dead_node()
+    status = mf.fr_status("PoweringOn", started=100, providerStatus=mf.provider(stopAttempts=1, startAttempts=1),
+                          replacement={"standby": "Entered", "standbyGroup": "workers-asg"})
+    fr = mf.fencing_request(status=status, deleting=True,
+                            spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    result = decide(mf.fr_request(fr, node, finalizing=True), {"otherHolders": []})
+    assert kinds(result) == ["asg.exit-standby"] and result["response"]["finalized"] is False
+    exit_standby = result["actions"][0]
+    assert exit_standby["params"]["group"] == "workers-asg" and exit_standby["requires"][0]["type"] == "GroupMember"
+    exited = copy.deepcopy(result["response"]["status"])
+    assert exited["replacement"]["standby"] == "Entered"  # recorded only once it succeeded
+    exited["replacement"]["standby"] = "Exited"
+    fr = mf.fencing_request(status=exited, deleting=True, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    done = decide(mf.fr_request(fr, node, finalizing=True), {"otherHolders": []})
+    assert "asg.exit-standby" not in kinds(done)
+
+
+def test_a_node_powered_off_that_is_ready_again_is_not_replaced():
+    """Action Off, held a while by a guard; meanwhile someone started the instance and the node is Ready: its
+    owner is not asked to replace a node that serves again."""
+    back = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    result = decide(request_of(back, recovered_status()),
+                    observed_with({"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))))
+    assert "kube.delete-nodeclaim" not in kinds(result)
+    assert condition(result)["reason"] == "NodeReadyAgain"
+
+
+@pytest.mark.parametrize("kind,proofs,group", [
+    ("kube.delete-nodeclaim", {"nodeClaims": [nodeclaim()]}, claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))),
+    ("asg.set-unhealthy", {"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])}),
+    ("kube.remediate-capi-machine", {"capiMachine": capi_machine()}, {"machines": [capi_machine()]}),
+])
+def test_the_owner_of_a_node_powered_off_is_asked_only_while_its_instance_is_still_off(kind, proofs, group):
+    """Action Off: the instance powered off is read again right before the owner's action; one started again
+    since the decision is not replaced."""
+    node = dead_node(labels=KARPENTER, annotations=CAPI)
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)), observed_with(proofs, group))
+    action = next(a for a in result["actions"] if a["kind"] == kind)
+    assert {"type": "PoweredOff", "instance_id": mf.INSTANCE, "region": "us-east-1"} in action["requires"]
+
+
+def test_an_exit_standby_refused_for_good_is_given_up_within_the_replacement_timeout():
+    """ExitStandby raises the desired capacity by one: at the group's maximum size Auto Scaling refuses it, call
+    after call. The tries end NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the first, with a Warning naming the
+    instance left in Standby; nothing is asked after that, and a deletion is not held by it."""
+    ready = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    entered = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg")
+    first = decide(reboot_request(ready, entered), {})
+    assert kinds(first) == ["asg.exit-standby"]
+    began = first["response"]["status"]["replacement"]["standbyExitStartTime"]
+    refused = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg", standbyExitStartTime=began,
+                               lastError="asg.exit-standby i-0: ValidationError: desired capacity would exceed max")
+    assert kinds(decide(reboot_request(ready, refused), {})) == ["asg.exit-standby"]
+    refused["replacement"]["standbyExitStartTime"] = mf.at(1801)
+    given_up = decide(reboot_request(ready, refused), {})
+    assert "asg.exit-standby" not in kinds(given_up)
+    assert condition(given_up)["reason"] == "Abandoned" and "Standby" in condition(given_up)["message"]
+    assert any(e["reason"] == "OwnerReplacementAbandoned" and e.get("warning") for e in given_up["events"])
+    again = decide(reboot_request(ready, given_up["response"]["status"]), {})
+    assert again["actions"] == [] and again["events"] == []
+    fr = mf.fencing_request(status=given_up["response"]["status"], deleting=True,
+                            spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    deleted = decide(mf.fr_request(fr, ready, finalizing=True), {"otherHolders": []})
+    assert "asg.exit-standby" not in kinds(deleted)
+
+
+@pytest.mark.parametrize("uid,instance", [("uid-of-a-namesake", "i-0eeeeeeeeeeeeeee0"),
+                                          (mf.NODE_UID, "i-0eeeeeeeeeeeeeee0"), ("uid-of-a-namesake", mf.INSTANCE)])
+def test_a_namesake_node_is_never_the_one_replaced(uid, instance):
+    """The fenced Node went and another joined under its name (not Ready yet): its NodeClaim is not the fenced
+    node's owner, and is not deleted."""
+    provider = f"aws:///us-east-1a/{instance}"
+    namesake = mf.node(conditions=[mf.ready("False", 10)], labels=KARPENTER, uid=uid, provider=provider)
+    claim = nodeclaim("default-new", provider=provider)
+    result = decide(request_of(namesake, recovered_status()),
+                    observed_with({"nodeClaims": [claim]}, claim_group(claim, nodeclaim("b", node_name="n-b"))))
+    assert "kube.delete-nodeclaim" not in kinds(result)
+    assert replacement_of(result).get("owner") is None
+
+
+def _pool_pair():
+    """Two fenced nodes of one NodePool of 10, each with its FencingRequest (maxReplacing 1)."""
+    other_instance = "i-0bbbbbbbbbbbbbbb0"
+    other_provider = f"aws:///us-east-1a/{other_instance}"
+    nodes = {"a": dead_node(labels=KARPENTER),
+             "b": mf.node("n-b", conditions=[mf.ready("Unknown", 120)], labels=KARPENTER, provider=other_provider)}
+    claims = {"a": nodeclaim(), "b": nodeclaim("b", node_name="n-b", provider=other_provider)}
+    group = claim_group(claims["a"], claims["b"], *(nodeclaim(n, node_name=f"n-{n}") for n in "cdefghij"),
+                        not_ready=(mf.NODE, "n-b"))
+    status_b = recovered_status()
+    status_b["providerStatus"]["instanceID"] = other_instance
+
+    def request(who, status):
+        if who == "a":
+            return mf.fencing_request(status=status, uid="uid-a", spec={"replacement": {"maxUnhealthy": "40%"}})
+        return mf.fencing_request("fence-n-b", node_name="n-b", uid="uid-b", status=status,
+                                  spec={"replacement": {"maxUnhealthy": "40%"}})
+
+    def call(who, status, other_who, other_status):
+        result = decide(mf.fr_request(request(who, status), nodes[who]),
+                        observed_with({"nodeClaims": [claims[who]]}, group,
+                                      requests=[request(other_who, other_status)]))
+        return result, "kube.delete-nodeclaim" in kinds(result)
+
+    return call, {"a": recovered_status(), "b": status_b}
+
+
+def _acted(result) -> dict:
+    """The status as written once the call's actions succeeded (their records applied)."""
+    status = copy.deepcopy(result["response"]["status"])
+    for action in result["actions"]:
+        for change in action.get("record") or []:
+            node = status
+            for key in change["path"][1:-1]:
+                node = node.setdefault(key, {})
+            node[change["path"][-1]] = change.get("value")
+    return status
+
+
+@pytest.mark.parametrize("order", ["both-see-both", "a-first", "b-first"])
+def test_two_requests_deciding_at_once_in_one_group_replace_one_within_a_budget_of_one(order):
+    """Two FencingRequests of one NodePool decided in the same second, each reading the other before it acted:
+    whatever the interleaving, at most maxReplacing (1) of them asks Karpenter."""
+    call, start = _pool_pair()
+    first_a, acted_a = call("a", start["a"], "b", start["b"])
+    first_b, acted_b = call("b", start["b"], "a", start["a"])
+    asked = acted_a + acted_b
+    claimed = {"a": _acted(first_a), "b": _acted(first_b)}
+    if order == "both-see-both":
+        (result_a, act_a), (result_b, act_b) = call("a", claimed["a"], "b", claimed["b"]), \
+            call("b", claimed["b"], "a", claimed["a"])
+    elif order == "a-first":  # a reads b before b's first call was written; b then reads a as a wrote it
+        result_a, act_a = call("a", claimed["a"], "b", start["b"])
+        result_b, act_b = call("b", claimed["b"], "a", _acted(result_a))
+    else:
+        result_b, act_b = call("b", claimed["b"], "a", start["a"])
+        result_a, act_a = call("a", claimed["a"], "b", _acted(result_b))
+    asked += act_a + act_b
+    assert asked <= 1
+    # And one of them does go ahead: the later claim yields, the earlier then asks.
+    status = {"a": _acted(result_a), "b": _acted(result_b)}
+    for _ in range(2):
+        (result_a, act_a), (result_b, act_b) = call("a", status["a"], "b", status["b"]), \
+            call("b", status["b"], "a", status["a"])
+        asked += act_a + act_b
+        status = {"a": _acted(result_a), "b": _acted(result_b)}
+    assert asked == 1
+
+
+def test_the_first_clear_call_claims_a_place_and_asks_on_the_next():
+    node = dead_node(labels=KARPENTER)
+    group = claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))
+    first = decide(request_of(node, recovered_status()), observed_with({"nodeClaims": [nodeclaim()]}, group))
+    assert first["actions"] == [] and replacement_of(first)["claimTime"] == mf.at(0)
+    assert first["response"]["resyncAfterSeconds"] == 2
+    second = decide(request_of(node, first["response"]["status"]), observed_with({"nodeClaims": [nodeclaim()]}, group))
+    assert "kube.delete-nodeclaim" in kinds(second)
+
+
+def test_a_claim_held_by_the_group_is_let_go():
+    node = dead_node(labels=KARPENTER)
+    claims = [nodeclaim(), *(nodeclaim(n, node_name=f"n-{n}") for n in "bcd")]
+    result = decide(request_of(node, recovered_status(claimTime=CLAIMED)),
+                    observed_with({"nodeClaims": [nodeclaim()]}, claim_group(*claims, not_ready=(mf.NODE, "n-b"))))
+    assert replacement_of(result)["heldReason"] == "GroupUnhealthy" and "claimTime" not in replacement_of(result)
+
+
+def test_claims_elsewhere_count_in_flight_and_later_ones_are_told_apart():
+    me = owners.attribute(dead_node(labels=KARPENTER), {"nodeClaims": [nodeclaim()]})
+    read = claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"), nodeclaim("c", node_name="n-c"))
+
+    def claiming(name, uid, at, **more):
+        return mf.fencing_request(f"fence-n-{name}", node_name=f"n-{name}", uid=uid, status={"replacement": {
+            "owner": {"kind": "NodeClaim", "name": name, "group": "default"}, "claimTime": at, **more}})
+
+    others = [claiming("b", "uid-b", mf.at(5)), claiming("c", "uid-c", mf.at(1)),
+              claiming("d", "uid-d", mf.at(9)),  # not in the pool any more
+              claiming("c", "uid-c2", mf.at(9), outcome="Abandoned")]
+    assert guard.group_view(me, read, others, "uid-fr-1") == guard.GroupView("default", 3, 1, 2, 0)
+    mine = guard.group_view(me, read, others, "uid-fr-1", mf.at(3))
+    assert (mine.replacing, mine.claimed_later, mine.replacing_before) == (2, 1, 1)
+
+
+def test_a_karpenter_instance_whose_node_lost_its_nodepool_label_is_still_looked_for():
+    """Node labels are anyone's to edit: a Karpenter node whose nodepool label was taken off would be
+    unattributed (and, with unattributed Terminate, terminated behind Karpenter's back). The tag Karpenter puts
+    on the instance says where to look too; the NodeClaim still has to prove it."""
+    node = dead_node()
+    tags = {**mf.CLUSTER_TAG, owner_names.KARPENTER_NODEPOOL_LABEL: "default"}
+    assert owners.to_read(node, tags) == {"nodeClaims": PROVIDER_ID}
+    assert owners.attribute(node, {"nodeClaims": [nodeclaim()]}).kind == owner_names.OWNER_NODECLAIM
+    assert owners.to_read(node, mf.CLUSTER_TAG) == {}
+
+
+def test_every_field_the_phase_records_is_in_the_crd_else_the_api_server_prunes_it():
+    """A status field the FencingRequest CRD does not declare is dropped when Metacontroller writes the status:
+    a claim or a Standby exit's start would never be read back."""
+    import yaml
+
+    path = pathlib.Path(__file__).parents[2] / "kustomize" / "base" / "crds" / "fencingrequests.yaml"
+    schema = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    declared = set(schema["properties"]["status"]["properties"]["replacement"]["properties"])
+    node = dead_node(labels=KARPENTER)
+    group = claim_group(nodeclaim(), nodeclaim("b", node_name="n-b"))
+    ready = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    results = [decide(request_of(node, recovered_status()), observed_with({"nodeClaims": [nodeclaim()]}, group)),
+               decide(request_of(node, recovered_status(claimTime=CLAIMED)),
+                      observed_with({"nodeClaims": [nodeclaim()]}, group)),
+               decide(reboot_request(ready, recovered_status("Reboot", standby="Entered", standbyGroup="g")), {})]
+    written = set()
+    for result in results:
+        written |= set(_acted(result).get("replacement") or {})
+    assert {"claimTime", "standbyExitStartTime", "owner", "outcome", "requestedTime"} <= written
+    assert written <= declared, written - declared
+
+
+def test_mode_none_says_disabled_even_for_a_node_ready_again():
+    back = mf.node(conditions=[mf.ready("True", 30)], labels=KARPENTER, taints=[mf.OOS_TAINT])
+    assert condition(decide(request_of(back, recovered_status(), mode="None"), {}))["reason"] == "Disabled"
+
+
+def test_a_standby_entered_whose_answer_was_lost_is_recorded_as_this_requests_and_left_later():
+    """EnterStandby went through but its answer did not come back (a read timeout): the next call finds the
+    instance in Standby in the group it asked. That Standby is this request's, recorded so that it is left again;
+    one found with no EnterStandby asked is an operator's, left as it is."""
+    node = mf.node(conditions=[mf.ready("Unknown", 100)], taints=[mf.TRIAGED_TAINT, mf.REQUIRED_TAINT])
+    asked = mf.fr_status("Pending", started=10, replacement={
+        "standbyGroup": "workers-asg", "lastError": "asg.enter-standby i-0: ReadTimeoutError: x"})
+    fr = mf.fencing_request(status=asked, spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    observed = {**mf.ec2("running"), "olderRequests": [], "asgInstance": asg_member(state="Standby")}
+    result = decide(mf.fr_request(fr, node), observed)
+    assert result["response"]["status"]["replacement"]["standby"] == "Entered"
+    operators = mf.fencing_request(spec={"action": "Reboot", "replacement": {"mode": "Owner"}})
+    result = decide(mf.fr_request(operators, node), observed)
+    assert kinds(result) == ["aws.stop"] and "standby" not in (result["response"]["status"].get("replacement") or {})

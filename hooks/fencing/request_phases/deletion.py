@@ -1,16 +1,20 @@
-"""Deletion (the finalize hook): a FencingRequest deleted half-way takes the out-of-service taint it
-put on off its node, unless another live request for the node, in any namespace, still counts on it.
-Not knowing (the Node or the other requests unreadable) keeps the request and its finalizer, and
-finalize retries."""
+"""Deletion (the finalize hook): a FencingRequest deleted half-way takes its instance out of the Auto
+Scaling Standby it put it in, and takes the out-of-service taint it put on off its node, unless another
+live request for the node, in any namespace, still counts on it. Not knowing (the Node or the other
+requests unreadable) keeps the request and its finalizer, and finalize retries."""
 from __future__ import annotations
 
 from hooks import events
+from hooks.fencing.request_phases import replacement
 from hooks.fencing.request_phases.aftercare import may_hold, ours_to_remove, untaint
 from hooks.fencing.request_phases.state import Step, node_gone
 from hooks.plan import Change, Plan, backoff
 
 
 def finalize(step: Step) -> Plan:
+    if replacement.leave_standby(step, "its FencingRequest was deleted"):
+        # The group's capacity was decremented for it: left in Standby, it is never counted or replaced again.
+        return step.plan(finalized=False)
     if step.node is None and not node_gone(step.observed) and may_hold(step.status, step.spec):
         # Missing from this request and not readable: its taint may still be on; only a 404 proves it gone.
         step.recovery["lastError"] = step.observed.get("nodeError") or \

@@ -4,9 +4,12 @@ Runs on a finished request whose recovery is done (``Recovered=True``):
 with action Off at once; with action Reboot only if the node is not Ready
 again within ``rebootTimeout`` of the recovery's end (when the start was
 first issued), and after a group's instance has left Standby. The owner is
-proven from what it holds, read fresh (hooks/replacement/owners.py), and
-asked only while no guard holds (hooks/replacement/guard.py); each action
-carries the facts it rests on, read again right before it runs. Every wait
+proven from what it holds, read fresh (hooks/replacement/owners.py), only
+for the Node this request fenced (not a namesake), and asked only while no
+guard holds (hooks/replacement/guard.py), on a call after the one that
+claimed its place in the group's budget; each action carries the facts it
+rests on, read again right before it runs (for a node left powered off, that
+its instance still is). Every wait
 ends NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the replacement started
 (``Abandoned``).
 
@@ -17,7 +20,7 @@ once the node is Ready again.
 """
 from __future__ import annotations
 
-from hooks import conditions, events, fencing_names, owner_names, timefmt
+from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
 from hooks.fencing import health
 from hooks.fencing.request_phases import authority, ownership
 from hooks.fencing.request_phases.state import Step, node_gone, recorded
@@ -106,18 +109,26 @@ def replace(step: Step) -> None:
     if not due(step.status, step.spec):
         return
     rec = _rec(step)
+    if rec.get("outcome") == owner_names.ABANDONED:
+        return _conclude(step, owner_names.ABANDONED, rec.get("message") or "")
     if rec.get("standby") == owner_names.STANDBY_ENTERED and \
             not conditions.is_true(step.status, fencing_names.RECOVERED):
-        return _exit_standby(step, f"fencing failed: {step.status.get('errorReason') or 'Failed'}")
+        _exit_standby(step, f"fencing failed: {step.status.get('errorReason') or 'Failed'}")
+        return
     if rec.get("outcome"):
         return _conclude(step, rec["outcome"], rec.get("message") or "")
     if step.spec.action == fencing_names.ACTION_REBOOT and rec.get("standby") != owner_names.STANDBY_REFUSED:
         if not _reboot_settled(step):
             return
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
-        return _exit_standby(step, "the reboot was not attempted")
+        _exit_standby(step, "the reboot was not attempted")
+        return
     if step.spec.replacement.mode == owner_names.REPLACE_NONE:
         return _conclude(step, owner_names.DISABLED, "spec.replacement.mode is None: the owner is not asked")
+    if not reboots(step.status, step.spec) and _ready_again(step.status, _fenced(step)):
+        # Powered off, then started again by someone: a node that serves again is not replaced.
+        return _conclude(step, owner_names.NOT_NEEDED, f"node {step.spec.node_name} is Ready again since its "
+                                                       "power-off: its owner is not asked to replace it")
     rec.setdefault("startTime", step.stamp())
     waited = timefmt.seconds_since(rec.get("startTime"), step.now) or 0.0
     if waited >= step.settings.replacement_timeout_seconds:
@@ -129,7 +140,7 @@ def replace(step: Step) -> None:
         return step.resync(step.settings.fencing_poll_seconds)  # due since this call began: read on the next
     if step.node is None and not node_gone(step.observed):
         return _wait(step, step.observed.get("nodeError") or f"Node {step.spec.node_name} could not be read")
-    owner = _attributed(step, proofs)
+    owner = _attributed(step, _fenced(step), proofs)
     if owner is False:
         return
     if owner is None:
@@ -141,7 +152,24 @@ def replace(step: Step) -> None:
                          f"Machine {owner.name}: its NodePool {owner.group} replaces it (repair)")
     if not _cleared(step, owner, proofs):
         return
-    _request(step, owner)
+    _request(step, owner, _fenced(step))
+
+
+def _fenced(step: Step) -> dict | None:
+    """The Node, while it is the one this request fenced (its uid, its instance); a namesake that joined since
+    is another node, none of this request's business."""
+    node = step.node
+    if node is None:
+        return None
+    uid = step.provider.get("nodeUID")
+    if uid and (node.get("metadata") or {}).get("uid") != uid:
+        return None
+    try:
+        pid = providerid.parse((node.get("spec") or {}).get("providerID"))
+    except providerid.ProviderIDError:
+        return None
+    known = step.provider.get("instanceID")
+    return None if known and pid.instance_id != known else node
 
 
 def _wait(step: Step, why: str) -> None:
@@ -151,12 +179,13 @@ def _wait(step: Step, why: str) -> None:
     step.resync(backoff(step.settings, 1))
 
 
-def _attributed(step: Step, proofs: dict):
-    """The proven owner, None when none is proven, False when that cannot be told yet (waiting). An owner
-    this request recorded that its proof no longer shows is gone: that counts as done."""
+def _attributed(step: Step, node: dict | None, proofs: dict):
+    """The proven owner of the fenced ``node``, None when none is proven (or the node is gone), False when that
+    cannot be told yet (waiting). An owner this request recorded that its proof no longer shows is gone: that
+    counts as done."""
     rec = _rec(step)
     try:
-        owner = owners.attribute(step.node, proofs.get("proofs") or {}) if step.node is not None else None
+        owner = owners.attribute(node, proofs.get("proofs") or {}) if node is not None else None
     except owners.Unreadable as exc:
         _wait(step, f"the node's owner could not be read: {exc}")
         return False
@@ -202,11 +231,25 @@ def _cleared(step: Step, owner: owners.Owner | None, proofs: dict) -> bool:
             _wait(step, f"the owner's group could not be read: {error or 'not read'}")
             return False
         view = guard.group_view(owner, proofs["group"], proofs["requests"],
-                                str(step.request.meta.get("uid") or ""))
+                                str(step.request.meta.get("uid") or ""), _rec(step).get("claimTime"))
     held = guard.verdict(view, step.spec.replacement, storm)
+    rec = _rec(step)
+    if held is None and view is not None and not rec.get("claimTime"):
+        # A place in the group's budget is claimed first, and taken on a later call only if the others'
+        # claims, read once this one is written, still leave room (hooks/replacement/guard.py).
+        rec.pop("heldReason", None)
+        rec["claimTime"] = step.stamp()
+        step.resync(step.settings.fencing_poll_seconds)
+        return False
     if held is None:
-        _rec(step).pop("heldReason", None)
+        rec.pop("heldReason", None)
         return True
+    if held == owner_names.HELD_BUDGET and rec.get("claimTime") and \
+            view.replacing_before < step.spec.replacement.allowed_replacing(view.total):
+        # Only later claims stand in the way: they yield to this one, which keeps its place and waits.
+        step.resync(step.settings.fencing_poll_seconds)
+        return False
+    rec.pop("claimTime", None)
     if held == owner_names.HELD_STORM_GUARD:
         message = f"storm guard: {storm}"
     elif held == owner_names.HELD_GROUP_UNHEALTHY:
@@ -221,10 +264,10 @@ def _cleared(step: Step, owner: owners.Owner | None, proofs: dict) -> bool:
     return False
 
 
-def _request(step: Step, owner: owners.Owner) -> None:
+def _request(step: Step, owner: owners.Owner, fenced: dict | None) -> None:
     """The owner's replacement action, recorded (and said) only once it succeeded."""
     node = step.spec.node_name
-    provider_id = ((step.node or {}).get("spec") or {}).get("providerID") or ""
+    provider_id = ((fenced or {}).get("spec") or {}).get("providerID") or ""
     if owner.kind == owner_names.OWNER_NODECLAIM:
         reason, action = owner_names.NODECLAIM_DELETED, Action(
             "kube.delete-nodeclaim", owner.name, {"uid": owner.uid},
@@ -249,6 +292,11 @@ def _request(step: Step, owner: owners.Owner) -> None:
             "kube.delete-machine", owner.name, {"uid": owner.uid},
             requires=(SameObject("Machine", owner.name, owner.uid),))
         said = f"Deleted Machine {owner.name}: its NodePool {owner.group} replaces node {node}"
+    if not reboots(step.status, step.spec):
+        # Left powered off: the owner is asked only while the instance still is, read right before.
+        instance, region = step.provider.get("instanceID") or owner.instance_id, step.provider.get("region") or None
+        action = Action(action.kind, action.target, action.params,
+                        requires=(*action.requires, PoweredOff(instance, region)))
     _ask(step, action, reason, said)
 
 
@@ -307,7 +355,7 @@ def _reboot_settled(step: Step) -> bool:
     """A Reboot: True once the node is known not to come back in time (and its instance is out of Standby);
     a node Ready again concludes (leaving Standby first)."""
     rec = _rec(step)
-    if _ready_again(step.status, step.node):
+    if _ready_again(step.status, _fenced(step)):
         if rec.get("standby") == owner_names.STANDBY_ENTERED:
             _exit_standby(step, f"node {step.spec.node_name} is Ready again")
             return False
@@ -324,10 +372,20 @@ def _reboot_settled(step: Step) -> bool:
     return True
 
 
-def _exit_standby(step: Step, why: str) -> None:
+def _exit_standby(step: Step, why: str) -> bool:
+    """The ExitStandby, tried until NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the first try (False once given
+    up: at the group's maximum size, say, Auto Scaling refuses it for as long as the group stays there)."""
     rec = _rec(step)
     instance, group = step.provider.get("instanceID"), rec.get("standbyGroup")
     region = step.provider.get("region") or None
+    rec.setdefault("standbyExitStartTime", step.stamp())
+    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
+    if waited >= step.settings.replacement_timeout_seconds:
+        message = f"instance {instance} stays in Standby in Auto Scaling group {group}: ExitStandby failed for " \
+                  f"{waited:.0f}s: {rec.get('lastError') or 'not done'}"
+        step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
+        _conclude(step, owner_names.ABANDONED, message)
+        return False
     step.actions.append(Action(
         "asg.exit-standby", instance, {"group": group, "region": region},
         requires=(GroupMember(instance, group, region),),
@@ -335,6 +393,16 @@ def _exit_standby(step: Step, why: str) -> None:
         reports=events.normal(events.STANDBY_EXITED, f"Instance {instance} left Standby in Auto Scaling group "
                                                      f"{group}: {why}")))
     step.resync(step.settings.fencing_poll_seconds)
+    return True
+
+
+def leave_standby(step: Step, why: str) -> bool:
+    """The ExitStandby of an instance this request put in Standby, if it is still there (True when planned)."""
+    rec = recorded(step.status, "replacement")
+    if rec.get("standby") != owner_names.STANDBY_ENTERED or not recorded(step.status, "providerStatus").get("instanceID") or \
+            rec.get("outcome") == owner_names.ABANDONED:
+        return False
+    return _exit_standby(step, why)
 
 
 def standby_before_stop(step: Step) -> bool:
@@ -353,7 +421,10 @@ def standby_before_stop(step: Step) -> bool:
     if not isinstance(found, dict) or found.get("instanceId") != instance or not found.get("group"):
         return True
     if found.get("lifecycleState") == owner_names.ASG_STANDBY:
-        return True  # in Standby already, by someone else: left as it is
+        if _rec(step).get("standbyGroup") == found["group"]:
+            # This request asked for it and the answer was lost: its own Standby, left again later.
+            _rec(step)["standby"] = owner_names.STANDBY_ENTERED
+        return True  # else an operator's: left as it is
     if not (ownership.ours(step) and authority.may_fence(step)):
         return False
     rec = _rec(step)
