@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ from hooks.plan import error_text
 from hooks.teardown_names import CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, GC_ANNOTATION, TASKS_ANNOTATION, WAITED_FOR
 from hooks.teardown.ownership import tagged_for
 from hooks.teardown.plan import plan_of
-from hooks.teardown.scope import COLLECT, Scope, cluster_name, parse_go_bool, parse_tasks
+from hooks.teardown.scope import COLLECT, Scope, cluster_name, is_region, parse_go_bool, parse_tasks
 from hooks.teardown.tasks import DEFAULT_TASKS, KIND_TASK, TASK_ORDER
 
 AWS_CLUSTER = create_namespaced_resource("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSCluster", "awsclusters")
@@ -185,6 +186,27 @@ class UsageError(ValueError):
     """A command line or input file the command cannot work with (exit 2)."""
 
 
+# What a cluster's name in a tag key can be: a Kubernetes object name, an EKS name (underscores from
+# CAPA's default). Nothing else reaches a tag filter: EC2's read ``*`` and ``?`` as wildcards, and an
+# empty name matches nothing, which an audit would call clean.
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+def checked_cluster(name: str) -> str:
+    """``name`` if it can be a cluster's name in its tags; raises UsageError otherwise."""
+    if not _CLUSTER_NAME.match(name):
+        raise UsageError(f"{name!r} is not a cluster name (letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit)")
+    return name
+
+
+def checked_region(region: str, where: str) -> str:
+    """``region`` if shaped like an AWS region (or empty: none given); raises UsageError otherwise."""
+    if region and not is_region(region):
+        raise UsageError(f"{where} {region[:64]!r} is not an AWS region")
+    return region
+
+
 def _cluster_object(kube, cluster: str, namespace: str) -> tuple[dict | None, str, str]:
     """(the object cluster-gc reads, "Kind ns/name", why it was not read)."""
     try:
@@ -199,6 +221,8 @@ def _cluster_object(kube, cluster: str, namespace: str) -> tuple[dict | None, st
 def plan_inputs(args, kube) -> PlanInputs:
     """The cluster's name in its tags, region and tasks: from the cluster's object as finalize reads
     them when the kubeconfig reaches it, flags overriding. Raises UsageError when one cannot be had."""
+    checked_cluster(args.cluster)
+    checked_region(args.region or "", "--region")
     obj, what, why_not = _cluster_object(kube, args.cluster, args.namespace)
     notes: list[str] = []
     name, region, tasks, tasks_from = args.cluster, "", DEFAULT_TASKS, FROM_DEFAULT
@@ -210,6 +234,8 @@ def plan_inputs(args, kube) -> PlanInputs:
             tagged_name, problem = cluster_name(obj)
         except RequestError as exc:
             tagged_name, problem = "", f"cannot read {exc}"
+        if tagged_name and not _CLUSTER_NAME.match(tagged_name):
+            tagged_name, problem = "", f"its cluster name {tagged_name[:64]!r} cannot be a tag's"
         if tagged_name:
             name = tagged_name
         else:
@@ -232,13 +258,16 @@ def plan_inputs(args, kube) -> PlanInputs:
                          "deletes nothing; below is what it would delete if opted in")
         if DELETE_FOR_MOVE in annotations:
             notes.append(f"{what} carries {DELETE_FOR_MOVE}: a deletion for clusterctl move deletes nothing")
-    if args.gc_task:
+    if args.gc_task is not None:
         try:
-            tasks = tuple((parse_gc_tasks(args.gc_task) or "").split(","))
+            chosen = parse_gc_tasks(args.gc_task)
         except argparse.ArgumentTypeError as exc:
             raise UsageError(str(exc)) from exc
-        tasks_from = FROM_FLAGS
+        if chosen is None:
+            raise UsageError(f"--gc-task names no task; known: {', '.join(TASK_ORDER)}")
+        tasks, tasks_from = tuple(chosen.split(",")), FROM_FLAGS
     region = args.region or region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+    checked_region(region, "region")
     if not region:
         raise UsageError("no region: pass --region (the cluster object's spec.region was not read, "
                          "and AWS_REGION is not set)")
@@ -254,8 +283,12 @@ def _tasks_origin(inputs: PlanInputs) -> str:
     return f"default tasks: {where}"
 
 
-def plan_document(inputs: PlanInputs, gc_plan) -> dict:
-    """The plan as JSON: what ``gc audit --expect-kept`` reads back."""
+def plan_document(inputs: PlanInputs, gc_plan, others: list[dict] | None = None) -> dict:
+    """The plan as JSON: what ``gc audit --expect-kept`` reads back.
+
+    ``others``: discovery's ``[{"arn", "tags"}]`` of kinds cluster-gc does not collect (``otherKinds``):
+    neither deleted nor kept by it, so the audit counts them until whoever made them deletes them.
+    """
     return {
         "cluster": inputs.cluster_name,
         "region": inputs.region,
@@ -267,6 +300,7 @@ def plan_document(inputs: PlanInputs, gc_plan) -> dict:
         "delete": [{**r, "task": KIND_TASK.get(r["kind"])} for r in gc_plan.delete],
         # waitedFor: cluster-gc deletes it once free, and holds the cluster until then.
         "keep": [{**r, "reason": reason, "waitedFor": reason in WAITED_FOR} for r, reason in gc_plan.keep],
+        "otherKinds": [dict(zip(("kind", "id"), audit.classify_arn(r["arn"])), tags=r["tags"]) for r in others or []],
     }
 
 
@@ -286,6 +320,11 @@ def _print_plan(document: dict, inputs: PlanInputs) -> None:
     print(f"\nwould keep ({len(document['keep'])}):")
     for r in document["keep"]:
         print(f"       {r['kind']:<22} {r['id']}: {r['reason']}")
+    if document["otherKinds"]:
+        print(f"\nnot a kind cluster-gc collects ({len(document['otherKinds'])}): whoever made them deletes them "
+              "(CAPA its network); gc audit counts them until they are gone")
+        for r in document["otherKinds"]:
+            print(f"       {r['kind']:<22} {r['id']}")
     waited = sum(1 for r in document["keep"] if r["waitedFor"])
     if waited:
         print(f"\n{waited} of the kept are deleted once free: the cluster's deletion waits for them")
@@ -299,7 +338,7 @@ def run_plan(args, kube=None, aws=None) -> int:
         if found.get("fallback"):
             inputs.notes.append(f"found by the describe calls alone: {found['fallback']}")
         scope = Scope(COLLECT, "", inputs.cluster_name, inputs.region, inputs.tasks, inputs.include_lb_controller)
-        document = plan_document(inputs, plan_of(scope, found["resources"]))
+        document = plan_document(inputs, plan_of(scope, found["resources"]), found.get("others"))
     except (UsageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -324,7 +363,7 @@ def read_expected_kept(path: str, cluster: str, region: str) -> tuple[str, dict[
     try:
         with open(path, encoding="utf-8") as fh:
             document = json.load(fh)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"--expect-kept {path}: {exc}") from exc
     keep = document.get("keep") if isinstance(document, dict) else None
     if not isinstance(keep, list) or not all(isinstance(r, dict) and isinstance(r.get("kind"), str)
@@ -378,6 +417,8 @@ def _print_audit(report: audit.AuditReport, found: int) -> None:
 
 def run_audit(args, aws=None) -> int:
     try:
+        checked_cluster(args.cluster)
+        checked_region(args.region or "", "--region")
         planned_region, expected = "", {}
         if args.expect_kept:
             planned_region, expected = read_expected_kept(args.expect_kept, args.cluster, args.region or "")
@@ -385,6 +426,7 @@ def run_audit(args, aws=None) -> int:
                   or os.environ.get("AWS_DEFAULT_REGION") or "")
         if not region:
             raise UsageError("no region: pass --region (or a plan with one, or set AWS_REGION)")
+        checked_region(region, "region")
         aws = aws or AwsClients(load_settings())
         found = audit.find(aws, args.cluster, region)
     except (UsageError, ConfigError) as exc:

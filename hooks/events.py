@@ -67,6 +67,7 @@ GC_BLOCKED = "ExternalResourceGCBlocked"
 GC_RETRYING = "ExternalResourceGCRetrying"
 RESOURCES_COLLECTED = "ExternalResourcesCollected"
 EXTERNAL_RESOURCES_DELETED = "ExternalResourcesDeleted"
+EXTERNAL_RESOURCES_LEFT = "ExternalResourcesLeft"
 # machine, nodepool
 LAUNCH_REQUESTED = "LaunchRequested"
 INSTANCE_LAUNCHED = "InstanceLaunched"

@@ -18,7 +18,9 @@ DELETE_FOR_MOVE = "clusterctl.cluster.x-k8s.io/delete-for-move"
 REMAINING = "cluster-gc.nodewarden.io/remaining"
 LAST_ERROR = "cluster-gc.nodewarden.io/last-error"
 STALLED_SINCE = "cluster-gc.nodewarden.io/stalled-since"
-PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE)
+# Since when the deletion waits for resources of the cluster to be free (hooks.teardown.progress).
+WAITING_SINCE = "cluster-gc.nodewarden.io/waiting-since"
+PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE, WAITING_SINCE)
 
 
 def finalizer(settings: Settings) -> str:

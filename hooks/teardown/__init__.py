@@ -12,7 +12,7 @@
   targets    what of discovery's answer is deleted, in task order, within the
              work budget
   progress   the answer while the cluster is held: what remains, the last
-             error, and the backoff while nothing moves
+             error, the backoff while nothing moves, and the wait limit
   decision   one finalize call's plan, from the request and what discovery found
 
 The annotations, labels and finalizer CAPA, clusterctl and we use are

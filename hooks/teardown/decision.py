@@ -3,7 +3,8 @@
 sync changes nothing: the parent's status is CAPA's. A deletion is first
 confirmed with the API server, and every decision after that reads the
 fresh copy. Then: skip (finalize at once), block (hold, say why), or collect:
-``finalized: true`` only when nothing of the selected tasks is left, else the
+``finalized: true`` only when nothing of the selected tasks is left (but what
+was not free after the wait limit, hooks.teardown.progress), else the
 deletes of this call and the answer if they all succeed (the controller's
 settle redoes it from the outcomes).
 """
@@ -15,9 +16,9 @@ from hooks import events
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.plan import Plan
-from hooks.teardown.progress import blocked, cleared, progress_response
+from hooks.teardown.progress import blocked, cleared, give_up_waiting, left_in_place, progress_response
 from hooks.teardown.scope import BLOCKED, SKIP, awaits_verification, resolve_scope, scope_of
-from hooks.teardown.targets import plan_deletes, select_targets
+from hooks.teardown.targets import plan_deletes, select_targets, still_collected
 
 
 def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed: dict) -> Plan:
@@ -38,14 +39,15 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     found = observed.get("discovery") or {"error": "discovery did not run"}
     if found.get("error"):
         return blocked(request, settings, now, f"discovery failed: {found['error']}", events.GC_RETRYING)
-    targets = select_targets(scope, found, now)
-    if not targets:
-        message = (
-            f"nothing of cluster {scope.cluster_name}'s {', '.join(scope.tasks)} left in {scope.region} "
-            f"(found by {found.get('method', '?')}); finalized"
-        )
-        return Plan(decorator_response(annotations=cleared(), finalized=True),
-                    events=[events.normal(events.RESOURCES_COLLECTED, message)])
+    targets = give_up_waiting(request, now, select_targets(scope, found, now))
+    if not still_collected(targets):
+        if targets:  # only what it gave up waiting for
+            said = events.warning(events.EXTERNAL_RESOURCES_LEFT, f"{left_in_place(targets)}; finalized")
+        else:
+            said = events.normal(events.RESOURCES_COLLECTED, (
+                f"nothing of cluster {scope.cluster_name}'s {', '.join(scope.tasks)} left in {scope.region} "
+                f"(found by {found.get('method', '?')}); finalized"))
+        return Plan(decorator_response(annotations=cleared(), finalized=True), events=[said])
     actions = plan_deletes(targets, scope, settings)
     # The response and Events if every delete succeeds; settle() redoes them
     # from the outcomes when one did not.

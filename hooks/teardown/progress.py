@@ -1,4 +1,5 @@
-"""The answer while the cluster is held: what remains, the last error, and the backoff while nothing moves.
+"""The answer while the cluster is held: what remains, the last error, the backoff while nothing moves, and
+the limit on waiting for resources to be free.
 
 Progress lives in annotations on the parent (hooks.teardown_names); a
 problem is said as a Warning Event only when it differs from the one
@@ -6,22 +7,54 @@ recorded, so a stall repeats no Event.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from hooks import events, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.plan import Outcome, Plan
-from hooks.teardown_names import KEEP_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE
+from hooks.teardown_names import (KEEP_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE,
+                                  WAITING_SINCE)
 from hooks.teardown.scope import Scope
-from hooks.teardown.targets import Target, summarize
+from hooks.teardown.targets import Target, still_collected, summarize
 
 _MESSAGE_LIMIT = 1024
+# How long, in all, a deletion waits for resources of the cluster to be free (an ENI attached, an Elastic IP
+# associated, a volume attached, an instance shutting down). What holds them and is the cluster's goes first,
+# in task order, and frees them within minutes; one still held after this long is held by something
+# cluster-gc does not delete, which no wait frees. It is then left where it is, and holds the cluster no more.
+WAIT_LIMIT_SECONDS = 3600
 
 
 def _why_waiting(target: Target) -> str:
     """The state that holds a target (``in-use``, ``associated``, ``shutting-down``), or the reason."""
     return (target.state or "unknown") if target.waiting == KEEP_IN_USE else target.waiting
+
+
+def _waiting_since(request: HookRequest, now: dt.datetime) -> dt.datetime:
+    since = timefmt.parse(request.annotations.get(WAITING_SINCE))
+    # ours, but anyone can write it: an unreadable or future one starts the wait now
+    return now if since is None or since > now else since
+
+
+def give_up_waiting(request: HookRequest, now: dt.datetime, targets: list[Target]) -> list[Target]:
+    """``targets``, those not free marked given up once the deletion has waited ``WAIT_LIMIT_SECONDS``.
+
+    One that frees later is still deleted while the cluster is held for anything else.
+    """
+    if (now - _waiting_since(request, now)).total_seconds() < WAIT_LIMIT_SECONDS:
+        return targets
+    return [t if t.deletable else dataclasses.replace(t, given_up=True) for t in targets]
+
+
+def left_in_place(targets: list[Target]) -> str:
+    """The Warning of a deletion that lets the cluster go with resources it gave up waiting for."""
+    given_up = [t for t in targets if t.given_up]
+    states = ", ".join(f"{t.kind} {t.id} ({_why_waiting(t)})" for t in given_up[:10])
+    more = f" and {len(given_up) - 10} more" if len(given_up) > 10 else ""
+    return (f"left {len(given_up)} resource(s) not free after waiting {WAIT_LIMIT_SECONDS} s, held by something "
+            f"cluster-gc does not delete: {states}{more}; delete them once free")
 
 
 def cleared() -> dict:
@@ -63,6 +96,8 @@ def progress_response(
     ``throttled``: AWS asked to slow down in this call, so the backoff applies even after progress.
     """
     left = [t for t in targets if t.key not in done]
+    given_up = [t for t in left if t.given_up]
+    left = still_collected(left)
     waiting = [t for t in left if not t.deletable]
     problem = ""
     if failures:
@@ -71,7 +106,8 @@ def progress_response(
     elif waiting:
         states = ", ".join(f"{t.kind} {t.id} ({_why_waiting(t)})" for t in waiting[:5])
         problem = f"waiting for {len(waiting)} resource(s) to be free: {states}"
-    annotations: dict = {REMAINING: summarize(left)}
+    annotations: dict = {REMAINING: summarize(left),
+                         WAITING_SINCE: timefmt.fmt(_waiting_since(request, now)) if waiting or given_up else None}
     said: list[events.Event] = []
     if done:
         deleted = summarize([t for t in targets if t.key in done]).replace("=", " ")

@@ -31,6 +31,11 @@ COLLECT = "collect"
 _REGION = re.compile(r"^[a-z]{2,8}(-[a-z0-9]{1,16}){1,4}$")
 
 
+def is_region(value: str) -> bool:
+    """Whether ``value`` is shaped like an AWS region (``us-east-1``, ``us-gov-west-1``)."""
+    return bool(_REGION.match(value))
+
+
 @dataclass(frozen=True)
 class Scope:
     decision: str
@@ -145,7 +150,7 @@ def resolve_scope(request: HookRequest, settings: Settings) -> Scope:
     region = fields.string(request.parent, "spec", "region") or settings.aws_region
     if not region:
         return Scope(BLOCKED, "no AWS region: spec.region is empty and AWS_REGION is not set")
-    if not _REGION.match(region):
+    if not is_region(region):
         return Scope(BLOCKED, f"region {region[:64]!r} (spec.region, else AWS_REGION) is not an AWS region")
     return Scope(COLLECT, "", name, region, tasks, settings.gc_include_lb_controller)
 

@@ -26,6 +26,8 @@ class Target:
     made_by: str
     state: str | None
     waiting: str = ""  # why it cannot be deleted yet (hooks.teardown_names.WAITED_FOR), "" when it can
+    # Waited for past the wait limit (hooks.teardown.progress): left where it is, and holds nothing.
+    given_up: bool = False
 
     @property
     def deletable(self) -> bool:
@@ -52,7 +54,7 @@ def plan_deletes(targets: list[Target], scope: Scope, settings: Settings) -> lis
     budget = settings.gc_max_deletes_per_call
     actions: list[Action] = []
     for stage in sorted({t.stage for t in targets}):
-        in_stage = [t for t in targets if t.stage == stage]
+        in_stage = [t for t in targets if t.stage == stage and not t.given_up]
         ready = [t for t in in_stage if t.deletable]
         for t in ready[: budget - len(actions)]:
             params = {"kind": t.kind, "task": t.task, "stage": t.stage, "region": scope.region, "madeBy": t.made_by}
@@ -63,6 +65,11 @@ def plan_deletes(targets: list[Target], scope: Scope, settings: Settings) -> lis
         if len(actions) >= budget or len(ready) < len(in_stage):
             break
     return actions
+
+
+def still_collected(targets: list[Target]) -> list[Target]:
+    """The targets cluster-gc still deletes, now or once free: all but those it gave up waiting for."""
+    return [t for t in targets if not t.given_up]
 
 
 def summarize(targets: list[Target]) -> str:

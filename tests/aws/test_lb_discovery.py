@@ -92,10 +92,11 @@ def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
                 {"ResourceARN": f"{ACCOUNT}:loadbalancer/net/k8s-nlb/def", "Tags": owned},  # NLB: its TGs count
                 {"ResourceARN": api, "Tags": owned},
             ]})
-        v2.add_response("describe_target_groups", {"TargetGroups": [
-            {"TargetGroupArn": web}, {"TargetGroupArn": api}]}, {"PageSize": 400})
-        classic.add_response("describe_load_balancers", {"LoadBalancerDescriptions": [
-            {"LoadBalancerName": "a1b2c3"}]}, {"PageSize": 400})
+        # Their tags as the services have them now, which also proves they exist.
+        v2.add_response("describe_tags", {"TagDescriptions": [
+            {"ResourceArn": web, "Tags": owned}, {"ResourceArn": api, "Tags": owned}]}, {"ResourceArns": [web, api]})
+        classic.add_response("describe_tags", {"TagDescriptions": [
+            {"LoadBalancerName": "a1b2c3", "Tags": owned}]}, {"LoadBalancerNames": ["a1b2c3"]})
         tgs, elbs = lb_discovery.tagged_load_balancers(StubbedClients(resourcegroupstaggingapi=tagging, elbv2=elbv2, elb=elb),
                                                        "us-east-1", settings)
         for stub in (tags, v2, classic):

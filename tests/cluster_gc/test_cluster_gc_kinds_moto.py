@@ -11,6 +11,7 @@ import pytest
 from hooks import teardown_names
 from hooks.aws.gc import discovery
 from hooks.teardown.plan import plan_of
+from hooks.teardown.progress import WAIT_LIMIT_SECONDS
 from hooks.teardown.scope import COLLECT, Scope
 from hooks.teardown.tasks import DEFAULT_TASKS, KIND_TASK, TASK_ORDER
 from worlds import cluster_gc as w
@@ -255,3 +256,33 @@ def test_discover_all_finds_everything_tagged_for_the_cluster_and_the_plan_says_
     # Deleted in task order.
     order = [TASK_ORDER.index(KIND_TASK[r["kind"]]) for r in plan.delete]
     assert order == sorted(order)
+
+
+def test_waiting_for_a_resource_held_by_something_not_collected_ends_at_the_wait_limit(aws, net, gc_ctx):
+    """An ENI attached to, and an Elastic IP associated with, an instance no controller of alpha made: no
+    delete of cluster-gc's frees them. The deletion waits for them (and holds the security group behind
+    them) up to the wait limit, then deletes the rest, lets the cluster go and names what it left."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), network_interfaces=1, elastic_ips=1,
+                           security_groups=1)
+    ec2 = aws("ec2")
+    holder = bystander_instance(aws, net)
+    ec2.attach_network_interface(NetworkInterfaceId=made.network_interfaces[0], InstanceId=holder, DeviceIndex=1)
+    ec2.associate_address(AllocationId=made.elastic_ips[0], InstanceId=holder)
+
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_TAGGING_API": "false"})
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=6, advance=ctx.clock.advance)
+    assert not run.finalized
+    assert w.existing(aws, made) == made
+    waiting_since = run.parent["metadata"]["annotations"][teardown_names.WAITING_SINCE]
+
+    ctx.clock.advance(WAIT_LIMIT_SECONDS)
+    run = w.finalize_until_done(ctx, run.parent, advance=ctx.clock.advance)
+    assert run.finalized, run.responses
+    assert w.existing(aws, made) == w.Made(network_interfaces=made.network_interfaces,
+                                           elastic_ips=made.elastic_ips)
+    # The security group went in a call that also left the ENI: the wait's start stayed where it was.
+    assert run.responses[0]["annotations"][teardown_names.WAITING_SINCE] == waiting_since
+    left = [message for _, reason, message in kube.events if reason == "ExternalResourcesLeft"]
+    assert len(left) == 1
+    assert made.network_interfaces[0] in left[0] and made.elastic_ips[0] in left[0]
+    assert all(value is None for value in run.responses[-1]["annotations"].values())

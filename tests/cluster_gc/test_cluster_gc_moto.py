@@ -279,6 +279,34 @@ def test_stale_tagging_results_do_not_hold_the_cluster(aws, net, gc_ctx):
     assert w.existing(aws, made).count() == 0
 
 
+def test_a_load_balancer_untagged_by_its_user_is_not_deleted_on_the_tagging_apis_stale_word(aws, net, gc_ctx):
+    """A user takes the cluster's tag off a load balancer, a target group and a classic ELB to keep them; the
+    tagging API still lists them with the old tags for a while (injected into its answer). Their tags as the
+    load balancing API has them now decide: nothing is deleted."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1, target_groups=1,
+                           classic_elbs=1)
+    elbv2, elb = aws("elbv2"), aws("elb")
+    elbv2.remove_tags(ResourceArns=made.load_balancers + made.target_groups, TagKeys=["kubernetes.io/cluster/alpha"])
+    elb.remove_tags(LoadBalancerNames=made.classic_elbs, Tags=[{"Key": "kubernetes.io/cluster/alpha"}])
+    arns = made.load_balancers + made.target_groups + [
+        f"arn:aws:elasticloadbalancing:{w.REGION}:123456789012:loadbalancer/{name}" for name in made.classic_elbs]
+    ctx, _ = gc_ctx()
+
+    def stale(parsed=None, model=None, **_):
+        if model.name == "GetResources" and isinstance(parsed, dict):
+            parsed.setdefault("ResourceTagMappingList", []).extend(
+                {"ResourceARN": arn, "Tags": [{"Key": "kubernetes.io/cluster/alpha", "Value": "owned"},
+                                              {"Key": "kubernetes.io/service-name", "Value": "default/web"}]}
+                for arn in arns)
+
+    ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", stale)
+    calls = w.Calls().attach(ctx.aws)
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=5, advance=ctx.clock.advance)
+    assert run.finalized
+    assert calls.by_operation["DeleteLoadBalancer"] == calls.by_operation["DeleteTargetGroup"] == 0
+    assert w.existing(aws, made) == made
+
+
 def test_lb_controller_resources_when_configured(aws, net, gc_ctx):
     lbc = w.build_cluster(aws, net, "l", w.lb_controller_tags("alpha"), load_balancers=2, target_groups=2,
                           security_groups=1)
@@ -315,7 +343,7 @@ def test_discovery_failure_is_recorded_not_raised(aws, net, gc_ctx):
     """Describe calls refused (injected): held with the error, backoff, no exception."""
     w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), load_balancers=1)
     ctx, kube = gc_ctx()
-    w.Faults().add("DescribeLoadBalancers", "AccessDenied", times=1).attach(ctx.aws)
+    w.Faults().add("DescribeTags", "AccessDenied", times=1).attach(ctx.aws)
     response = w.finalize_once(ctx, w.aws_cluster())
     assert response["finalized"] is False
     assert response["annotations"][LAST_ERROR].startswith("discovery failed: AccessDenied")

@@ -170,3 +170,28 @@ def test_the_plan_is_what_the_audit_expects_kept(aws, alpha, capsys, tmp_path):
     assert kept_volume in {r["id"] for r in plan["keep"]}
     assert cli.main(["gc", "audit", "alpha", "--expect-kept", str(path)]) == 0
     assert "clean" in capsys.readouterr().out
+
+
+def test_the_plan_names_what_is_tagged_for_the_cluster_of_kinds_it_does_not_collect(aws, alpha, capsys, tmp_path):
+    """A VPC tagged owned for alpha (CAPA's network): not cluster-gc's to delete, and a leftover for the audit
+    until CAPA deletes it. The plan says so, rather than nothing, and the audit does not take it as kept."""
+    ec2 = aws("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16", TagSpecifications=[{
+        "ResourceType": "vpc", "Tags": [{"Key": "kubernetes.io/cluster/alpha", "Value": "owned"}]}])["Vpc"]["VpcId"]
+    code, out, _ = _run(w.FakeKube(unavailable=True), capsys, "alpha", "--region", w.REGION, "-o", "json")
+    assert code == 0
+    plan = json.loads(out)
+    others = {r["id"]: r for r in plan["otherKinds"]}
+    arn = f"arn:aws:ec2:{w.REGION}:123456789012:vpc/{vpc}"
+    assert others[arn]["kind"] == "ec2:vpc" and others[arn]["tags"] == {"kubernetes.io/cluster/alpha": "owned"}
+    assert arn not in {r["id"] for r in plan["keep"] + plan["delete"]}
+
+    code, out, _ = _run(w.FakeKube(unavailable=True), capsys, "alpha", "--region", w.REGION)
+    assert code == 0 and vpc in out and "not a kind cluster-gc collects" in out
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    args = cli.build_parser().parse_args(["gc", "audit", "alpha", "--expect-kept", str(path), "-o", "json"])
+    assert args.func(args) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert arn in {r["id"] for r in report["leftovers"]}

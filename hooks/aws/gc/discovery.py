@@ -8,8 +8,9 @@ may be in. Two ways, one result:
   ``kubernetes.io/cluster/<name>=owned``, the VPC CNI's
   ``cluster.k8s.amazonaws.com/name=<name>`` when ENIs are asked for (and
   ``elbv2.k8s.aws/cluster=<name>`` when the AWS Load Balancer Controller's
-  resources are included); what it lists is then checked to exist, since it
-  can list resources deleted moments ago;
+  resources are included); what it lists is then read again from its own
+  service (tags and state as they are now), since it can list resources
+  deleted moments ago, and tags as they were minutes ago;
 - when that API is refused or configured off, and whenever it finds nothing
   left to collect (it lags: what it omits may exist), list the load balancers and
   target groups and read their tags in chunks of 20, and ask EC2 for the
@@ -17,7 +18,9 @@ may be in. Two ways, one result:
 
 ``discover_all`` answers every resource of every kind tagged for the cluster
 by any of its makers' tags (hooks.teardown.ownership.cluster_tag_filters),
-found both ways, so that a plan can say why each one it keeps stays.
+found both ways, so that a plan can say why each one it keeps stays; and,
+apart, what the tagging API lists of kinds cluster-gc does not collect (a
+VPC, a subnet, a listener), which the audit counts too.
 
 The result is JSON (the ``observed`` of cluster-gc's decide): each resource
 as ``{"kind", "id", "arn", "tags", "state"}``. Whether it is deleted is
@@ -120,20 +123,27 @@ def discover_all(aws, cluster_name: str, region: str, include_lb_controller: boo
     cluster-gc would keep is in it too, so a plan (hooks.teardown.plan.plan_of)
     can say why. The AWS Load Balancer Controller's resources are found either
     way; ``include_lb_controller`` only says whether they are collected.
-    Same shape as ``discover``'s result; raises botocore errors.
+    Same shape as ``discover``'s result, plus ``others``: ``[{"arn", "tags"}]``
+    of the kinds cluster-gc does not collect (empty when the tagging API is
+    refused); raises botocore errors.
     """
     query = Query(cluster_name=cluster_name, region=region, tasks=TASK_ORDER,
                   include_lb_controller=include_lb_controller, made_by_only=False, every_tag=True)
-    method, fallback, found = BOTH, "", []
+    method, fallback, found, others = BOTH, "", [], {}
     try:
-        found = _existing(aws, query, _tagged(aws.client("resourcegroupstaggingapi", region), query))
+        listed = _tag_listing(aws.client("resourcegroupstaggingapi", region), query.tag_filters(query.kinds))
     except ClientError as exc:
         if error_code(exc) not in tagging.DENIED:
             raise
         method, fallback = LISTING, f"tagging API refused: {error_text(exc)}"
+    else:
+        found = _existing(aws, query, _candidates(listed, query.kinds))
+        others = {arn: tags for arn, tags in listed.items() if parse_arn(arn) is None}
     merged = {(r["kind"], r["id"]): r for r in _listed(aws, query)}
     merged.update({(r["kind"], r["id"]): r for r in found})  # the tagging API's records carry the ARN
-    return _result(method, fallback, list(merged.values()))
+    result = _result(method, fallback, list(merged.values()))
+    result["others"] = [{"arn": arn, "tags": dict(sorted(tags.items()))} for arn, tags in sorted(others.items())]
+    return result
 
 
 def _collectable(resources: list[dict], query: Query) -> bool:
@@ -157,12 +167,20 @@ def _record(kind: str, ident: str, arn: str, tags: dict, state: str | None = Non
 
 def _tagged(client, query: Query) -> dict[tuple[str, str], dict]:
     """(kind, id) -> {"arn", "tags"} of the selected kinds, from the tagging API."""
-    kinds = query.kinds
+    return _candidates(_tag_listing(client, query.tag_filters(query.kinds)), query.kinds)
+
+
+def _tag_listing(client, filters: list[tuple[str, str | None]]) -> dict[str, dict[str, str]]:
+    """{ARN: tags} of every resource the tagging API lists with any of ``filters``, whatever its type."""
     found: dict[str, dict[str, str]] = {}
-    for key, value in query.tag_filters(kinds):
+    for key, value in filters:
         found.update(tagging.resources_tagged(client, key, [value] if value is not None else []))
+    return found
+
+
+def _candidates(listed: dict[str, dict[str, str]], kinds: set[str]) -> dict[tuple[str, str], dict]:
     candidates: dict[tuple[str, str], dict] = {}
-    for arn, tags in found.items():
+    for arn, tags in listed.items():
         parsed = parse_arn(arn)
         if parsed and parsed[0] in kinds:
             candidates[parsed] = {"arn": arn, "tags": tags}
@@ -170,31 +188,29 @@ def _tagged(client, query: Query) -> dict[tuple[str, str], dict]:
 
 
 def _existing(aws, query: Query, candidates: dict[tuple[str, str], dict]) -> list[dict]:
-    """The candidates that exist, one listing per kind that has any."""
+    """The candidates that exist and are still tagged as the query wants, with their tags (and state) as
+    their own service has them now: the tagging API's may be minutes old, and a tag a user took off to keep
+    a resource must count as off."""
     by_kind: dict[str, dict[str, dict]] = {}
     for (kind, ident), info in candidates.items():
         by_kind.setdefault(kind, {})[ident] = info
     region = query.region
-    resources: list[dict] = []
+    fresh: list[tuple[str, str, dict, str | None]] = []  # kind, id, tags, state
     if by_kind.get(ELBV2_LB) or by_kind.get(TG):
         client = aws.client("elbv2", region)
-        if by_kind.get(ELBV2_LB):
-            alive = set(elbv2.load_balancer_arns(client))
-            resources += [_record(ELBV2_LB, i, c["arn"], c["tags"]) for i, c in by_kind[ELBV2_LB].items() if i in alive]
-        if by_kind.get(TG):
-            alive = set(elbv2.target_group_arns(client))
-            resources += [_record(TG, i, c["arn"], c["tags"]) for i, c in by_kind[TG].items() if i in alive]
+        for kind in (ELBV2_LB, TG):
+            if by_kind.get(kind):  # DescribeTags leaves out what no longer exists
+                fresh += [(kind, i, t, None) for i, t in elbv2.tags_of(client, list(by_kind[kind])).items()]
     if by_kind.get(CLASSIC_ELB):
-        alive = set(classic_elb.load_balancer_names(aws.client("elb", region)))
-        resources += [
-            _record(CLASSIC_ELB, i, c["arn"], c["tags"]) for i, c in by_kind[CLASSIC_ELB].items() if i in alive
-        ]
+        tags = classic_elb.tags_of(aws.client("elb", region), list(by_kind[CLASSIC_ELB]))
+        fresh += [(CLASSIC_ELB, i, t, None) for i, t in tags.items()]
     for kind in EC2_KINDS:
         if by_kind.get(kind):
-            # EC2's own answer: the tags and state as they are now (a terminated instance is not listed).
-            for ident, found in ec2.by_id(aws.client("ec2", region), kind, list(by_kind[kind])).items():
-                resources.append(_record(kind, ident, by_kind[kind][ident]["arn"], found["tags"], found["state"]))
-    return resources
+            # EC2's own answer (a terminated instance is not listed).
+            found = ec2.by_id(aws.client("ec2", region), kind, list(by_kind[kind]))
+            fresh += [(kind, i, f["tags"], f["state"]) for i, f in found.items()]
+    return [_record(kind, ident, by_kind[kind][ident]["arn"], tags, state)
+            for kind, ident, tags, state in fresh if ident in by_kind[kind] and query.wanted(tags)]
 
 
 # ------------------------------------------------------------------- listing

@@ -2,8 +2,9 @@
 
 No ResourceTypeFilters: resources are classified by ARN afterwards (as CAPA
 does), which also keeps classic ELBs, whatever type an implementation files
-them under. The API may still list resources deleted moments ago, so
-discovery checks that what it lists exists.
+them under. The API may still list resources deleted moments ago, and tags
+as they were minutes ago, so discovery reads what it lists again from each
+resource's own service.
 """
 from __future__ import annotations
 
