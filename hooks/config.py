@@ -87,6 +87,7 @@ class Settings:
     gc_max_deletes_per_call: int = 50
     gc_progress_resync_seconds: float = 1
     gc_controller_name: str = "cluster-gc"  # the DecoratorController's name: its finalizer is checked
+    gc_wait_limit_seconds: float = 3600  # how long, in all, a deletion waits for its resources to be free
     # fencing: node-fencing, node-fencing-policy, fencing-request
     fencing_poll_seconds: float = 2
     fencing_recovery_poll_seconds: float = 5
@@ -179,6 +180,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         gc_max_deletes_per_call=int(_number(env, "NODEWARDEN_GC_MAX_DELETES_PER_CALL", 50, minimum=1)),
         gc_progress_resync_seconds=_number(env, "NODEWARDEN_GC_PROGRESS_RESYNC_SECONDS", 1, minimum=0.1),
         gc_controller_name=env.get("NODEWARDEN_GC_CONTROLLER_NAME", "").strip() or "cluster-gc",
+        gc_wait_limit_seconds=_number(env, "NODEWARDEN_GC_WAIT_LIMIT_SECONDS", 3600, minimum=60),
         fencing_poll_seconds=_number(env, "NODEWARDEN_FENCING_POLL_SECONDS", 2, minimum=0.1),
         fencing_recovery_poll_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_POLL_SECONDS", 5, minimum=0.1),
         fencing_recovery_timeout_seconds=_number(env, "NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS", 600, minimum=1),

@@ -143,6 +143,8 @@ ALERTED_EVENTS = (
     ("nodepool", events.LEAKED_INSTANCE_TERMINATED, "Warning"),
     ("cluster-gc", events.GC_BLOCKED, "Warning"),
     ("cluster-gc", events.GC_RETRYING, "Warning"),
+    ("cluster-gc", events.EXTERNAL_RESOURCES_LEFT, "Warning"),
+    ("fencing-request", events.OWNER_REPLACEMENT_ABANDONED, "Warning"),
 )
 DROP_REASONS = ("rate limited", "queue full")
 

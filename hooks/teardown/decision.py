@@ -39,10 +39,10 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
     found = observed.get("discovery") or {"error": "discovery did not run"}
     if found.get("error"):
         return blocked(request, settings, now, f"discovery failed: {found['error']}", events.GC_RETRYING)
-    targets = give_up_waiting(request, now, select_targets(scope, found, now))
+    targets = give_up_waiting(request, settings, now, select_targets(scope, found, now))
     if not still_collected(targets):
         if targets:  # only what it gave up waiting for
-            said = events.warning(events.EXTERNAL_RESOURCES_LEFT, f"{left_in_place(targets)}; finalized")
+            said = events.warning(events.EXTERNAL_RESOURCES_LEFT, f"{left_in_place(settings, targets)}; finalized")
         else:
             said = events.normal(events.RESOURCES_COLLECTED, (
                 f"nothing of cluster {scope.cluster_name}'s {', '.join(scope.tasks)} left in {scope.region} "

@@ -20,11 +20,6 @@ from hooks.teardown.scope import Scope
 from hooks.teardown.targets import Target, still_collected, summarize
 
 _MESSAGE_LIMIT = 1024
-# How long, in all, a deletion waits for resources of the cluster to be free (an ENI attached, an Elastic IP
-# associated, a volume attached, an instance shutting down). What holds them and is the cluster's goes first,
-# in task order, and frees them within minutes; one still held after this long is held by something
-# cluster-gc does not delete, which no wait frees. It is then left where it is, and holds the cluster no more.
-WAIT_LIMIT_SECONDS = 3600
 
 
 def _why_waiting(target: Target) -> str:
@@ -38,22 +33,27 @@ def _waiting_since(request: HookRequest, now: dt.datetime) -> dt.datetime:
     return now if since is None or since > now else since
 
 
-def give_up_waiting(request: HookRequest, now: dt.datetime, targets: list[Target]) -> list[Target]:
-    """``targets``, those not free marked given up once the deletion has waited ``WAIT_LIMIT_SECONDS``.
+def give_up_waiting(request: HookRequest, settings: Settings, now: dt.datetime,
+                    targets: list[Target]) -> list[Target]:
+    """``targets``, those not free marked given up once the deletion has waited ``gc_wait_limit_seconds``.
 
-    One that frees later is still deleted while the cluster is held for anything else.
+    What holds a resource (an ENI attached, an Elastic IP associated, a volume attached, an instance
+    shutting down) and is the cluster's goes first, in task order, and frees it within minutes; one still
+    held after that long is held by something cluster-gc does not delete, which no wait frees. It is then
+    left where it is and holds the cluster no more; one that frees later is still deleted while the cluster
+    is held for anything else.
     """
-    if (now - _waiting_since(request, now)).total_seconds() < WAIT_LIMIT_SECONDS:
+    if (now - _waiting_since(request, now)).total_seconds() < settings.gc_wait_limit_seconds:
         return targets
     return [t if t.deletable else dataclasses.replace(t, given_up=True) for t in targets]
 
 
-def left_in_place(targets: list[Target]) -> str:
+def left_in_place(settings: Settings, targets: list[Target]) -> str:
     """The Warning of a deletion that lets the cluster go with resources it gave up waiting for."""
     given_up = [t for t in targets if t.given_up]
     states = ", ".join(f"{t.kind} {t.id} ({_why_waiting(t)})" for t in given_up[:10])
     more = f" and {len(given_up) - 10} more" if len(given_up) > 10 else ""
-    return (f"left {len(given_up)} resource(s) not free after waiting {WAIT_LIMIT_SECONDS} s, held by something "
+    return (f"left {len(given_up)} resource(s) not free after waiting {settings.gc_wait_limit_seconds:g} s, held by something "
             f"cluster-gc does not delete: {states}{more}; delete them once free")
 
 

@@ -11,7 +11,6 @@ import pytest
 from hooks import teardown_names
 from hooks.aws.gc import discovery
 from hooks.teardown.plan import plan_of
-from hooks.teardown.progress import WAIT_LIMIT_SECONDS
 from hooks.teardown.scope import COLLECT, Scope
 from hooks.teardown.tasks import DEFAULT_TASKS, KIND_TASK, TASK_ORDER
 from worlds import cluster_gc as w
@@ -269,13 +268,13 @@ def test_waiting_for_a_resource_held_by_something_not_collected_ends_at_the_wait
     ec2.attach_network_interface(NetworkInterfaceId=made.network_interfaces[0], InstanceId=holder, DeviceIndex=1)
     ec2.associate_address(AllocationId=made.elastic_ips[0], InstanceId=holder)
 
-    ctx, kube = gc_ctx({"NODEWARDEN_GC_TAGGING_API": "false"})
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_TAGGING_API": "false", "NODEWARDEN_GC_WAIT_LIMIT_SECONDS": "900"})
     run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=6, advance=ctx.clock.advance)
     assert not run.finalized
     assert w.existing(aws, made) == made
     waiting_since = run.parent["metadata"]["annotations"][teardown_names.WAITING_SINCE]
 
-    ctx.clock.advance(WAIT_LIMIT_SECONDS)
+    ctx.clock.advance(900)
     run = w.finalize_until_done(ctx, run.parent, advance=ctx.clock.advance)
     assert run.finalized, run.responses
     assert w.existing(aws, made) == w.Made(network_interfaces=made.network_interfaces,
