@@ -37,11 +37,13 @@ $(VENV)/.installed: requirements.txt requirements/runtime.txt requirements/test.
 prometheus-bins:
 	@bash hack/prometheus/install.sh $(CONTROLPLANE_BIN)
 
+# The unit tests run on every core; the end-to-end ones one at a time, each starting its own control plane.
 test: setup controlplane-bins prometheus-bins
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not e2e" -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 test-unit: setup prometheus-bins
-	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not e2e" -n auto $(PYTEST_ARGS)
 
 up: setup controlplane-bins prometheus-bins
 	$(PY) -m devcluster up
