@@ -123,10 +123,8 @@ def _claim_order(claim_time, uid) -> tuple:
     return (str(claim_time or ""), str(uid or ""))
 
 
-def claimed_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> dict[str, tuple]:
-    """Members of the owner's group another live FencingRequest has claimed a place in the budget for and not
-    asked yet: member -> the claim's order (claimTime, uid)."""
-    found = {}
+def _others_in_group(owner: Owner, requests: list[dict], my_uid: str):
+    """(request uid, its status.replacement, its member) of each other live FencingRequest of the owner's group."""
     for request in requests:
         meta = _meta(request)
         if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
@@ -134,29 +132,23 @@ def claimed_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> dict[s
         record = _status(request).get("replacement")
         record = record if isinstance(record, dict) else {}
         other = record.get("owner") if isinstance(record.get("owner"), dict) else {}
-        if other.get("kind") != owner.kind or other.get("group") != owner.group or not record.get("claimTime") \
-                or record.get("requestedTime") or record.get("outcome"):
-            continue
-        member = _member_of(owner, other)
-        if member:
-            found[member] = _claim_order(record["claimTime"], meta.get("uid"))
-    return found
+        if other.get("kind") == owner.kind and other.get("group") == owner.group:
+            member = _member_of(owner, other)
+            if member:
+                yield meta.get("uid"), record, member
+
+
+def claimed_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> dict[str, tuple]:
+    """Members of the owner's group another live FencingRequest has claimed a place in the budget for and not
+    asked yet: member -> the claim's order (claimTime, uid)."""
+    return {member: _claim_order(record["claimTime"], uid)
+            for uid, record, member in _others_in_group(owner, requests, my_uid)
+            if record.get("claimTime") and not record.get("requestedTime") and not record.get("outcome")}
 
 
 def requested_elsewhere(owner: Owner, requests: list[dict], my_uid: str) -> set[str]:
     """Members of the owner's group whose replacement another live FencingRequest has asked for."""
-    found = set()
-    for request in requests:
-        meta = _meta(request)
-        if meta.get("uid") == my_uid or meta.get("deletionTimestamp"):
-            continue
-        record = _status(request).get("replacement")
-        record = record if isinstance(record, dict) else {}
-        other = record.get("owner") if isinstance(record.get("owner"), dict) else {}
-        if other.get("kind") != owner.kind or other.get("group") != owner.group or not record.get("requestedTime"):
-            continue
-        found.add(_member_of(owner, other))
-    return found - {""}
+    return {member for _, record, member in _others_in_group(owner, requests, my_uid) if record.get("requestedTime")}
 
 
 def group_view(owner: Owner, read: dict, requests: list[dict], my_uid: str, my_claim: str | None = None) \
