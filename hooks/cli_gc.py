@@ -60,6 +60,11 @@ class TargetError(LookupError):
     pass
 
 
+def _env_region() -> str:
+    """The region the AWS SDK would take from the environment."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+
+
 def _as_dict(obj) -> dict:
     return obj if isinstance(obj, dict) else obj.to_dict()
 
@@ -266,7 +271,7 @@ def plan_inputs(args, kube) -> PlanInputs:
         if chosen is None:
             raise UsageError(f"--gc-task names no task; known: {', '.join(TASK_ORDER)}")
         tasks, tasks_from = tuple(chosen.split(",")), FROM_FLAGS
-    region = args.region or region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+    region = args.region or region or _env_region()
     checked_region(region, "region")
     if not region:
         raise UsageError("no region: pass --region (the cluster object's spec.region was not read, "
@@ -422,8 +427,7 @@ def run_audit(args, aws=None) -> int:
         planned_region, expected = "", {}
         if args.expect_kept:
             planned_region, expected = read_expected_kept(args.expect_kept, args.cluster, args.region or "")
-        region = (args.region or planned_region or os.environ.get("AWS_REGION")
-                  or os.environ.get("AWS_DEFAULT_REGION") or "")
+        region = args.region or planned_region or _env_region()
         if not region:
             raise UsageError("no region: pass --region (or a plan with one, or set AWS_REGION)")
         checked_region(region, "region")

@@ -7,7 +7,6 @@ OWNER_MACHINE = "Machine"  # a nodewarden Machine of a NodePool
 OWNER_NODECLAIM = "NodeClaim"  # Karpenter
 OWNER_ASG = "AutoScalingGroup"  # EC2 Auto Scaling, EKS managed node groups
 OWNER_CAPI_MACHINE = "ClusterAPIMachine"
-OWNER_KINDS = (OWNER_MACHINE, OWNER_NODECLAIM, OWNER_ASG, OWNER_CAPI_MACHINE)
 
 # Hints: where to look for the owner, never proof of it.
 KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -23,7 +22,6 @@ NODECLAIM_KIND = "NodeClaim"
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = "v1beta2"
 CAPI_MACHINE_KIND = "Machine"
-CAPI_MACHINESET_KIND = "MachineSet"
 
 # Cluster API v1.14 (core/v1beta2, in status.conditions as metav1.Conditions): a MachineHealthCheck sets
 # HealthCheckSucceeded=False and, when it leaves remediation to the Machine's owner, OwnerRemediated=False

@@ -185,18 +185,18 @@ def _owner_proofs(request: HookRequest, ctx: runtime.Context, node: dict | None,
         wanted = owners.to_read(node, (observed.get("instance") or {}).get("tags"))
         _read_proofs(ctx, wanted, provider, proofs)
     try:
+        owner = owners.attribute(node, proofs) if node is not None else None
+    except owners.Unreadable:
+        return read  # decide waits for the proof; the guards are read once the owner is known
+    try:
         read["policies"] = list(policy_cache.read_all(ctx.kube).values())
     except Exception as exc:  # noqa: BLE001 - unknown: held
         read["policiesError"] = error_text(exc)
-    try:
-        owner = owners.attribute(node, proofs) if node is not None else None
-    except owners.Unreadable:
-        return read  # decide waits for the proof; the group is read once the owner is known
-    try:
-        read["requests"] = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
-    except Exception as exc:  # noqa: BLE001 - unknown: waits
-        read["requestsError"] = error_text(exc)
-    if owner is not None:
+    if owner is not None and owner.kind != owner_names.OWNER_MACHINE:  # a NodePool keeps its own budgets
+        try:
+            read["requests"] = fencing_api.fencing_requests(ctx.kube, ctx.settings.namespace)
+        except Exception as exc:  # noqa: BLE001 - unknown: waits
+            read["requestsError"] = error_text(exc)
         try:
             read["group"] = _group(ctx, owner, proofs)
         except Exception as exc:  # noqa: BLE001 - unknown: waits

@@ -8,11 +8,9 @@ from typing import Iterable
 from hooks import bounds, fencing_names, fields, timefmt
 from hooks.contract import RequestError
 from hooks.fencing import selectors
-import hooks.replacement.spec
-from hooks.replacement.spec import ReplacementSpec, int_or_percent, scaled
+from hooks.replacement.spec import DEFAULT_MAX_UNHEALTHY, ReplacementSpec, int_or_percent, parse_replacement, scaled
 
 DEFAULT_DURATION = 60.0
-DEFAULT_MAX_UNHEALTHY = "40%"
 MAX_NODES = 1_000_000
 MAX_RULES = 32
 MAX_NAMESPACES = 256
@@ -120,7 +118,7 @@ def parse(obj: dict, where: str = "parent") -> Policy:
         status=fields.mapping(obj, "status", where=where),
         deleting=bool(meta.get("deletionTimestamp")),
         uid=meta.get("uid") if isinstance(meta.get("uid"), str) else "",
-        replacement=hooks.replacement.spec.parse(obj, where),
+        replacement=parse_replacement(obj, where),
     )
 
 

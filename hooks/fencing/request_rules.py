@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import hooks.replacement.spec
 from hooks import bounds, fencing_names, fields, owner_names
 from hooks.contract import RequestError
-from hooks.replacement.spec import ReplacementSpec
+from hooks.replacement.spec import ReplacementSpec, parse_replacement
 
 DEFAULT_RETRIES = 5
 DEFAULT_RETRY_INTERVAL = 5.0
@@ -57,7 +56,7 @@ def parse_spec(obj: dict) -> Spec:
         retry_interval=_duration(obj, "retryInterval", DEFAULT_RETRY_INTERVAL),
         timeout=timeout,
         allow_control_plane=fields.boolean(obj, "spec", "allowControlPlane", default=False),
-        replacement=hooks.replacement.spec.parse(obj, "parent", absent=owner_names.REPLACE_NONE),
+        replacement=parse_replacement(obj, "parent", absent=owner_names.REPLACE_NONE),
     )
 
 

@@ -168,24 +168,18 @@ def _capi(node: dict, pid: providerid.ProviderID, proofs: dict) -> dict | None:
 
 
 def capi_group(machine: dict) -> str:
-    """A Cluster API Machine's group: its controlling MachineSet, else its MachineDeployment, else itself."""
+    """A Cluster API Machine's group: its controller (a MachineSet, a KubeadmControlPlane), else its
+    MachineDeployment, else itself."""
     namespace = _text(machine, "metadata", "namespace")
     refs = machine.get("metadata", {}).get("ownerReferences") if isinstance(machine.get("metadata"), dict) else None
     for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == owner_names.CAPI_MACHINESET_KIND \
+        if isinstance(ref, dict) and ref.get("controller") is True and isinstance(ref.get("kind"), str) \
                 and isinstance(ref.get("name"), str):
-            return f"{namespace}/{owner_names.CAPI_MACHINESET_KIND}/{ref['name']}"
+            return f"{namespace}/{ref['kind']}/{ref['name']}"
     deployment = _section(machine, "metadata", "labels").get(owner_names.CAPI_DEPLOYMENT_LABEL)
     if isinstance(deployment, str) and deployment:
         return f"{namespace}/MachineDeployment/{deployment}"
     return f"{namespace}/{owner_names.CAPI_MACHINE_KIND}/{_text(machine, 'metadata', 'name')}"
-
-
-def capi_remediating(machine: dict) -> bool:
-    """A Cluster API Machine its owner is asked to remediate: HealthCheckSucceeded and OwnerRemediated False."""
-    status = _section(machine, "status")
-    return condition_is(status, owner_names.CAPI_HEALTH_CHECK_SUCCEEDED, "False") and \
-        condition_is(status, owner_names.CAPI_OWNER_REMEDIATED, "False")
 
 
 def condition_is(status: dict, ctype: str, value: str) -> bool:

@@ -9,7 +9,7 @@ from hooks import bounds, fields, owner_names
 from hooks.contract import RequestError
 
 DEFAULT_REBOOT_TIMEOUT = 300.0
-DEFAULT_MAX_UNHEALTHY = "40%"
+DEFAULT_MAX_UNHEALTHY = "40%"  # the storm guard's default too (hooks/fencing/policy.py)
 DEFAULT_MAX_REPLACING = 1
 MAX_MEMBERS = 9_999_999  # the CRD allows 7 digits
 MAX_REBOOT_TIMEOUT = 86400.0
@@ -77,7 +77,7 @@ def _choice(section: dict, key: str, allowed: tuple[str, ...], default: str, pat
     return value
 
 
-def parse(obj: dict, where: str = "parent", absent: str = owner_names.REPLACE_OWNER) -> ReplacementSpec:
+def parse_replacement(obj: dict, where: str = "parent", absent: str = owner_names.REPLACE_OWNER) -> ReplacementSpec:
     """``spec.replacement`` of ``obj``; RequestError names a bad field.
 
     ``absent`` is the mode when the object has no ``spec.replacement``: a

@@ -138,17 +138,17 @@ def test_a_nodewarden_machine_is_proven_by_its_status():
 
 
 def test_spec_defaults_and_errors():
-    parsed = spec.parse({"spec": {"replacement": {}}})
+    parsed = spec.parse_replacement({"spec": {"replacement": {}}})
     assert (parsed.mode, parsed.unattributed, parsed.reboot_timeout, parsed.max_unhealthy, parsed.max_replacing) == \
         ("Owner", "Keep", 300.0, "40%", 1)
-    assert spec.parse({"spec": {}}).mode == "Owner"
-    assert spec.parse({"spec": {}}, absent="None").declared is False
+    assert spec.parse_replacement({"spec": {}}).mode == "Owner"
+    assert spec.parse_replacement({"spec": {}}, absent="None").declared is False
     for bad, field in (({"mode": "Sometimes"}, "mode"), ({"maxUnhealthy": "140%"}, "maxUnhealthy"),
                        ({"rebootTimeout": "0s"}, "rebootTimeout"), ({"maxReplacing": True}, "maxReplacing")):
         with pytest.raises(RequestError) as err:
-            spec.parse({"spec": {"replacement": bad}}, "related.x")
+            spec.parse_replacement({"spec": {"replacement": bad}}, "related.x")
         assert err.value.args and f"related.x.spec.replacement.{field}" in str(err.value)
-    assert spec.parse({"spec": {"replacement": parsed.to_dict()}}) == parsed
+    assert spec.parse_replacement({"spec": {"replacement": parsed.to_dict()}}) == parsed
 
 
 @pytest.mark.parametrize("total,unhealthy,held", [(1, 1, False), (2, 1, False), (4, 1, False), (4, 2, True),

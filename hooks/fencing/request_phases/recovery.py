@@ -13,10 +13,10 @@ from __future__ import annotations
 from hooks import bounds, events, fencing_names, timefmt
 from hooks.ec2_names import OFF_STATES
 from hooks.fencing import request_rules
-from hooks.fencing.request_phases import ownership, replacement
+from hooks.fencing.request_phases import ownership
 from hooks.fencing.request_phases.locate import locate
 from hooks.fencing.request_phases.power import observe_instance
-from hooks.fencing.request_phases.state import Step
+from hooks.fencing.request_phases.state import Step, reboots
 from hooks.plan import Action, Change, PoweredOff, SameObject, backoff
 
 
@@ -140,7 +140,7 @@ def delete_resources(step: Step, node_pods: list[dict], attachments: list[dict])
 def recovered(step: Step, reason: str, message: str) -> None:
     step.recovery["completionTime"] = step.stamp()
     step.condition(fencing_names.RECOVERED, "True", reason, message)
-    if replacement.reboots(step.status, step.spec):
+    if reboots(step.status, step.spec):
         step.phase = fencing_names.POWERING_ON
     else:
         step.succeed()

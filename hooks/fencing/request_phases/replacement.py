@@ -23,7 +23,7 @@ from __future__ import annotations
 from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
 from hooks.fencing import health
 from hooks.fencing.request_phases import authority, ownership
-from hooks.fencing.request_phases.state import Step, node_gone, recorded
+from hooks.fencing.request_phases.state import Step, node_gone, reboots, recorded
 from hooks.plan import (PRECONDITION, Action, CapiMachineOf, Change, ClusterInstance, GroupMember, NodeClaimOf,
                         Outcome, PoweredOff, SameObject, backoff)
 from hooks.replacement import guard, owners
@@ -69,8 +69,7 @@ def needs_proofs(status: dict, spec, node: dict | None, now) -> bool:
         return False
     if rec.get("standby") == owner_names.STANDBY_ENTERED:
         return False  # the Standby is left first
-    return spec.action != fencing_names.ACTION_REBOOT or rec.get("standby") == owner_names.STANDBY_REFUSED or \
-        _reboot_waited_out(status, spec, node, now)
+    return not reboots(status, spec) or _reboot_waited_out(status, spec, node, now)
 
 
 def needs_standby_check(status: dict, spec) -> bool:
@@ -117,7 +116,7 @@ def replace(step: Step) -> None:
         return
     if rec.get("outcome"):
         return _conclude(step, rec["outcome"], rec.get("message") or "")
-    if step.spec.action == fencing_names.ACTION_REBOOT and rec.get("standby") != owner_names.STANDBY_REFUSED:
+    if reboots(step.status, step.spec):
         if not _reboot_settled(step):
             return
     elif rec.get("standby") == owner_names.STANDBY_ENTERED:
@@ -444,12 +443,6 @@ def standby_before_stop(step: Step) -> bool:
                                                       "replace it while it reboots")))
     step.resync(step.settings.fencing_poll_seconds)
     return False
-
-
-def reboots(status: dict, spec) -> bool:
-    """Whether recovery goes on to power the node on: a Reboot whose Standby was not refused."""
-    return spec.action == fencing_names.ACTION_REBOOT and \
-        recorded(status, "replacement").get("standby") != owner_names.STANDBY_REFUSED
 
 
 # --------------------------------------------------------------------------- failures

@@ -26,6 +26,12 @@ def recorded(status: dict, section: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def reboots(status: dict, spec) -> bool:
+    """Whether the request powers its node on again: a Reboot whose Auto Scaling Standby was not refused."""
+    return spec.action == fencing_names.ACTION_REBOOT and \
+        recorded(status, "replacement").get("standby") != owner_names.STANDBY_REFUSED
+
+
 def own_status(parent: dict) -> dict:
     """A working copy of the status; a field of ours with the wrong type is dropped, never trusted."""
     status = copy.deepcopy(fields.mapping(parent, "status"))
@@ -145,9 +151,7 @@ class Step:
     def succeed(self) -> None:
         self.phase = fencing_names.SUCCEEDED
         self.status["completionTime"] = self.stamp()
-        rebooted = self.spec.action == fencing_names.ACTION_REBOOT and \
-            recorded(self.status, "replacement").get("standby") != owner_names.STANDBY_REFUSED
-        what = "powered off, recovered" + (" and powered on again" if rebooted else "")
+        what = "powered off, recovered" + (" and powered on again" if reboots(self.status, self.spec) else "")
         self.condition(fencing_names.COMPLETE_CONDITION, "True", "Fenced", f"node {self.spec.node_name} {what}")
         self.event("FencingComplete", f"Node {self.spec.node_name} {what}")
 
