@@ -399,8 +399,8 @@ def moto_ec2() -> dict:
     from hooks.aws import instance_catalog, pricing
     with mock_aws():
         ec2 = boto3.client("ec2", region_name=REGION)
-        facts = dict(instance_catalog.all_type_facts(ec2))
-        zones = dict(instance_catalog.zone_offerings(ec2))
+        facts = instance_catalog.read_type_facts(ec2)
+        zones = instance_catalog.read_zone_offerings(ec2)
     return {"typeFacts": facts, "zoneOfferings": zones,
             "prices": {spec.ON_DEMAND: pricing.bundled_prices(REGION), spec.SPOT: []}}
 

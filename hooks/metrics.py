@@ -38,6 +38,12 @@ AWS_CALLS = Counter(
     "AWS API calls by service, operation and outcome (ok, or the error code).",
     ["service", "operation", "outcome"],
 )
+BACKGROUND_READS = Counter(
+    "nodewarden_aws_background_reads_total",
+    "AWS reads made on a thread of their own while the last answer serves the hooks, by read"
+    " (instance-types, zone-offerings) and outcome (ok, or the error code).",
+    ["read", "outcome"],
+)
 ACTIONS = Counter(
     "nodewarden_actions_total",
     "Side effects carried out by controllers.",

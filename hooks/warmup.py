@@ -1,8 +1,9 @@
 """Warm a hook process before its first hook call: the AWS clients, the API server connection and the
 policies' copy.
 
-It also reads the instance catalog (every instance type, the zones offering each, on-demand prices) that a
-provisioning round needs. The code is already loaded: the app imports every controller when it is made (hooks/app.py), before
+It also starts the reads of the instance catalog a provisioning round needs (every instance type and the
+zones offering each, each on a thread of its own, hooks/aws/instance_catalog.py) and reads on-demand
+prices. The code is already loaded: the app imports every controller when it is made (hooks/app.py), before
 gunicorn's worker accepts, because Python's imports are not safe for two threads importing one import
 cycle for the first time (a half-initialised module, a 500). What is left is done on a thread, so
 the server answers at once: a process answers its first call about a Node slower than every later one
@@ -46,11 +47,12 @@ def warm(ctx: runtime.Context) -> None:
     except Exception as exc:  # noqa: BLE001 - no API server yet: the first Node call lists them
         log.info("warm-up could not list NodeFencingPolicies", extra={"error": str(exc)})
     try:
-        # A provisioning round's first reading of every instance type, its zones and prices takes seconds.
-        ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        instance_catalog.all_type_facts(ec2)
-        instance_catalog.zone_offerings(ec2)
-        pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name)
+        # A provisioning round's first reading of every instance type, its zones and prices takes seconds: the
+        # types and zones are read on threads of their own (a round uses the bundled types meanwhile).
+        region = ctx.aws.client("ec2", ctx.settings.aws_region or None).meta.region_name
+        instance_catalog.all_type_facts(ctx.aws, region)
+        pricing.on_demand_prices(ctx.aws, region)
+        instance_catalog.zone_offerings(ctx.aws, region)
     except Exception as exc:  # noqa: BLE001 - the first provisioning round reads them
         log.info("warm-up could not read the instance catalog", extra={"error": str(exc)})
 

@@ -11,6 +11,8 @@ bench/cluster_gc.py:
 - ``Faults``: AWS errors moto never raises (DependencyViolation, throttling,
   a refused tagging API), injected through botocore's ``before-call`` event:
   the request never reaches moto and the client raises the error as AWS's;
+- ``Late``: an answer that takes longer than a client's read timeout (moto
+  answers at once), through botocore's ``before-send`` event;
 - ``Calls``: counts AWS calls per operation (``after-call``);
 - ``finalize_until_done``: calls the finalize hook the way Metacontroller
   does, merging returned annotations into the parent between calls.
@@ -20,8 +22,11 @@ from __future__ import annotations
 import dataclasses
 
 import collections
+import threading
 import time
 from dataclasses import dataclass, field
+
+from botocore.exceptions import ReadTimeoutError
 
 from hooks import machine_names
 from hooks.contract import DECORATOR, parse_request
@@ -252,7 +257,11 @@ class Faults:
 
     def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION):
         for service in services:
-            aws.client(service, region).meta.events.register("before-call", self._before_call)
+            self.attach_client(aws.client(service, region))
+        return self
+
+    def attach_client(self, client) -> "Faults":
+        client.meta.events.register("before-call", self._before_call)
         return self
 
     def _before_call(self, model=None, **_):
@@ -270,6 +279,43 @@ class Faults:
                 "ResponseMetadata": {"HTTPStatusCode": status},
             }
         return None
+
+
+class Late:
+    """AWS answers ``operation`` ``latency`` seconds late, when the test releases the answer.
+
+    A client whose read timeout is shorter gives up, as it would once its timeout passed (at once:
+    botocore's ReadTimeoutError, which its retries see); a more patient one waits until ``release()``
+    (or ``latency`` seconds of the machine's time, as a bound) and is answered by moto."""
+
+    def __init__(self, operation: str, latency: float):
+        self.operation, self.latency = operation, latency
+        self.asked = threading.Event()  # a patient client's request is waiting
+        self._released = threading.Event()
+        self.timed_out = 0  # requests of a client that gave up
+        self.answered = 0  # requests let through to moto
+        self._clients: set[int] = set()
+
+    def attach_client(self, client) -> "Late":
+        if id(client) not in self._clients:
+            self._clients.add(id(client))
+            patient = (client.meta.config.read_timeout or 0) > self.latency
+            service = client.meta.service_model.service_id.hyphenize()
+            client.meta.events.register(f"before-send.{service}.{self.operation}",
+                                        lambda request=None, **_: self._before_send(request, patient))
+        return self
+
+    def _before_send(self, request, patient: bool):
+        if not patient:
+            self.timed_out += 1
+            raise ReadTimeoutError(endpoint_url=getattr(request, "url", ""))
+        self.asked.set()
+        self._released.wait(self.latency)
+        self.answered += 1
+        return None
+
+    def release(self) -> None:
+        self._released.set()
 
 
 class Calls:

@@ -58,7 +58,7 @@ class AwsClients:
     def __init__(self, settings: Settings, session: boto3.session.Session | None = None):
         self._settings = settings
         self._session = session or boto3.session.Session()
-        self._clients: dict[tuple[str, str], object] = {}
+        self._clients: dict[tuple[str, str, float | None], object] = {}
         self._lock = threading.Lock()
 
     def region(self, preferred: str | None = None) -> str:
@@ -67,13 +67,16 @@ class AwsClients:
             raise ValueError("no AWS region: set AWS_REGION or give nodes a zone in their providerID")
         return region
 
-    def client(self, service: str, region: str | None = None):
+    def client(self, service: str, region: str | None = None, read_timeout: float | None = None):
+        """The client of ``service`` in ``region``; ``read_timeout``: a client of its own that waits this long
+        for an answer (for reads made off a hook's path), instead of the hooks' 5 s."""
         region = self.region(region)
-        key = (service, region)
+        key = (service, region, read_timeout)
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._session.client(service, region_name=region, config=_CONFIG)
+                config = _CONFIG if read_timeout is None else _CONFIG.merge(Config(read_timeout=read_timeout))
+                client = self._session.client(service, region_name=region, config=config)
                 after_call, after_call_error = _count_call(service)
                 client.meta.events.register("after-call", after_call)
                 client.meta.events.register("after-call-error", after_call_error)

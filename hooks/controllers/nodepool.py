@@ -133,7 +133,7 @@ def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.date
         return
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        facts = instance_catalog.all_type_facts(ec2)
+        facts = instance_catalog.all_type_facts(ctx.aws, ec2.meta.region_name)
         specs = {**inputs.pools_of(pool_objects), request.name: parsed}
         spot = instance_catalog.spot_prices(ec2, inputs.spot_candidates(specs, facts))
         zones, own = {}, []
@@ -143,7 +143,8 @@ def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.date
             if name == request.name:
                 own = found
         readings.update(
-            typeFacts=facts, zoneOfferings=instance_catalog.zone_offerings(ec2), zones=zones, subnets=own,
+            typeFacts=facts, zoneOfferings=instance_catalog.zone_offerings(ctx.aws, ec2.meta.region_name),
+            zones=zones, subnets=own,
             prices={spec.ON_DEMAND: pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name),
                     spec.SPOT: [[t, z, p] for (t, z), p in sorted(spot.items())]})
     except Exception as exc:  # noqa: BLE001

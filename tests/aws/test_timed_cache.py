@@ -1,11 +1,14 @@
-"""TimedCache: each value kept for its own time; threads that miss together share one read."""
+"""TimedCache: each value kept for its own time; threads that miss together share one read. Refreshed: the
+last value answered while one read runs on a thread of its own (started by the test here)."""
 from __future__ import annotations
 
 import threading
 
 import pytest
+from botocore.exceptions import ClientError
 
-from hooks.aws.timed_cache import FOREVER, TimedCache
+from hooks.aws.timed_cache import FOREVER, Refreshed, TimedCache
+from hooks.metrics import BACKGROUND_READS
 
 
 class Clock:
@@ -83,3 +86,78 @@ def test_threads_that_miss_together_share_one_read():
     first.join(10)
     second.join(10)
     assert answers == ["value", "value"] and reads == [1]
+
+
+class Jobs:
+    """Background reads started and not run yet: the test runs them when it says."""
+
+    def __init__(self):
+        self.waiting: list = []
+
+    def __call__(self, name, job):
+        self.waiting.append(job)
+
+    def run(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for job in waiting:
+            job()
+
+
+def test_refreshed_answers_the_last_value_while_one_read_runs():
+    clock, jobs = Clock(), Jobs()
+    cache = Refreshed("test-read", retry_seconds=30, clock=clock, start=jobs)
+    reads = []
+
+    def read():
+        reads.append(clock.now)
+        return f"read at {clock.now}", 10
+    assert cache.get("k", read) is None and len(jobs.waiting) == 1
+    assert cache.get("k", read) is None and len(jobs.waiting) == 1, "one read at a time"
+    jobs.run()
+    assert cache.get("k", read) == "read at 0.0" and not jobs.waiting
+    clock.now = 10
+    assert cache.get("k", read) == "read at 0.0", "past its lifetime: answered while read again"
+    assert cache.get("k", read) == "read at 0.0" and len(jobs.waiting) == 1
+    jobs.run()
+    assert cache.get("k", read) == "read at 10" and reads == [0.0, 10]
+
+
+def test_refreshed_keeps_the_last_value_when_a_read_fails_and_waits_before_the_next():
+    clock, jobs = Clock(), Jobs()
+    cache = Refreshed("test-read", retry_seconds=30, clock=clock, start=jobs)
+    failing = [True]
+
+    def read():
+        if failing[0]:
+            raise ClientError({"Error": {"Code": "Throttling", "Message": "slow down"}}, "DescribeThings")
+        return "value", 5
+    before = BACKGROUND_READS.labels("test-read", "Throttling")._value.get()
+    cache.get("k", read)
+    jobs.run()
+    assert cache.get("k", read) is None and not jobs.waiting, "not tried again at once"
+    assert cache.failure("k").startswith("Throttling: ")
+    assert BACKGROUND_READS.labels("test-read", "Throttling")._value.get() == before + 1
+    clock.now = 30
+    failing[0] = False
+    cache.get("k", read)
+    jobs.run()
+    assert cache.get("k", read) == "value" and cache.failure("k") is None
+    clock.now = 40
+    failing[0] = True
+    assert cache.get("k", read) == "value"
+    jobs.run()
+    assert cache.get("k", read) == "value", "a failed read keeps the last value"
+    assert cache.failure("k").startswith("Throttling")
+
+
+def test_refreshed_waits_for_a_first_read_only_when_asked():
+    release = threading.Event()
+    cache = Refreshed("test-read", retry_seconds=30)
+
+    def read():
+        assert release.wait(10)
+        return "value", FOREVER
+    assert cache.get("k", read) is None, "no wait: answered at once"
+    release.set()
+    assert cache.get("k", read, wait=10) == "value"
+    assert cache.join("k", 10)
