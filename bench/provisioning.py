@@ -3,6 +3,7 @@
 pending-to-Machine latency and Karpenter's basic performance workload.
 
     .venv/bin/python bench/provisioning.py decision [--pods 1000] [--types 50] [--slots 40] [--repeat 20]
+    .venv/bin/python bench/provisioning.py storm [--deployments 500] [--replicas 10] [--slots 40] [--repeat 5]
     .venv/bin/python bench/provisioning.py consolidation [--machines 100] [--pods 20] [--repeat 5]
     .venv/bin/python bench/provisioning.py arrivals [--sequences 20] [--pods 300] [--rounds 5]
     .venv/bin/python bench/provisioning.py latency [--batches 5] [--pods 20]
@@ -35,6 +36,21 @@ of --repeat runs:
   the catalog kept, as in every other round. The worlds and moto are frozen
   out of the garbage collector (gc.freeze): the runs pay for collecting
   their own objects, not the benchmark's heap.
+
+``storm`` (the venv): --deployments Deployments of --replicas pending pods
+(100m to 1 cpu, 128Mi to 2Gi), every pod spread over the three zones
+(maxSkew 1, DoNotSchedule) and kept off its Deployment's other pods' Nodes
+(required hostname anti-affinity), both by its own app label; the three
+pools of ``decision``, allowing every type moto's DescribeInstanceTypes
+answers (the bundled on-demand prices, spot in two zones); --slots existing
+Nodes with pods (the last 3 in flight); four DaemonSets. CPU time, median
+and worst of --repeat runs: schedule (the placement alone, over the pods
+read), and the round of each pool (rounds.readings and rounds.provision)
+over readings of its own, equal to the others' and not the same objects,
+as each pool's call reads the API server: one pool after the other, the
+first computing the placement (hooks/provisioning/placements.py), the
+others answered it; and the three together. Checked: every pool's round
+has the placement computed afresh, and the pools compute it once.
 
 ``consolidation`` (the venv): --machines Initialized Machines of one pool,
 each with a Ready Node of 8 cpu and 32 GiB in one of three zones, a
@@ -122,8 +138,8 @@ from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
 from hooks.machines.spec import ProvisioningSpec, Taint  # noqa: E402
-from hooks.provisioning import (catalog, consolidation, inputs, pods, requirements, resources,  # noqa: E402
-                                rounds, scheduling, slots)
+from hooks.provisioning import (catalog, consolidation, inputs, placements, pods, requirements,  # noqa: E402
+                                resources, rounds, scheduling, slots)
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 HOUR_AGO = timefmt.fmt(NOW - dt.timedelta(hours=1))
@@ -143,6 +159,10 @@ def _cpu_times(run, repeat: int) -> dict:
         start = time.process_time()
         run()
         runs.append(time.process_time() - start)
+    return _median_and_worst(runs)
+
+
+def _median_and_worst(runs: list[float]) -> dict:
     return {"median_ms": round(statistics.median(runs) * 1000, 1), "max_ms": round(max(runs) * 1000, 1)}
 
 
@@ -484,6 +504,101 @@ def decision(args) -> dict:
                          "pods_on_claims": sum(len(c.pods) for c in grouped.claims),
                          "unschedulable": len(grouped.unschedulable), "cpu_time": times},
             "round": found}
+
+
+# =========================================================================== storm
+
+
+def storm_pods(deployments: int, replicas: int, rng: random.Random) -> list[dict]:
+    """``deployments`` Deployments of ``replicas`` pending pods each, every pod spread over zones (maxSkew 1,
+    DoNotSchedule) and kept off the Nodes of its Deployment's other pods (required hostname anti-affinity),
+    both by its own app label."""
+    found = []
+    for d in range(deployments):
+        app = f"storm-{d}"
+        cpu, memory = rng.choice((100, 250, 500, 1000)), rng.choice((128, 256, 512, 1024, 2048))
+        selector = {"matchLabels": {"app": app}}
+        extra = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
+                                                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}],
+                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                     {"topologyKey": provisioning_names.HOSTNAME_LABEL, "labelSelector": selector}]}}}
+        found.extend(_pending(f"{app}-{i}", app, cpu, memory, extra, since=FIVE_SECONDS_AGO)
+                     for i in range(replicas))
+    return found
+
+
+def storm_world(args) -> dict:
+    """The storm as gather stores it: its pods, --slots existing Nodes with pods, the three pools allowing
+    every instance type, every type moto has (the bundled on-demand prices, spot in two zones)."""
+    whole = moto_ec2()
+    whole["prices"][spec.SPOT] = [[n, z, round(p * 0.35, 4)] for n, p in sorted(whole["prices"][spec.ON_DEMAND].items())
+                                  if n in whole["typeFacts"] for z in ZONES[:2]]
+    room = raw_room(default_nodes(args.slots, random.Random(args.seed + 1)))
+    pools_raw = raw_pools()
+    return {"pending": storm_pods(args.deployments, args.replicas, random.Random(args.seed)), "bound": room["bound"],
+            "nodes": room["nodes"], "pools": pools_raw, "machines": room["machines"], "daemonsets": raw_daemonsets(),
+            "zones": {p["metadata"]["name"]: list(ZONES) for p in pools_raw},
+            "subnets": [{"id": f"subnet-{z[-1]}", "zone": z} for z in ZONES], **whole}
+
+
+def _as_read(raw: dict) -> dict:
+    """The readings as another call reads them: equal, not the same objects (the EC2 answers kept per process
+    are the same objects, as hooks.aws.instance_catalog keeps them)."""
+    kept = ("typeFacts", "zoneOfferings", "prices")
+    return {**json.loads(json.dumps({k: v for k, v in raw.items() if k not in kept})), **{k: raw[k] for k in kept}}
+
+
+def storm(args) -> dict:
+    raw = storm_world(args)
+    pools_raw = raw["pools"]
+    parsed = {p["metadata"]["name"]: spec.pool(p) for p in pools_raw}
+    reads = [_as_read(raw) for _ in range(len(parsed) * (args.repeat + 2))]
+    rounds.readings(raw)  # the catalog built once, as in every round but a process's first
+    gc.freeze()
+    ready = rounds.readings(raw)
+    types = {o.name: o for o in ready.catalog}
+    names = sorted(parsed)
+    world = (
+        inputs.pending(ready.pending),
+        [inputs.pool_view(n, parsed[n], [m for m in ready.machines
+                                         if m["metadata"]["labels"].get(machine_names.POOL_LABEL) == n],
+                          types, ready.zones.get(n), NOW) for n in names],
+        inputs.room(parsed, ready.machines, ready.nodes, inputs.pods_by_node(ready.bound), types,
+                    [pods.from_daemonset(d) for d in ready.daemonsets], NOW),
+        inputs.unavailable(ready.catalog, ready.machines, NOW),
+        [pods.from_daemonset(d) for d in ready.daemonsets])
+    afresh = scheduling.schedule(*world)
+
+    def every_pool() -> list[rounds.Round]:
+        placements.PLACEMENTS.clear()
+        return [rounds.provision(n, parsed[n], rounds.readings(reads.pop()), NOW) for n in names]
+
+    decided = every_pool()
+    for out in decided:
+        assert out.result == afresh, f"{out.claims[:1]}: the shared placement differs from one computed afresh"
+    computed = placements.PLACEMENTS.computed
+    every_pool()
+    computed = placements.PLACEMENTS.computed - computed
+    assert computed == 1, f"the pools computed {computed} placements over equal readings"
+    pool_times = {n: [] for n in names}
+
+    def timed_pools() -> None:
+        placements.PLACEMENTS.clear()
+        for n in names:
+            started = time.process_time()
+            rounds.provision(n, parsed[n], rounds.readings(reads.pop()), NOW)
+            pool_times[n].append(time.process_time() - started)
+    total = _cpu_times(timed_pools, args.repeat)
+    return {
+        "pending_pods": len(raw["pending"]), "deployments": args.deployments, "types": len(raw["typeFacts"]),
+        "slots": args.slots, "pools": names,
+        "claims": len(afresh.claims), "placed_on_slots": len(afresh.placed), "unschedulable": len(afresh.unschedulable),
+        "placements_computed_for_the_pools": computed,
+        "cpu_time": {
+            "schedule": _cpu_times(lambda: scheduling.schedule(*world), args.repeat),
+            **{f"round of {n} ({'placement computed' if i == 0 else 'placement shared'})": _median_and_worst(t)
+               for i, (n, t) in enumerate(pool_times.items())},
+            "every pool's round": total}}
 
 
 # =========================================================================== consolidation
@@ -1193,6 +1308,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="pods on each existing Node, read from raw Nodes and pods within the time "
                         "(default: 3 to 11, as Slots)")
     d.add_argument("--repeat", type=int, default=20)
+    st = sub.add_parser("storm", help="CPU time of the rounds of every pool over a storm of pending pods (the venv)")
+    st.add_argument("--deployments", type=int, default=500)
+    st.add_argument("--replicas", type=int, default=10)
+    st.add_argument("--slots", type=int, default=40)
+    st.add_argument("--repeat", type=int, default=5)
     c = sub.add_parser("consolidation", help="CPU time of consolidation's decision for one pool (the venv)")
     c.add_argument("--machines", type=int, default=100)
     c.add_argument("--pods", type=int, default=20, help="pods per Node: at most (random), exactly (even, full)")
@@ -1219,17 +1339,18 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--quiet", type=float, default=30.0,
                    help="seconds consolidation must stay done to count as done")
     w.add_argument("--timeout", type=float, default=900.0, help="deadline of each phase, seconds")
-    for each in (d, c, a, lat, w):
+    for each in (d, st, c, a, lat, w):
         each.add_argument("--seed", type=int, default=7)
         each.add_argument("--json", type=pathlib.Path)
     for each in (lat, w):
         each.add_argument("--hook-env", action="append", metavar="NODEWARDEN_NAME=VALUE",
                           help="a setting for the hook server, over BENCH_HOOK_ENV's")
     args = parser.parse_args(argv)
-    if args.mode in ("decision", "consolidation", "arrivals"):
+    if args.mode in ("decision", "storm", "consolidation", "arrivals"):
         import logging
         logging.disable(logging.WARNING)
-        results = {"decision": decision, "consolidation": consolidation_bench, "arrivals": arrivals}[args.mode](args)
+        results = {"decision": decision, "storm": storm, "consolidation": consolidation_bench,
+                   "arrivals": arrivals}[args.mode](args)
     else:
         from devcluster.cluster import configure_logging
         configure_logging()

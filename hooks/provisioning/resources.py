@@ -11,7 +11,7 @@ from __future__ import annotations
 import decimal
 import functools
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from lightkube.utils.quantity import parse_quantity
 
@@ -118,6 +118,18 @@ class Resources(NamedTuple):
 
 ZERO = Resources()
 ONE_POD = Resources(pods=1)
+
+
+def least(amounts: Sequence[Resources]) -> Resources:
+    """Per resource the smallest of ``amounts`` (``minimum`` of them all; an extended resource one lacks is
+    absent), ZERO for none: what fits in it fits in every one of them."""
+    if not amounts:
+        return ZERO
+    extended: tuple = ()
+    if all(a.extended for a in amounts):
+        extended = functools.reduce(Resources.minimum, amounts).extended
+    return Resources(min(a.cpu for a in amounts), min(a.memory for a in amounts),
+                     min(a.ephemeral_storage for a in amounts), min(a.pods for a in amounts), extended)
 
 
 def _combine(mine: tuple, theirs: tuple, sign: int) -> tuple:

@@ -3,7 +3,9 @@
 Every provisioning pool runs the same computation over the same readings
 (all provisioning pools, all their Machines and Nodes, every pending pod),
 and creates only the claims that fall to it: pools never plan against each
-other, and weight decides which one a pod goes to. Nothing is remembered
+other, and weight decides which one a pod goes to. A process computes that
+placement once for the pools that ask for it over equal inputs
+(hooks/provisioning/placements.py). Nothing is remembered
 between rounds but what the API server holds: a Machine created for pods is
 in-flight capacity the next round counts (inputs.slots), and names the pods
 it was made for, so a round repeated while it boots creates nothing for
@@ -19,10 +21,10 @@ from typing import Mapping
 from hooks import events, machine_names, provisioning_names, timefmt
 from hooks.events import Event
 from hooks.machines import pool, spec
-from hooks.provisioning import batching, catalog, inputs, pods
+from hooks.provisioning import batching, catalog, inputs, placements, pods
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import NewClaim, Result, schedule
+from hooks.provisioning.scheduling import NewClaim, Result
 
 # Events per round, so a thousand pending pods cost a bounded number of writes (the recorder aggregates).
 MAX_POD_EVENTS = 100
@@ -148,7 +150,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
                         daemonsets, now)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
-    result = schedule(pending, views, slots, offered, daemonsets)
+    result = placements.PLACEMENTS.schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
                 readings=readings)
     out.claims = [c for c in result.claims if c.pool == name]

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 
 from hooks import machine_names, provisioning_names
 from hooks.machines.spec import ON_DEMAND, SPOT
-from hooks.provisioning import requirements
+from hooks.provisioning import requirements, resources
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, tolerates
 from hooks.provisioning.requirements import Requirements, Rule
@@ -286,7 +286,8 @@ class _Host:
 
     def __init__(self, host_id: int, name: str, zone: str | None):
         self.id, self.name, self.zone = host_id, name, zone
-        self.anti: list[PodSelector] = []
+        # The required anti-affinity of the pods on it: a set, so a pod is checked against it in one look-up.
+        self.anti: set[PodSelector] = set()
 
 
 class _SlotState(_Host):
@@ -300,7 +301,7 @@ class _SlotState(_Host):
 
 class _Claim(_Host):
     __slots__ = ("pool", "reqs", "space", "candidates", "total", "pods", "head_cpu", "head_memory", "head_pods",
-                 "charge_cpu", "charge_memory", "kept", "capacity_type")
+                 "charge_cpu", "charge_memory", "kept", "capacity_type", "most", "least")
 
     def __init__(self, host_id: int, pool: _Pool):
         super().__init__(host_id, "", None)
@@ -312,15 +313,19 @@ class _Claim(_Host):
         self.candidates: list[_PoolType] = []
         self.space: _Space | None = None
         self.capacity_type = ON_DEMAND
+        self.most = (0, 0, 0)  # the candidates' largest cpu, memory and pods room
+        self.least = ZERO  # per resource the smallest room of any candidate: what fits there fits in every one
 
     def update(self, reqs: Requirements, space: _Space, candidates: list[_PoolType], total: Resources) -> None:
         changed = len(candidates) != len(self.candidates) or space is not self.space  # candidates only shrink
+        if candidates is not self.candidates:
+            rooms = [entry.room for entry in candidates]
+            self.most = (max((r.cpu for r in rooms), default=0), max((r.memory for r in rooms), default=0),
+                         max((r.pods for r in rooms), default=0))
+            self.least = resources.least(rooms)
         self.reqs, self.space, self.candidates, self.total = reqs, space, candidates, total
         self.zone = space.zone
-        cpu = memory = pods = 0
-        for entry in candidates:
-            room = entry.room
-            cpu, memory, pods = max(cpu, room.cpu), max(memory, room.memory), max(pods, room.pods)
+        cpu, memory, pods = self.most
         self.head_cpu, self.head_memory, self.head_pods = cpu - total.cpu, memory - total.memory, pods - total.pods
         if changed:
             self._rank()
@@ -349,6 +354,32 @@ def _within(entry: _PoolType, budget: tuple[float, float]) -> bool:
     return entry.capacity.cpu <= budget[0] and entry.capacity.memory <= budget[1]
 
 
+class _SelectorIndex:
+    """Selectors by the label values they require: a pod is matched against those its own labels carry and
+    those that require none, not against every selector (each Deployment's own selector, for thousands of
+    pods of hundreds of Deployments)."""
+
+    def __init__(self, selectors: Iterable[PodSelector]):
+        self._by_label: dict[tuple[str, str], list[PodSelector]] = {}
+        self._unindexed: list[PodSelector] = []
+        for selector in selectors:
+            # The key with the fewest values a matching pod must have one of.
+            required = min(((key, rule.values) for key, rule in selector.selector.rules.items()
+                            if not rule.complement and not rule.absent), key=lambda kv: len(kv[1]), default=None)
+            if required is None:
+                self._unindexed.append(selector)
+                continue
+            key, values = required
+            for value in values:
+                self._by_label.setdefault((key, value), []).append(selector)
+
+    def matching(self, namespace: str, labels: Mapping[str, str]) -> frozenset:
+        """The selectors that match a pod of ``namespace`` with ``labels``."""
+        found = [s for item in labels.items() for s in self._by_label.get(item, ())]
+        found.extend(self._unindexed)
+        return frozenset(s for s in found if s.matches(namespace, labels))
+
+
 class _Scheduler:
     def __init__(self, pools: Sequence[PoolView], slots: Sequence[Slot], catalog: Sequence[InstanceOption],
                  daemonsets: Sequence[PodView]):
@@ -371,6 +402,7 @@ class _Scheduler:
         self._eligible: dict = {}
         self._matched: dict = {}
         self.selectors: set[PodSelector] = set()
+        self._by_label = _SelectorIndex(())
         self.host_counts: dict[PodSelector, dict[int, int]] = {}
         self.zone_counts: dict[PodSelector, dict[str, int]] = {}
 
@@ -393,9 +425,10 @@ class _Scheduler:
         for name, anti in residents.anti_affinity.items():
             state = by_name.get(name)
             if state is not None:
-                state.anti.extend(anti)
+                state.anti.update(anti)
                 self.selectors.update(anti)
         self.selectors.update(counted)
+        self._by_label = _SelectorIndex(self.selectors)
         for selector in counted:
             hosts = self.host_counts[selector] = {}
             zones = self.zone_counts[selector] = {}
@@ -412,6 +445,7 @@ class _Scheduler:
         for state in self.slots:
             for resident in state.slot.pods:
                 self.selectors.update(resident.anti_affinity)
+        self._by_label = _SelectorIndex(self.selectors)
         for selector in self.selectors:
             self.host_counts[selector] = {}
             self.zone_counts[selector] = {}
@@ -423,7 +457,7 @@ class _Scheduler:
         key = (pod.namespace, frozenset(pod.labels.items())) if isinstance(pod, Resident) else pod.signature[:2]
         found = self._matched.get(key)
         if found is None:
-            found = self._matched[key] = frozenset(s for s in self.selectors if s.matches(pod.namespace, pod.labels))
+            found = self._matched[key] = self._by_label.matching(pod.namespace, pod.labels)
         return found
 
     def _record(self, pod: PodView | Resident, host: _Host) -> None:
@@ -436,7 +470,7 @@ class _Scheduler:
                 zones = self.zone_counts[selector]
                 zones[host.zone] = zones.get(host.zone, 0) + 1
         if pod.anti_affinity:
-            host.anti.extend(pod.anti_affinity)
+            host.anti.update(pod.anti_affinity)
 
     def _pin(self, claim: _Claim, zone: str | None) -> None:
         """A claim whose zone became known: count its pods there."""
@@ -451,9 +485,8 @@ class _Scheduler:
     def host_room(self, pod: PodView, level: _Level, host: _Host) -> float:
         """How many more pods like ``pod`` its spread and anti-affinity let ``host`` take."""
         matched = self.matched(pod)
-        for selector in host.anti:
-            if selector in matched:
-                return 0
+        if not host.anti.isdisjoint(matched):
+            return 0
         room = math.inf
         for selector in level.anti:
             if self.host_counts[selector].get(host.id, 0):
@@ -625,6 +658,8 @@ class _Scheduler:
         limited = budget[0] != math.inf or budget[1] != math.inf
         if wanted == 1:
             after = total + asked
+            if candidates is claim.candidates and allowed is None and not limited and after.fits(claim.least):
+                return 1, [candidates]  # every candidate still fits: the same ones, as filtering would leave them
             candidates = [e for e in candidates
                           if after.fits(e.room) and (allowed is None or e.index in allowed)
                           and (not limited or _within(e, budget))]

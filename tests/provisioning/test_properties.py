@@ -6,8 +6,9 @@ round's in-flight Machines and the pods it placed on Nodes are bound there:
 3. the claims of a round never take a pool past its limits, whichever of their types launches;
 4. every pending pod is placed once, on a Slot or one claim, or reported unschedulable;
 
-and placing alike pods together decides as placing them one by one, and counting the pods on the Slots
-through the index (hooks.provisioning.residents) decides as counting every one of them.
+and placing alike pods together decides as placing them one by one, counting the pods on the Slots
+through the index (hooks.provisioning.residents) decides as counting every one of them, and the placement
+shared between the pools' rounds (hooks.provisioning.placements) is the one computed afresh.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooks import machine_names, provisioning_names as names
-from hooks.provisioning import pods, requirements, resources, scheduling
+from hooks.provisioning import placements, pods, requirements, resources, scheduling
 from hooks.provisioning.scheduling import Limits, PoolView, Slot
 from tests.support.provisioning import ZONES, daemonset, options, raw_pod, taint
 
@@ -173,10 +174,14 @@ class Cluster:
                               machine=machine.name, in_flight=True, provisioned_for=claim.pods))
         return found
 
+    def inputs(self) -> tuple:
+        """What a round places from, as a call builds it from its own readings (new objects every time)."""
+        return [pods.view(p) for p in self.pending.values()], self.pools(), self.slots(), CATALOG, \
+            self.world["daemonsets"]
+
     def decide(self, group: bool = True, index: bool = True) -> tuple[list[pods.PodView], scheduling.Result]:
-        views = [pods.view(p) for p in self.pending.values()]
-        return views, scheduling.schedule(views, self.pools(), self.slots(), CATALOG, self.world["daemonsets"],
-                                          group_identical=group, index_residents=index)
+        views, *rest = self.inputs()
+        return views, scheduling.schedule(views, *rest, group_identical=group, index_residents=index)
 
     def settle(self, views: list[pods.PodView], result: scheduling.Result) -> None:
         """Pods placed on Nodes bind there; the claims become in-flight Machines."""
@@ -244,15 +249,20 @@ def _check_round(cluster: Cluster, views: list[pods.PodView], result: scheduling
 
 def _run(world: dict, topology: bool) -> None:
     cluster = Cluster(world)
+    shared = placements.Placements()
     for arrivals in world["rounds"]:
         cluster.arrive(arrivals)
         views, result = cluster.decide()
         _check_round(cluster, views, result, topology)
         assert result == cluster.decide(group=False)[1]
         assert result == cluster.decide(index=False)[1]
+        # The placement the pools share, computed for the first and answered to the next, is the one afresh.
+        assert shared.schedule(*cluster.inputs()) == result
+        assert shared.schedule(*cluster.inputs()) == result
         cluster.settle(views, result)
         # 2. the same round again, with nothing new.
         again_views, again = cluster.decide()
+        assert shared.schedule(*cluster.inputs()) == again
         _check_round(cluster, again_views, again, topology)
         assert again.claims == []
         for machine in cluster.machines[len(cluster.machines) - len(result.claims):]:
@@ -269,3 +279,32 @@ def test_rounds_of_arrivals(world):
 @given(worlds(topology=True))
 def test_rounds_of_arrivals_with_spread_anti_affinity_and_preferences(world):
     _run(world, topology=True)
+
+
+@st.composite
+def selectors_and_pods(draw) -> tuple[list[pods.PodSelector], list[tuple[str, dict]]]:
+    values = st.sampled_from(("a", "b", "c"))
+    keys = st.sampled_from(("app", "tier", "team"))
+    selectors = []
+    for _ in range(draw(st.integers(0, 6))):
+        expressions = [{"key": draw(keys), "operator": draw(st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist"))),
+                        "values": draw(st.lists(values, min_size=1, max_size=2, unique=True))}
+                       for _ in range(draw(st.integers(0, 2)))]
+        for expression in expressions:
+            if expression["operator"] in ("Exists", "DoesNotExist"):
+                expression["values"] = []
+        selector = requirements.from_label_selector(
+            {"matchLabels": draw(st.dictionaries(keys, values, max_size=2)), "matchExpressions": expressions}, "s")
+        selectors.append(pods.PodSelector(selector, draw(st.sampled_from((None, frozenset(("default",)))))))
+    labelled = draw(st.lists(st.tuples(st.sampled_from(("default", "team")), st.dictionaries(keys, values, max_size=3)),
+                             max_size=6))
+    return selectors, labelled
+
+
+@SETTINGS
+@given(selectors_and_pods())
+def test_the_selector_index_matches_as_every_selector_does(drawn):
+    selectors, labelled = drawn
+    index = scheduling._SelectorIndex(selectors)
+    for namespace, labels in labelled:
+        assert index.matching(namespace, labels) == frozenset(s for s in selectors if s.matches(namespace, labels))

@@ -7,7 +7,7 @@ import json
 
 from hooks import events, machine_names, provisioning_names
 from hooks.machines import capacity, spec
-from hooks.provisioning import rounds
+from hooks.provisioning import rounds, scheduling
 from tests.support.provisioning import NOW, TYPES, ZONES, facts, raw_pod, stamp
 
 POOL = "general"
@@ -169,3 +169,29 @@ def test_a_machine_that_cannot_launch_is_no_capacity_and_its_types_are_avoided()
     for machine in stuck:
         machine["metadata"]["creationTimestamp"] = stamp(300)
     assert run(raw_readings(pods, machines=stuck)).failed == sorted(m["metadata"]["name"] for m in stuck)
+
+
+def test_the_pools_rounds_over_readings_read_apart_compute_one_placement(monkeypatch):
+    """Each pool's call reads the cluster and EC2 on its own: equal readings, not the same objects. The
+    placement is computed for the first pool and the same one serves the second; readings that differ
+    (one more pending pod) are placed afresh."""
+    computed = []
+    place = scheduling._Scheduler.run
+    monkeypatch.setattr(scheduling._Scheduler, "run", lambda self, *args: computed.append(1) or place(self, *args))
+    def spread(i: int) -> dict:
+        return raw_pod(f"read-apart-{i}", cpu="1", memory="1Gi", labels={"app": "read-apart"},
+                       topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": provisioning_names.ZONE_LABEL,
+                                                   "whenUnsatisfiable": "DoNotSchedule",
+                                                   "labelSelector": {"matchLabels": {"app": "read-apart"}}}])
+    pods = [spread(i) for i in range(6)]
+    pools = [pool_object("light", weight=1), pool_object("heavy", weight=50, taints=[
+        {"key": "dedicated", "value": "x", "effect": "NoSchedule"}])]
+    raw = raw_readings(pods, pools)
+    light, heavy = run(copy.deepcopy(raw), "light"), run(copy.deepcopy(raw), "heavy")
+    assert computed == [1], "one placement for both pools"
+    assert light.result == heavy.result
+    assert [c.pool for c in light.claims] == ["light"] * len(light.claims) and not heavy.claims
+    assert sum(len(c.pods) for c in light.claims) == 6
+    more = raw_readings(pods + [spread(6)], pools)
+    assert sum(len(c.pods) for c in run(more, "light").claims) == 7
+    assert computed == [1, 1], "other readings, another placement"
