@@ -42,7 +42,7 @@ DaemonSet pod, and up to --pods pods of a few Deployments (some spread over
 zones, some with a node selector, some with a volume claim). Every Machine
 has been a candidate for an hour, so each is judged Empty or tried as
 Underutilized (one scheduling run per Machine) on every call: the CPU time
-of hooks.provisioning.consolidation.decide.
+of the consolidation methods (hooks.nodepools.methods.empty and underutilized).
 
 ``arrivals`` (the venv): how many Machines provisioning launches when pods
 arrive over --rounds rounds, each round seeing the Machines of the earlier
@@ -122,8 +122,9 @@ from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
 from hooks.machines.spec import ProvisioningSpec, Taint  # noqa: E402
-from hooks.provisioning import (catalog, consolidation, inputs, pods, requirements, resources,  # noqa: E402
-                                rounds, scheduling, slots)
+from hooks.provisioning import (catalog, inputs, pods, requirements, resources, rounds, scheduling,  # noqa: E402
+                                slots)
+from worlds import pool_inputs  # noqa: E402
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 HOUR_AGO = timefmt.fmt(NOW - dt.timedelta(hours=1))
@@ -549,16 +550,17 @@ def consolidation_bench(args) -> dict:
     machines, nodes, by_node = consolidation_world(args.machines, args.pods, random.Random(args.seed), args.layout)
     previous = [{"machine": m["metadata"]["name"], "uid": m["metadata"]["uid"], "reason": reason, "since": HOUR_AGO}
                 for m in machines for reason in signals.CONSOLIDATION]
-    budget = consolidation.BudgetState((Budget("10%"),), len(machines), 0, frozenset())
+    bound = [p for on_node in by_node.values() for p in on_node]
 
-    def run() -> consolidation.Consolidation:
-        return consolidation.decide(machines, nodes, by_node, set(), 0, ProvisioningSpec(), previous, budget, NOW)
+    def run():
+        return pool_inputs.consolidated(machines, nodes, bound, name="general", now=NOW,
+                                        rules=(Budget("10%"),), previous=previous)[1]
 
     out = run()
     return {"machines": args.machines, "layout": args.layout, "pods": sum(len(p) for p in by_node.values()),
-            "candidates": {reason: sum(1 for r in out.candidates if r["reason"] == reason)
+            "candidates": {reason: sum(1 for r in out.consolidation or [] if r["reason"] == reason)
                            for reason in signals.CONSOLIDATION},
-            "removals": [(r.machine, r.reason) for r in out.remove],
+            "removals": [(c.name, c.reason) for c in out.chosen],
             "cpu_time": _cpu_times(run, args.repeat)}
 
 

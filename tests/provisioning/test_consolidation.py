@@ -11,9 +11,11 @@ from hooks.machines import budgets, signals
 from hooks.machines.pool import machines_of
 from hooks.machines.signals import EMPTY, UNDERUTILIZED
 from hooks.machines.spec import WHEN_EMPTY, ProvisioningSpec
-from hooks.provisioning import consolidation, resources
-from hooks.provisioning.consolidation import BudgetState
+from hooks.nodepools import consolidation
+from hooks.nodepools.methods import underutilized
+from hooks.provisioning import resources
 from hooks.provisioning.pods import requests_of
+from worlds import pool_inputs
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 POOL = "general"
@@ -80,25 +82,49 @@ class World:
         return self
 
     def decide(self, *, previous=(), placed=(), launching: int = 0, policy: ProvisioningSpec = ProvisioningSpec(),
-               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW) -> consolidation.Consolidation:
-        by_node: dict[str, list] = {}
-        for p in self.pods:
-            by_node.setdefault(p["spec"]["nodeName"], []).append(p)
+               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW) -> Consolidation:
+        """The consolidation methods' part of one pass, with the round's placement and launches given."""
         machines = machines_of(self.machines)
-        state = BudgetState(rules, len(machines), disrupting, frozenset(held))
-        return consolidation.decide(machines, self.nodes, by_node, set(placed), launching, policy, list(previous),
-                                    state, now)
+        state, progress = pool_inputs.consolidated(
+            machines, self.nodes, self.pods, name=POOL, now=now, policy=policy, rules=rules, previous=previous,
+            placed=placed, launching=launching, held=held, disrupting=disrupting)
+        view = progress.consolidating
+        return Consolidation(
+            candidates=progress.consolidation or [],
+            remove=[Removal(c.name, c.reason, c.node, c.placement, c.message) for c in progress.chosen],
+            blocked=dict(progress.blocked), held=view.held if view is not None else 0,
+            events=progress.messages + consolidation.report(state, progress))
+
+
+@dataclasses.dataclass
+class Removal:
+    machine: str
+    reason: str
+    node: str
+    placement: dict
+    message: str
+
+
+@dataclasses.dataclass
+class Consolidation:
+    """What the consolidation methods decided in one pass, as these tests read it."""
+
+    candidates: list
+    remove: list
+    blocked: dict
+    held: int
+    events: list
 
 
 def record(name: str, reason: str, since: float) -> dict:
     return {"machine": name, "uid": f"uid-{name}", "reason": reason, "since": ago(since)}
 
 
-def removed(out: consolidation.Consolidation) -> dict[str, str]:
+def removed(out: Consolidation) -> dict[str, str]:
     return {r.machine: r.reason for r in out.remove}
 
 
-def reasons(out: consolidation.Consolidation) -> dict[str, str]:
+def reasons(out: Consolidation) -> dict[str, str]:
     return {r["machine"]: r["reason"] for r in out.candidates}
 
 
@@ -328,10 +354,10 @@ def test_the_search_checks_at_most_so_many_machines_cheapest_to_move_first(monke
     world.add("u", running("u1", "u", "100m"), running("u2", "u", "100m"))
     world.add("target", busy("target", "1"), machine_kw={"annotations": {provisioning_names.DO_NOT_DISRUPT: "true"}})
     previous = [record("u", UNDERUTILIZED, 3600)]
-    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 2)
+    monkeypatch.setattr(underutilized, "MAX_CHECKS", 2)
     out = world.decide(previous=previous)
     assert out.candidates == [] and out.remove == []
-    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 3)
+    monkeypatch.setattr(underutilized, "MAX_CHECKS", 3)
     assert removed(world.decide(previous=previous)) == {"u": UNDERUTILIZED}
 
 
