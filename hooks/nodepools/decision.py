@@ -135,6 +135,9 @@ def _disrupt(request: HookRequest, pool_spec: spec.PoolSpec, settings: Settings,
         said.append(events.warning(events.FAILED_PROVISIONING, f"Machine {name} found no capacity for any of its "
                                    "instance types: removed"))
     replacing = [(_like(state.by_uid.get(r["uid"]), pool_spec), records.replaces(r)) for r in out.needs]
+    if provisioned is not None and provisioned.status:
+        provisioned = provisioning.within_limits(state, provisioned, out.needs, replacing)
+        status["provisioning"] = provisioned.status
     claims = provisioned.machines if provisioned is not None else []
     kept, created, removed = children.desired(state, out, replacing + list(claims))
     records.assign_replacements(out.needs, created)

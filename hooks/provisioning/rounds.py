@@ -12,8 +12,9 @@ them, and a crash or a second hook replica changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from hooks import events, machine_names, provisioning_names, timefmt
@@ -22,7 +23,7 @@ from hooks.machines import pool, spec
 from hooks.provisioning import batching, catalog, inputs, pods
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import NewClaim, Result, schedule
+from hooks.provisioning.scheduling import NewClaim, PoolView, Result, schedule
 
 # Events per round, so a thousand pending pods cost a bounded number of writes (the recorder aggregates).
 MAX_POD_EVENTS = 100
@@ -73,6 +74,7 @@ class Round:
     pod_uids: dict[str, str] = field(default_factory=dict)  # pod key -> uid, for the Events
     ratios: list[dict[str, float]] = field(default_factory=list)  # per claim: requested / allocatable
     readings: Readings | None = None  # what the round ran on, for the consolidation that follows it
+    view: PoolView | None = None  # this pool as the round weighed it: its limits, and what its Machines use
     decision_seconds: float = 0.0
 
 
@@ -150,7 +152,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
-                readings=readings)
+                readings=readings, view=next(v for v in views if v.name == name))
     out.claims = [c for c in result.claims if c.pool == name]
     out.decision_seconds = time.process_time() - started
     # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
@@ -164,6 +166,30 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     return out
+
+
+def within(out: Round, reserved: Resources, machines: int) -> Round:
+    """The round with only those of its claims, in order, that the pool's limits leave room for once
+    ``reserved`` and ``machines`` more Machines are counted too (what the same call creates besides): all a
+    call creates counts once against the limits."""
+    view = out.view
+    if view is None or not out.claims or (reserved == ZERO and machines == 0):
+        return out
+    limits, used = view.limits, view.used
+    cpu = math.inf if limits.cpu is None else limits.cpu - (used.cpu or 0) - reserved.cpu
+    memory = math.inf if limits.memory is None else limits.memory - (used.memory or 0) - reserved.memory
+    count = math.inf if limits.machines is None else limits.machines - (used.machines or 0) - machines
+    kept = []
+    for index, claim in enumerate(out.claims):
+        if claim.capacity.cpu <= cpu and claim.capacity.memory <= memory and count >= 1:
+            kept.append(index)
+            cpu, memory, count = cpu - claim.capacity.cpu, memory - claim.capacity.memory, count - 1
+    if len(kept) == len(out.claims):
+        return out
+    dropped = sum(len(c.pods) for i, c in enumerate(out.claims) if i not in kept)
+    return replace(
+        out, claims=[out.claims[i] for i in kept], machines=[out.machines[i] for i in kept],
+        ratios=[out.ratios[i] for i in kept], status={**out.status, "pendingPods": out.status["pendingPods"] - dropped})
 
 
 def request_ratios(claim: NewClaim, types: Mapping[str, InstanceOption]) -> dict[str, float]:
