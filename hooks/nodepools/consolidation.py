@@ -235,6 +235,41 @@ def moving(member: Member) -> list[dict]:
     return [p for p in member.pods if not terminating(p) and not _stays_with_node(p)]
 
 
+def _claims_volume(pod: dict) -> bool:
+    volumes = (pod.get("spec") or {}).get("volumes")
+    return any(isinstance(v, dict) and (v.get("persistentVolumeClaim") or v.get("ephemeral"))
+               for v in (volumes if isinstance(volumes, list) else []))
+
+
+def moved(pod: dict, zone: str | None) -> dict | None:
+    """The pod as the scheduler would place it elsewhere; None when it may not move at all. A pod with a
+    volume claim keeps to its Node's zone."""
+    if not _claims_volume(pod):
+        return pod
+    if not zone:
+        return None
+    spec = dict(pod.get("spec") or {})
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    if selector.get(provisioning_names.ZONE_LABEL, zone) != zone:
+        return None
+    spec["nodeSelector"] = {**selector, provisioning_names.ZONE_LABEL: zone}
+    return {**pod, "spec": spec}
+
+
+def moving_from(machine: dict, state: PoolState) -> list[dict]:
+    """The pods that leave with ``machine`` and will need room elsewhere, as the scheduler would place them
+    (this call's round read them); none when its Node was not read."""
+    readings = state.provisioned.readings if state.provisioned is not None else None
+    if readings is None:
+        return []
+    by_name = {slots.name_of(n): n for n in readings.nodes if isinstance(n, dict)}
+    member = _member(machine, by_name, inputs.pods_by_node(readings.bound))
+    if member.node is None:
+        return []
+    zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE_LABEL)
+    return [p for p in (moved(pod, zone) for pod in moving(member)) if p is not None]
+
+
 def since(view: Family, member: Member, reason: str, now: dt.datetime,
           not_before: dt.datetime | None = None) -> dt.datetime:
     """When the Machine became a candidate for ``reason``: carried from the status, else now."""

@@ -22,15 +22,11 @@ from hooks import bounds, conditions, events, machine_names, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, composite_response
 from hooks.machines import pool, repair, signals, spec
-from hooks.nodepools import children, consolidation, disruption, leaks, provisioning, records
+from hooks.nodepools import children, consolidation, disruption, leaks, provisioning, records, replacements
 from hooks.nodepools.methods import expiry
 from hooks.nodepools.state import PoolState
 from hooks.plan import Action, Plan, SameObject
 from hooks.provisioning import rounds
-
-# What a provisioning pool's replacement keeps of the Machine it replaces: the size and place it was made for.
-_SIZED = ("instanceTypes", "capacityType", "subnets", "subnetSelector")
-
 
 @dataclass
 class Decision:
@@ -134,7 +130,7 @@ def _disrupt(request: HookRequest, pool_spec: spec.PoolSpec, settings: Settings,
         out.leaving.add(name)
         said.append(events.warning(events.FAILED_PROVISIONING, f"Machine {name} found no capacity for any of its "
                                    "instance types: removed"))
-    replacing = [(_like(state.by_uid.get(r["uid"]), pool_spec), records.replaces(r)) for r in out.needs]
+    replacing = replacements.plan(state, out, said)
     if provisioned is not None and provisioned.status:
         provisioned = provisioning.within_limits(state, provisioned, out.needs, replacing)
         status["provisioning"] = provisioned.status
@@ -172,16 +168,6 @@ def _disrupt(request: HookRequest, pool_spec: spec.PoolSpec, settings: Settings,
     status["disruption"] = records.budget_status(pool_spec.budgets, out.size, out.disrupting, now, out.blocked,
                                                  reasons)
     return kept, created, removed
-
-
-def _like(machine: dict | None, pool_spec: spec.PoolSpec) -> dict | None:
-    """A provisioning pool's replacement for ``machine``: the pool's template now, with the Machine's instance
-    types, capacity type and subnets (a static pool's replacement is its template: None)."""
-    if pool_spec.replicas is not None or machine is None:
-        return None
-    made = {k: v for k, v in pool_spec.machine_spec.items() if k not in _SIZED}
-    made.update({k: machine["spec"][k] for k in _SIZED if machine["spec"].get(k) not in (None, [], {}, "")})
-    return made if made.get("instanceTypes") else None
 
 
 def _launched(name: str, needs: list[dict], created: list[str], provisioned: rounds.Round | None,

@@ -23,7 +23,7 @@ from hooks.machines import pool, spec
 from hooks.provisioning import batching, catalog, inputs, pods
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import NewClaim, PoolView, Result, schedule
+from hooks.provisioning.scheduling import Limits, NewClaim, PoolView, Result, schedule
 
 # Events per round, so a thousand pending pods cost a bounded number of writes (the recorder aggregates).
 MAX_POD_EVENTS = 100
@@ -166,6 +166,24 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     return out
+
+
+def replacement(parsed: spec.PoolSpec, out: Round, moving: list[dict], now: dt.datetime) -> dict | None:
+    """The spec of one new Machine of this pool, as its requirements, template and subnets are now, for the
+    pods ``moving`` (raw, as they run): the claim the scheduler makes for them alone on the pool (its limits
+    aside: a replacement takes the room of the Machine it replaces). None when they make no claim here (none
+    can move, or the pool cannot run them now)."""
+    readings, view = out.readings, out.view
+    if readings is None or view is None:
+        return None
+    views = [p for p in (pods.view(raw) for raw in moving) if p.unsupported is None]
+    if not views:
+        return None
+    daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
+    offered = inputs.unavailable(readings.catalog, readings.machines, now)
+    result = schedule(views, [replace(view, limits=Limits())], [], offered, daemonsets)
+    made = [c for c in result.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
+    return machine_spec(parsed, made[0], readings.subnets) if made else None
 
 
 def within(out: Round, reserved: Resources, machines: int) -> Round:

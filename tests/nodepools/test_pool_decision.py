@@ -7,7 +7,7 @@ import json
 
 from hooks import machine_names, provisioning_names
 from hooks.machines import signals
-from tests.support.nodepool_calls import World, created, pool, removed
+from tests.support.nodepool_calls import World, bound, created, pool, removed
 from tests.support.provisioning import NOW, raw_pod
 
 
@@ -44,3 +44,37 @@ def test_without_a_limit_the_replacement_and_the_new_machine_are_both_made():
     assert len(made) == 2
     assert sum(1 for m in made if machine_names.REPLACES in m["metadata"]["annotations"]) == 1
     assert sum(1 for m in made if provisioning_names.PROVISIONED_FOR in m["metadata"]["annotations"]) == 1
+
+
+def _family(name: str) -> list[dict]:
+    return [{"key": provisioning_names.INSTANCE_FAMILY_LABEL, "operator": "In", "values": [name]}]
+
+
+def test_a_drift_replacement_is_planned_from_the_pool_as_it_is_now_for_the_pods_it_runs():
+    """The pool's requirements move from m5 to c5 and its subnets to one zone: the drifted Machine's
+    replacement is a c5 in that zone's subnet, sized for the pods the old Machine runs, not a copy of it."""
+    before = pool(requirements=_family("m5"))
+    world = World(before)
+    world.add("web-a", ("api-1", "1", "1Gi"), ("api-2", "1", "1Gi"))
+    world.obj = pool(requirements=_family("c5"))
+    world.obj["spec"]["template"]["spec"]["subnets"] = ["subnet-b"]
+    plan = world.call()
+    [made] = created(plan, world)
+    assert json.loads(made["metadata"]["annotations"][machine_names.REPLACES])["machine"] == "web-a"
+    types = made["spec"]["instanceTypes"]
+    assert types and all(t.startswith("c5.") for t in types), types
+    assert made["spec"]["subnets"] == ["subnet-b"]
+    assert "c5.large" not in types  # 2 cpu of pods do not fit its allocatable
+    assert removed(plan, world) == set()  # surge-first: the old one stays until the new one is Initialized
+
+
+def test_a_drifted_machine_running_only_daemonset_pods_leaves_without_a_replacement():
+    world = World(pool(requirements=_family("m5")))
+    found = world.add("web-a")
+    world.bound.append(bound("agent", world.nodes[-1], "100m", "128Mi", owner="DaemonSet"))
+    world.obj = pool(requirements=_family("c5"))
+    plan = world.call()
+    assert created(plan, world) == []
+    assert removed(plan, world) == {found["metadata"]["name"]}
+    [record] = plan.response["status"]["disruptions"]
+    assert record["reason"] == signals.DRIFTED and "replacement" not in record

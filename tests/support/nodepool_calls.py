@@ -123,12 +123,14 @@ class World:
         return made
 
     def readings(self) -> dict:
+        named = self.obj["spec"]["template"]["spec"].get("subnets") or []
+        subnets = [s for s in SUBNETS if s["id"] in named]
         return {"pending": self.pending, "bound": self.bound, "nodes": self.nodes, "pools": [self.obj],
                 "machines": self.machines, "daemonsets": [],
                 "typeFacts": {n: facts(v, m) for n, (v, m, _) in TYPES.items()},
                 "zoneOfferings": {n: list(ZONES) for n in TYPES},
                 "prices": {"on-demand": {n: p for n, (_, _, p) in TYPES.items()}, "spot": []},
-                "zones": {POOL: list(ZONES)}, "subnets": SUBNETS, **self.extra}
+                "zones": {POOL: sorted({s["zone"] for s in subnets})}, "subnets": subnets, **self.extra}
 
     def call(self, now=NOW, settings: dict | None = None) -> Plan:
         kind, module = controllers.load("nodepool")

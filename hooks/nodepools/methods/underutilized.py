@@ -76,27 +76,6 @@ def _host_ports(pod: dict) -> bool:
     return False
 
 
-def _claims_volume(pod: dict) -> bool:
-    volumes = (pod.get("spec") or {}).get("volumes")
-    return any(isinstance(v, dict) and (v.get("persistentVolumeClaim") or v.get("ephemeral"))
-               for v in (volumes if isinstance(volumes, list) else []))
-
-
-def _moved(pod: dict, zone: str | None) -> dict | None:
-    """The pod as the scheduler would place it elsewhere; None when it may not move at all. A pod with a
-    volume claim keeps to its Node's zone."""
-    if not _claims_volume(pod):
-        return pod
-    if not zone:
-        return None
-    spec = dict(pod.get("spec") or {})
-    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
-    if selector.get(provisioning_names.ZONE_LABEL, zone) != zone:
-        return None
-    spec["nodeSelector"] = {**selector, provisioning_names.ZONE_LABEL: zone}
-    return {**pod, "spec": spec}
-
-
 def _started(pod: dict) -> dt.datetime | None:
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
     return timefmt.parse(status.get("startTime")) or timefmt.parse((pod.get("metadata") or {}).get("creationTimestamp"))
@@ -110,7 +89,7 @@ def _movable(member: Member, view: Family, room: Mapping[str, scheduling.Slot | 
     if any(consolidation.controller(p) is None or _host_ports(p) for p in leaving):
         return None
     zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE_LABEL)
-    moved = [_moved(p, zone) for p in leaving]
+    moved = [consolidation.moved(p, zone) for p in leaving]
     own = room.get(member.name) or slots.of_node(member.node, member.pods, view.pool, member.name)
     if any(p is None for p in moved) or own is None:
         return None
