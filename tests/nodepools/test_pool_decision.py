@@ -8,7 +8,7 @@ import json
 from hooks import machine_names, provisioning_names
 from hooks.machines import signals
 from tests.support.nodepool_calls import World, bound, created, pool, removed
-from tests.support.provisioning import NOW, raw_pod
+from tests.support.provisioning import NOW, raw_pod, stamp
 
 
 def _spot_warned(seconds_ago: float) -> dict:
@@ -78,3 +78,32 @@ def test_a_drifted_machine_running_only_daemonset_pods_leaves_without_a_replacem
     assert removed(plan, world) == {found["metadata"]["name"]}
     [record] = plan.response["status"]["disruptions"]
     assert record["reason"] == signals.DRIFTED and "replacement" not in record
+
+
+def _underutilized_since(world: World, *names: str, seconds: float = 3600) -> None:
+    world.obj["status"]["consolidation"] = [
+        {"machine": n, "uid": f"uid-{n}", "reason": signals.UNDERUTILIZED, "since": stamp(seconds)} for n in names]
+
+
+def test_room_the_pods_of_a_machine_already_leaving_will_need_is_not_room_for_another_removal():
+    """web-a is being deleted (an earlier consolidation) with a pod still on it; web-b has room for one such
+    pod. web-c's pod would fit there too, but that room is web-a's pod's: web-c stays."""
+    world = World(pool(budgets=[{"nodes": "100%"}]))
+    world.add("web-a", ("a-1", "1500m", "1Gi"), deleting=True,
+              annotations={signals.DISRUPTION_ANNOTATION: signals.Signal(signals.UNDERUTILIZED, NOW).encode()})
+    world.add("web-b", ("b-1", "2", "1Gi"))
+    world.add("web-c", ("c-1", "1500m", "1Gi"))
+    _underutilized_since(world, "web-c")
+    plan = world.call()
+    assert removed(plan, world) == set()
+    assert not any(r["reason"] == signals.UNDERUTILIZED for r in plan.response["status"]["disruptions"])
+
+
+def test_with_room_for_both_the_second_removal_goes():
+    world = World(pool(budgets=[{"nodes": "100%"}]))
+    world.add("web-a", ("a-1", "1500m", "1Gi"), deleting=True,
+              annotations={signals.DISRUPTION_ANNOTATION: signals.Signal(signals.UNDERUTILIZED, NOW).encode()})
+    world.add("web-b", ("b-1", "500m", "1Gi"))
+    world.add("web-c", ("c-1", "1500m", "1Gi"))
+    _underutilized_since(world, "web-c")
+    assert removed(world.call(), world) == {"web-c"}

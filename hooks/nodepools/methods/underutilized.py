@@ -28,6 +28,7 @@ to respect when the Machine leaves.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from hooks import provisioning_names, timefmt
@@ -53,7 +54,10 @@ def run(state: PoolState, progress: Pass) -> None:
     empty = {f.member.name for f in view.found if f.reason == signals.EMPTY}
     room = {m.name: slots.of_node(m.node, m.pods, view.pool, m.name) for m in view.able if m.name not in empty}
     movable = [_movable(m, view, room, state.now) for m in view.eligible if m.name not in empty]
-    checked, chosen = _search(sorted((c for c in movable if c is not None), key=_order), room, view, state.now)
+    promised = [pods.view(p) for m in state.machines if _leaving(m, progress)
+                for p in consolidation.moving_from(m, state)]
+    checked, chosen = _search(sorted((c for c in movable if c is not None), key=_order), room, view, state.now,
+                              [p for p in promised if p.unsupported is None])
     view.found.extend(checked)
     if chosen is not None:
         member, placement = chosen.member, chosen.placement
@@ -105,10 +109,37 @@ def _movable(member: Member, view: Family, room: Mapping[str, scheduling.Slot | 
                  tuple(moved), asked, {}, own.allocatable)
 
 
+def _leaving(machine: dict, progress: Pass) -> bool:
+    """Being deleted, disrupted, or let go in this pass: its pods will need room elsewhere."""
+    meta = machine["metadata"]
+    return bool(meta["deletionTimestamp"]) or meta["name"] in progress.held or meta["name"] in progress.leaving
+
+
+def _after(promised: Sequence[pods.PodView], room: list[scheduling.Slot]) -> list[scheduling.Slot]:
+    """``room`` with the pods of Machines already leaving placed first: the room they will take is not room."""
+    placed = scheduling.schedule(promised, (), room, ()).placed
+    by_slot: dict[str, list[pods.PodView]] = {}
+    for pod in promised:
+        if pod.key in placed:
+            by_slot.setdefault(placed[pod.key], []).append(pod)
+    taken = []
+    for slot in room:
+        mine = by_slot.get(slot.name)
+        if mine:
+            asked = Resources()
+            for pod in mine:
+                asked += pod.requests
+            slot = replace(slot, requested=slot.requested + asked,
+                           pods=slot.pods + tuple(pods.Resident(p.namespace, p.labels, p.anti_affinity) for p in mine))
+        taken.append(slot)
+    return taken
+
+
 def _search(ordered: Sequence[Found], room: Mapping[str, scheduling.Slot | None], view: Family,
-            now: dt.datetime) -> tuple[list[Found], Found | None]:
+            now: dt.datetime, promised: Sequence[pods.PodView] = ()) -> tuple[list[Found], Found | None]:
     """The candidates, and the one to remove: ``ordered`` as the choice orders them (``_order``), each checked
-    by placing its pods on the others, one scheduling run over the pool's Nodes per Machine."""
+    by placing its pods on the others, one scheduling run over the pool's Nodes per Machine; when Machines
+    are already leaving (``promised``: their pods), the others as they are once those pods took their room."""
     targets = [(target, slot) for target, slot in room.items() if slot is not None]
     residents = scheduling.residents_of(slot for _, slot in targets)
     found: list[Found] = []
@@ -121,7 +152,10 @@ def _search(ordered: Sequence[Found], room: Mapping[str, scheduling.Slot | None]
         if not others or any(v.unsupported is not None for v in views):
             continue
         checks += 1
-        result = scheduling.schedule(views, (), others, (), residents=residents)
+        if promised:
+            result = scheduling.schedule(views, (), _after(promised, others), ())
+        else:
+            result = scheduling.schedule(views, (), others, (), residents=residents)
         if result.unschedulable or result.claims or len(result.placed) != len(views):
             continue
         cand.placement = dict(result.placed)
