@@ -16,7 +16,8 @@ Machine, its Node nor a pod running there carries
   scheduler does not model), and fits on the pool's other Nodes as they are
   now (Initialized, Ready, schedulable, not disrupting, not taking pending
   pods this round, not Empty candidates), by hooks.provisioning.scheduling
-  with each pod's constraints. A pod with a persistent volume claim may only
+  with each pod's constraints, once the pods of the pool's Machines already
+  leaving took the room they will need. A pod with a persistent volume claim may only
   move within its Node's zone (EBS volumes are zonal).
 
 The clock. ``status.consolidation`` holds each candidate as ``{machine, uid,
