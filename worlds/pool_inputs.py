@@ -33,11 +33,11 @@ def empty_pass(*, held=(), leaving=(), size: int = 0, disrupting: int = 0) -> Pa
 
 def consolidated(machines: list[dict], nodes: list[dict], bound: list[dict], *, name: str, now: dt.datetime,
                  policy: ProvisioningSpec = ProvisioningSpec(), rules=budgets.DEFAULT, previous=(), placed=(),
-                 launching: int = 0, held=(), disrupting: int = 0) -> tuple[PoolState, Pass]:
+                 launching: int = 0, held=(), disrupting: int = 0, disruption_budgets=()) -> tuple[PoolState, Pass]:
     """The consolidation methods' part of one pass over a provisioning pool whose round placed pending pods
     on ``placed`` and launches Machines for ``launching`` of them; ``bound`` the pods on ``nodes``."""
     readings = rounds.Readings(pending=[], bound=list(bound), nodes=nodes, machines=machines, pools=[],
-                               daemonsets=[], catalog=[])
+                               daemonsets=[], catalog=[], disruption_budgets=list(disruption_budgets))
     provisioned = rounds.Round(True, 0.0, status={"pendingPods": launching}, placed_slots=set(placed),
                                readings=readings)
     pool = state(machines, pool_spec(rules=rules, provisioning=policy), now, name=name, provisioned=provisioned,

@@ -92,7 +92,8 @@ def _provisioning(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         readings = {"pending": raw_pending, "bound": provisioning_reads.running_on_nodes(kube),
                     "nodes": provisioning_reads.pool_nodes(kube), "pools": pool_objects,
                     "machines": machine_api.listed(kube),
-                    "daemonsets": provisioning_reads.daemonsets(kube)}
+                    "daemonsets": provisioning_reads.daemonsets(kube),
+                    "podDisruptionBudgets": provisioning_reads.pod_disruption_budgets(kube)}
     except Exception as exc:  # noqa: BLE001
         observed["provisioningError"] = f"API server: {error_text(exc)}"
         return

@@ -13,7 +13,8 @@ Machine, its Node nor a pod running there carries
 - Underutilized (hooks.nodepools.methods.underutilized, policy
   WhenEmptyOrUnderutilized only): every other pod there is owned by a
   controller (a bare pod would not come back), has no host port (which the
-  scheduler does not model), and fits on the pool's other Nodes as they are
+  scheduler does not model), may be evicted now (no PodDisruptionBudget
+  in its way, hooks.machines.pod_budgets), and fits on the pool's other Nodes as they are
   now (Initialized, Ready, schedulable, not disrupting, not taking pending
   pods this round, not Empty candidates), by hooks.provisioning.scheduling
   with each pod's constraints, once the pods of the pool's Machines already
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from hooks import conditions, machine_names, objects, provisioning_names, timefmt
-from hooks.machines import budgets, signals
+from hooks.machines import budgets, pod_budgets, signals
 from hooks.machines.spec import ProvisioningSpec
 from hooks.nodepools.state import Candidate, Pass, PoolState
 from hooks.provisioning import inputs, slots
@@ -98,6 +99,7 @@ class Family:
     able: list[Member]  # settled: a candidate or a target
     eligible: list[Member]  # able, and nothing says do-not-disrupt
     launching: int  # pending pods the round launches Machines of this pool for
+    disruption_budgets: pod_budgets.Budgets  # the PodDisruptionBudgets the round read
     found: list[Found] = field(default_factory=list)
     held: int = 0  # due candidates held back because the round launches Machines for pending pods
 
@@ -139,7 +141,8 @@ def family(state: PoolState, progress: Pass) -> Family | None:
         policy=policy, after=policy.consolidate_after,
         carried={(r["uid"], r["reason"]): timefmt.parse(r["since"]) for r in state.consolidation},
         pool=state.name, able=able, eligible=[m for m in able if not _do_not_disrupt(m)],
-        launching=provisioned.status.get("pendingPods", 0))
+        launching=provisioned.status.get("pendingPods", 0),
+        disruption_budgets=pod_budgets.Budgets(readings.disruption_budgets))
     return progress.consolidating
 
 

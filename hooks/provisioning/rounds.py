@@ -42,6 +42,7 @@ class Readings:
     catalog: list[InstanceOption]
     zones: Mapping[str, frozenset | None] = field(default_factory=dict)  # pool -> zones of its subnets
     subnets: list[dict] = field(default_factory=list)  # this pool's subnets: {"id", "zone"}
+    disruption_budgets: list[dict] = field(default_factory=list)  # raw PodDisruptionBudgets
 
 
 def readings(raw: dict) -> Readings:
@@ -56,7 +57,7 @@ def readings(raw: dict) -> Readings:
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
-                    subnets=raw.get("subnets") or [])
+                    subnets=raw.get("subnets") or [], disruption_budgets=raw.get("podDisruptionBudgets") or [])
 
 
 @dataclass

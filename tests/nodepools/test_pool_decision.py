@@ -107,3 +107,22 @@ def test_with_room_for_both_the_second_removal_goes():
     world.add("web-c", ("c-1", "1500m", "1Gi"))
     _underutilized_since(world, "web-c")
     assert removed(world.call(), world) == {"web-c"}
+
+
+def test_consolidation_never_chooses_a_machine_whose_pod_a_disruption_budget_keeps():
+    """web-b's pods would fit on web-a, but a PodDisruptionBudget allows no disruption of its pod now: it is
+    no candidate (a drain would stop there, or go through the budget)."""
+    world = World(pool(budgets=[{"nodes": "100%"}]))
+    world.add("web-a", ("a-1", "500m", "1Gi"))
+    world.add("web-b", ("db-1", "500m", "1Gi"))
+    world.bound[-1]["metadata"]["labels"] = {"app": "db"}
+    _underutilized_since(world, "web-a", "web-b")
+    world.extra["podDisruptionBudgets"] = [{
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db", "namespace": "default", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"observedGeneration": 1, "disruptionsAllowed": 0}}]
+    world.bound[0]["metadata"]["labels"] = {"app": "a"}
+    plan = world.call()
+    assert "web-b" not in removed(plan, world)
+    assert "web-b" not in {r["machine"] for r in plan.response["status"]["consolidation"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hooks import machine_names, objects, provisioning_names, timefmt
@@ -82,12 +83,13 @@ class World:
         return self
 
     def decide(self, *, previous=(), placed=(), launching: int = 0, policy: ProvisioningSpec = ProvisioningSpec(),
-               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW) -> Consolidation:
+               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW, disruption_budgets=()) -> Consolidation:
         """The consolidation methods' part of one pass, with the round's placement and launches given."""
         machines = machines_of(self.machines)
         state, progress = pool_inputs.consolidated(
             machines, self.nodes, self.pods, name=POOL, now=now, policy=policy, rules=rules, previous=previous,
-            placed=placed, launching=launching, held=held, disrupting=disrupting)
+            placed=placed, launching=launching, held=held, disrupting=disrupting,
+            disruption_budgets=disruption_budgets)
         view = progress.consolidating
         return Consolidation(
             candidates=progress.consolidation or [],
@@ -381,11 +383,34 @@ def test_targets_exclude_nodes_taking_pending_pods_disrupting_or_removed_this_ro
     assert out.remove[0].placement == {"default/web-1": "node-d"}
 
 
-def test_a_pod_disruption_budget_does_not_hold_the_choice():
-    """A PodDisruptionBudget is the drain's to respect as the Machine leaves: it is not read here."""
+def _budget(name: str, allowed: int, labels: dict | None, *, generation: int = 1, observed: int | None = 1) -> dict:
+    status = {"disruptionsAllowed": allowed}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    spec = {} if labels is None else {"selector": {"matchLabels": labels}}
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "default", "generation": generation}, "spec": spec,
+            "status": status}
+
+
+@pytest.mark.parametrize("budgets_in_the_way", [
+    [_budget("web", 0, {"app": "web"})],
+    [_budget("web", 1, {"app": "web"}), _budget("everything", 5, {})],  # two select it: no eviction at all
+    [_budget("web", 1, {"app": "web"}, generation=2, observed=1)],  # not judged since it changed
+    [_budget("web", 1, {"app": "web"}, observed=None)],
+])
+def test_a_machine_whose_pod_a_disruption_budget_keeps_now_is_no_candidate(budgets_in_the_way):
     world = World().add("a", running("web-1", "a", labels={"app": "web"})).add("b", busy("b", "1"))
-    assert removed(world.decide(previous=[record("a", UNDERUTILIZED, 3600)])) == {
-        "a": UNDERUTILIZED}
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)], disruption_budgets=budgets_in_the_way)
+    assert removed(out) == {} and "a" not in reasons(out)
+
+
+def test_a_disruption_budget_that_allows_an_eviction_or_selects_other_pods_does_not_hold_the_choice():
+    world = World().add("a", running("web-1", "a", labels={"app": "web"})).add("b", busy("b", "1"))
+    for budgets_aside in ([_budget("web", 1, {"app": "web"})], [_budget("db", 0, {"app": "db"})],
+                          [_budget("none", 0, None)]):
+        out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)], disruption_budgets=budgets_aside)
+        assert removed(out) == {"a": UNDERUTILIZED}
 
 
 # --------------------------------------------------------------------------- no churn

@@ -22,8 +22,9 @@ scheduler placed each on a Node that stays (the candidate's ``placement``
 says where) with what runs there counted. Once evicted and pending, the
 next round's scheduling tries existing Nodes before any new Machine, so
 they go where they fitted and launch nothing, unless other pods took that
-room in between, which is new demand. PodDisruptionBudgets are the drain's
-to respect when the Machine leaves.
+room in between, which is new demand. A Machine one of whose pods a
+PodDisruptionBudget keeps from being evicted now is no candidate: its drain
+would stop there.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from typing import Mapping, Sequence
 
 from hooks import provisioning_names, timefmt
 from hooks.contract import RequestError
-from hooks.machines import signals
+from hooks.machines import pod_budgets, signals
 from hooks.machines.spec import WHEN_EMPTY_OR_UNDERUTILIZED
 from hooks.nodepools import consolidation
 from hooks.nodepools.consolidation import Family, Found, Member
@@ -92,6 +93,8 @@ def _movable(member: Member, view: Family, room: Mapping[str, scheduling.Slot | 
     leaving = consolidation.moving(member)
     if any(consolidation.controller(p) is None or _host_ports(p) for p in leaving):
         return None
+    if pod_budgets.blocked(leaving, view.disruption_budgets):
+        return None  # its pods cannot be evicted now: a drain would stop at the budget
     zone = ((member.node.get("metadata") or {}).get("labels") or {}).get(provisioning_names.ZONE_LABEL)
     moved = [consolidation.moved(p, zone) for p in leaving]
     own = room.get(member.name) or slots.of_node(member.node, member.pods, view.pool, member.name)
