@@ -842,8 +842,10 @@ def _hook_env(args) -> dict:
 
 def _stack(args, name: str):
     from devcluster import Cluster, Layout
+    from devcluster.components import LEAST_ALLOCATED
     layout = Layout(workdir=ROOT / ".local" / "bench" / f"provisioning-{name}-{os.getpid()}")
-    return Cluster(layout, port_mode="dynamic", hook_env=_hook_env(args))
+    return Cluster(layout, port_mode="dynamic", hook_env=_hook_env(args),
+                   scheduler_scoring=getattr(args, "scheduler_scoring", LEAST_ALLOCATED))
 
 
 def _namespace(api) -> None:
@@ -997,6 +999,7 @@ def workload(args) -> dict:
     name = "perf"
     result: dict = {"small": args.small, "large": args.large, "scale_to": args.scale_to,
                     "consolidate_after": args.consolidate_after, "hook_settings": _hook_env(args),
+                    "scheduler_scoring": args.scheduler_scoring,
                     "one_round_in_process": _workload_plans(args)}
     with _stack(args, "workload") as cluster:
         api = AdminApi(cluster.kubeconfig)
@@ -1083,6 +1086,47 @@ def workload(args) -> dict:
                 "metrics": _metrics(cluster)}
             print(f"scale-out: {result['scale_out']}", flush=True)
 
+            def settled(kept: int, since: float, what: str) -> float | None:
+                """When consolidation was done, for ``args.quiet`` seconds on end: the pool's status lists no
+                candidate and no disruption, no Machine is being deleted, ``kept`` pods run; None by the
+                deadline."""
+                def settled_now() -> bool:
+                    status = api.get(f"{POOLS}/{name}").get("status") or {}
+                    deleting = [m for m in machines.objects() if m["metadata"].get("deletionTimestamp")]
+                    phases = count_phases()
+                    return (not status.get("consolidation") and not status.get("disruptions") and not deleting
+                            and phases.get("Running", 0) == kept and len(pod_watch.objects()) == kept)
+
+                stretch, reported = None, time.time()
+                end = time.monotonic() + args.timeout
+                while time.monotonic() < end:
+                    now = time.time()
+                    if settled_now():
+                        stretch = stretch or now
+                        if now - stretch >= args.quiet:
+                            return stretch
+                    else:
+                        stretch = None
+                    if now - reported >= 10:
+                        progress(since, what)
+                        reported = now
+                    time.sleep(0.5)
+                return None
+
+            # ---- consolidation with the demand unchanged: what it takes back of the scale-out
+            ran = {p["metadata"]["uid"] for p in pod_watch.objects()}
+            machines_running = {uid for uid, m in machines.latest.items() if uid not in machines.deleted}
+            calm = settled(total, running_at, "after the scale-out")
+            gone = [uid for uid in machines_running if uid in machines.deleted
+                    or machines.latest[uid]["metadata"].get("deletionTimestamp")]
+            result["after_scale_out"] = {
+                "consolidation_done_s": round(calm - running_at, 1) if calm else None,
+                "machines_removed": len(gone),
+                "pods_evicted": sum(1 for uid in ran if uid in pod_watch.deleted
+                                    or pod_watch.latest[uid]["metadata"].get("deletionTimestamp")),
+                "of_pods": len(ran)}
+            print(f"after the scale-out: {result['after_scale_out']}", flush=True)
+
             # ---- scale-in and consolidation
             before = {uid for uid, m in machines.latest.items() if uid not in machines.deleted}
             pods_before = set(pod_watch.first_seen)
@@ -1098,31 +1142,7 @@ def workload(args) -> dict:
             staying = _deadline_wait(scaled_in, f"the Deployments down to {kept} pods", 120, 0.1)
             scaled_in_at = time.time()
 
-            def settled_now() -> bool:
-                status = api.get(f"{POOLS}/{name}").get("status") or {}
-                live = machines.objects()
-                deleting = [m for m in live if m["metadata"].get("deletionTimestamp")]
-                phases = count_phases()
-                return (not status.get("consolidation") and not status.get("disruptions") and not deleting
-                        and phases.get("Running", 0) == kept and len(pod_watch.objects()) == kept)
-
-            stretch = None
-            end = time.monotonic() + args.timeout
-            last_report = time.time()
-            done = None
-            while time.monotonic() < end:
-                now = time.time()
-                if settled_now():
-                    stretch = stretch or now
-                    if now - stretch >= args.quiet:
-                        done = stretch
-                        break
-                else:
-                    stretch = None
-                if now - last_report >= 10:
-                    progress(scaled, "scale-in")
-                    last_report = now
-                time.sleep(0.5)
+            done = settled(kept, scaled, "scale-in")
             removed, reasons, evictions_recorded, removal_times = [], {}, 0, []
             for uid in before:
                 machine = machines.latest[uid]
@@ -1221,6 +1241,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--quiet", type=float, default=30.0,
                    help="seconds consolidation must stay done to count as done")
     w.add_argument("--timeout", type=float, default=900.0, help="deadline of each phase, seconds")
+    w.add_argument("--scheduler-scoring", choices=("LeastAllocated", "MostAllocated"), default="LeastAllocated",
+                   help="kube-scheduler's NodeResourcesFit scoring (MostAllocated: the bin-packing profile)")
     for each in (d, c, a, lat, w):
         each.add_argument("--seed", type=int, default=7)
         each.add_argument("--json", type=pathlib.Path)
