@@ -58,7 +58,7 @@ DaemonSet pod, and up to --pods pods of a few Deployments (some spread over
 zones, some with a node selector, some with a volume claim). Every Machine
 has been a candidate for an hour, so each is judged Empty or tried as
 Underutilized (one scheduling run per Machine) on every call: the CPU time
-of hooks.provisioning.consolidation.decide.
+of the consolidation methods (hooks.nodepools.methods.empty and underutilized).
 
 ``arrivals`` (the venv): how many Machines provisioning launches when pods
 arrive over --rounds rounds, each round seeing the Machines of the earlier
@@ -138,8 +138,9 @@ from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
 from hooks.machines.spec import ProvisioningSpec, Taint  # noqa: E402
-from hooks.provisioning import (catalog, consolidation, inputs, placements, pods, requirements,  # noqa: E402
-                                resources, rounds, scheduling, slots)
+from hooks.provisioning import (catalog, inputs, placements, pods, requirements, resources, rounds,  # noqa: E402
+                                scheduling, slots)
+from worlds import pool_inputs  # noqa: E402
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 HOUR_AGO = timefmt.fmt(NOW - dt.timedelta(hours=1))
@@ -664,16 +665,17 @@ def consolidation_bench(args) -> dict:
     machines, nodes, by_node = consolidation_world(args.machines, args.pods, random.Random(args.seed), args.layout)
     previous = [{"machine": m["metadata"]["name"], "uid": m["metadata"]["uid"], "reason": reason, "since": HOUR_AGO}
                 for m in machines for reason in signals.CONSOLIDATION]
-    budget = consolidation.BudgetState((Budget("10%"),), len(machines), 0, frozenset())
+    bound = [p for on_node in by_node.values() for p in on_node]
 
-    def run() -> consolidation.Consolidation:
-        return consolidation.decide(machines, nodes, by_node, set(), 0, ProvisioningSpec(), previous, budget, NOW)
+    def run():
+        return pool_inputs.consolidated(machines, nodes, bound, name="general", now=NOW,
+                                        rules=(Budget("10%"),), previous=previous)[1]
 
     out = run()
     return {"machines": args.machines, "layout": args.layout, "pods": sum(len(p) for p in by_node.values()),
-            "candidates": {reason: sum(1 for r in out.candidates if r["reason"] == reason)
+            "candidates": {reason: sum(1 for r in out.consolidation or [] if r["reason"] == reason)
                            for reason in signals.CONSOLIDATION},
-            "removals": [(r.machine, r.reason) for r in out.remove],
+            "removals": [(c.name, c.reason) for c in out.chosen],
             "cpu_time": _cpu_times(run, args.repeat)}
 
 
@@ -955,8 +957,10 @@ def _hook_env(args) -> dict:
 
 def _stack(args, name: str):
     from devcluster import Cluster, Layout
+    from devcluster.components import LEAST_ALLOCATED
     layout = Layout(workdir=ROOT / ".local" / "bench" / f"provisioning-{name}-{os.getpid()}")
-    return Cluster(layout, port_mode="dynamic", hook_env=_hook_env(args))
+    return Cluster(layout, port_mode="dynamic", hook_env=_hook_env(args),
+                   scheduler_scoring=getattr(args, "scheduler_scoring", LEAST_ALLOCATED))
 
 
 def _namespace(api) -> None:
@@ -1110,6 +1114,7 @@ def workload(args) -> dict:
     name = "perf"
     result: dict = {"small": args.small, "large": args.large, "scale_to": args.scale_to,
                     "consolidate_after": args.consolidate_after, "hook_settings": _hook_env(args),
+                    "scheduler_scoring": args.scheduler_scoring,
                     "one_round_in_process": _workload_plans(args)}
     with _stack(args, "workload") as cluster:
         api = AdminApi(cluster.kubeconfig)
@@ -1196,6 +1201,47 @@ def workload(args) -> dict:
                 "metrics": _metrics(cluster)}
             print(f"scale-out: {result['scale_out']}", flush=True)
 
+            def settled(kept: int, since: float, what: str) -> float | None:
+                """When consolidation was done, for ``args.quiet`` seconds on end: the pool's status lists no
+                candidate and no disruption, no Machine is being deleted, ``kept`` pods run; None by the
+                deadline."""
+                def settled_now() -> bool:
+                    status = api.get(f"{POOLS}/{name}").get("status") or {}
+                    deleting = [m for m in machines.objects() if m["metadata"].get("deletionTimestamp")]
+                    phases = count_phases()
+                    return (not status.get("consolidation") and not status.get("disruptions") and not deleting
+                            and phases.get("Running", 0) == kept and len(pod_watch.objects()) == kept)
+
+                stretch, reported = None, time.time()
+                end = time.monotonic() + args.timeout
+                while time.monotonic() < end:
+                    now = time.time()
+                    if settled_now():
+                        stretch = stretch or now
+                        if now - stretch >= args.quiet:
+                            return stretch
+                    else:
+                        stretch = None
+                    if now - reported >= 10:
+                        progress(since, what)
+                        reported = now
+                    time.sleep(0.5)
+                return None
+
+            # ---- consolidation with the demand unchanged: what it takes back of the scale-out
+            ran = {p["metadata"]["uid"] for p in pod_watch.objects()}
+            machines_running = {uid for uid, m in machines.latest.items() if uid not in machines.deleted}
+            calm = settled(total, running_at, "after the scale-out")
+            gone = [uid for uid in machines_running if uid in machines.deleted
+                    or machines.latest[uid]["metadata"].get("deletionTimestamp")]
+            result["after_scale_out"] = {
+                "consolidation_done_s": round(calm - running_at, 1) if calm else None,
+                "machines_removed": len(gone),
+                "pods_evicted": sum(1 for uid in ran if uid in pod_watch.deleted
+                                    or pod_watch.latest[uid]["metadata"].get("deletionTimestamp")),
+                "of_pods": len(ran)}
+            print(f"after the scale-out: {result['after_scale_out']}", flush=True)
+
             # ---- scale-in and consolidation
             before = {uid for uid, m in machines.latest.items() if uid not in machines.deleted}
             pods_before = set(pod_watch.first_seen)
@@ -1211,31 +1257,7 @@ def workload(args) -> dict:
             staying = _deadline_wait(scaled_in, f"the Deployments down to {kept} pods", 120, 0.1)
             scaled_in_at = time.time()
 
-            def settled_now() -> bool:
-                status = api.get(f"{POOLS}/{name}").get("status") or {}
-                live = machines.objects()
-                deleting = [m for m in live if m["metadata"].get("deletionTimestamp")]
-                phases = count_phases()
-                return (not status.get("consolidation") and not status.get("disruptions") and not deleting
-                        and phases.get("Running", 0) == kept and len(pod_watch.objects()) == kept)
-
-            stretch = None
-            end = time.monotonic() + args.timeout
-            last_report = time.time()
-            done = None
-            while time.monotonic() < end:
-                now = time.time()
-                if settled_now():
-                    stretch = stretch or now
-                    if now - stretch >= args.quiet:
-                        done = stretch
-                        break
-                else:
-                    stretch = None
-                if now - last_report >= 10:
-                    progress(scaled, "scale-in")
-                    last_report = now
-                time.sleep(0.5)
+            done = settled(kept, scaled, "scale-in")
             removed, reasons, evictions_recorded, removal_times = [], {}, 0, []
             for uid in before:
                 machine = machines.latest[uid]
@@ -1339,6 +1361,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--quiet", type=float, default=30.0,
                    help="seconds consolidation must stay done to count as done")
     w.add_argument("--timeout", type=float, default=900.0, help="deadline of each phase, seconds")
+    w.add_argument("--scheduler-scoring", choices=("LeastAllocated", "MostAllocated"), default="LeastAllocated",
+                   help="kube-scheduler's NodeResourcesFit scoring (MostAllocated: the bin-packing profile)")
     for each in (d, st, c, a, lat, w):
         each.add_argument("--seed", type=int, default=7)
         each.add_argument("--json", type=pathlib.Path)

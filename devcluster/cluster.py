@@ -65,6 +65,8 @@ class Cluster:
     kubelet_boot_delay: float = 1.0
     # kwok's Lease and kube-controller-manager's grace period (devcluster/kwok.py).
     heartbeat: kwok.Heartbeat = kwok.FAST
+    # kube-scheduler's NodeResourcesFit scoring: LeastAllocated (its default) or MostAllocated (bin packing).
+    scheduler_scoring: str = components.LEAST_ALLOCATED
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.layout.logs)
@@ -236,7 +238,7 @@ class Cluster:
         # Their health is checked at the end, so they start while the rest comes up.
         self._start("kube-controller-manager",
                     components.kube_controller_manager(self.layout, self.ports, self._pki, self.heartbeat))
-        self._start("kube-scheduler", components.kube_scheduler(self.layout, self.ports))
+        self._start("kube-scheduler", components.kube_scheduler(self.layout, self.ports, self.scheduler_scoring))
 
     def _start_kwok(self) -> None:
         source = manifests.module_source_dir(self.layout, self.kwok.source, self.kwok.module,

@@ -1,8 +1,8 @@
 """Command lines of the control-plane components, all bound to 127.0.0.1."""
 from __future__ import annotations
 
+import json
 import os
-
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,8 +138,35 @@ def kube_controller_manager(layout: Layout, ports: Ports, pki: Pki,
     ]
 
 
-def kube_scheduler(layout: Layout, ports: Ports) -> list[str]:
-    return _kube_component(layout, "kube-scheduler", ports.scheduler)
+LEAST_ALLOCATED, MOST_ALLOCATED = "LeastAllocated", "MostAllocated"
+SCHEDULER_SCORINGS = (LEAST_ALLOCATED, MOST_ALLOCATED)
+
+
+def kube_scheduler(layout: Layout, ports: Ports, scoring: str = LEAST_ALLOCATED) -> list[str]:
+    """kube-scheduler as it ships, or with the bin-packing profile: NodeResourcesFit scores a Node by how
+    much of its cpu and memory would be allocated (MostAllocated), so pods fill the Nodes there are before
+    spreading onto new ones (docs/machines.md says why a provisioning pool wants it)."""
+    if scoring not in SCHEDULER_SCORINGS:
+        raise ValueError(f"kube-scheduler scoring {scoring!r} is not one of {SCHEDULER_SCORINGS}")
+    flags = _kube_component(layout, "kube-scheduler", ports.scheduler)
+    if scoring == LEAST_ALLOCATED:
+        return flags
+    config = layout.workdir / "kube-scheduler.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps(bin_packing_profile(str(layout.kubeconfig)), indent=2))
+    # With --config, the component's kubeconfig and leader election come from the file.
+    return [f for f in flags if not f.startswith(("--kubeconfig=", "--leader-elect="))] + [f"--config={config}"]
+
+
+def bin_packing_profile(kubeconfig: str) -> dict:
+    """A KubeSchedulerConfiguration whose default profile scores Nodes MostAllocated on cpu and memory."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig}, "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [{
+            "name": "NodeResourcesFit", "args": {"scoringStrategy": {
+                "type": MOST_ALLOCATED, "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]}}}]}],
+    }
 
 
 def metacontroller(layout: Layout, ports: Ports, build: Build) -> list[str]:

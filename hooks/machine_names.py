@@ -21,7 +21,7 @@ POOL_LABEL = "nodewarden.io/nodepool"
 MACHINE_LABEL = "nodewarden.io/machine"
 # On a Machine: the hash of the pool template it was made from (drift).
 TEMPLATE_HASH = "nodewarden.io/template-hash"
-# On a Machine the pool made to replace another: which one, and why (JSON, hooks.machines.disruption).
+# On a Machine the pool made to replace another: which one, and why (JSON, hooks.nodepools.records).
 REPLACES = "nodewarden.io/replaces"
 # On the Node: the label, annotation and taint keys the Machine mirrored (JSON), written once.
 MANAGED_KEYS = "nodewarden.io/managed-keys"
@@ -79,3 +79,6 @@ PHASES = ("Launching", "Registered", "Initialized", "Terminating")
 
 # Resources every kubelet reports; any other capacity key is an extended resource.
 STANDARD_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
+
+# The reasons of nodewarden_machines_launched_total: why a pool created a Machine.
+LAUNCH_PROVISIONING, LAUNCH_REPLACEMENT, LAUNCH_REPLICAS = "Provisioning", "Replacement", "Replicas"

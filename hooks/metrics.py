@@ -100,8 +100,6 @@ PROVISIONED_PODS = Counter(
     "Pending pods a provisioning NodePool placed on a Machine it created for them.",
     ["nodepool"],
 )
-# The reasons of nodewarden_machines_launched_total.
-LAUNCH_PROVISIONING, LAUNCH_REPLACEMENT, LAUNCH_REPLICAS = "Provisioning", "Replacement", "Replicas"
 MACHINES_LAUNCHED = Counter(
     "nodewarden_machines_launched_total",
     "Machines a NodePool created, by reason: Provisioning (for pending pods), Replacement (for a disrupted"

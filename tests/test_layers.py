@@ -23,7 +23,8 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("kube/aws", ("hooks.kube", "hooks.aws", "hooks.runtime", "hooks.metrics", "hooks.logs",
                   "hooks.recent", "hooks.template_sandbox", "hooks.template_sandbox_worker")),
     ("rule packages", ("hooks.fencing", "hooks.machines", "hooks.detacher", "hooks.interruption",
-                       "hooks.handover", "hooks.teardown", "hooks.provisioning", "hooks.replacement")),
+                       "hooks.handover", "hooks.teardown", "hooks.provisioning", "hooks.replacement",
+                       "hooks.nodepools")),
     ("vocabulary", ("hooks",)),
 ]
 

@@ -173,11 +173,17 @@ def _node_contents(request: HookRequest, ctx: runtime.Context, observed: dict) -
     if node is None:
         return
     observed.update(pods.whats_on(ctx.kube, node["metadata"]["name"], _pod_summary))
+    namespaces = {(p["metadata"].get("namespace") or "default") for p in observed.get("pods") or []}
+    if namespaces and disrupted.keeps_to_pod_budgets(request.parent):
+        try:
+            observed["disruptionBudgets"] = pods.disruption_budgets(ctx.kube, namespaces)
+        except Exception as exc:  # noqa: BLE001 - not read is not "no budget"
+            observed["disruptionBudgetsError"] = error_text(exc)
 
 
 def _pod_summary(pod: dict) -> dict:
     meta = pod.get("metadata") or {}
-    keep = {k: meta.get(k) for k in ("name", "namespace", "uid", "deletionTimestamp", "annotations",
+    keep = {k: meta.get(k) for k in ("name", "namespace", "uid", "deletionTimestamp", "labels", "annotations",
                                      "ownerReferences") if meta.get(k) is not None}
     return {"metadata": keep, "status": {"phase": (pod.get("status") or {}).get("phase")}}
 

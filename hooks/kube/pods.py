@@ -4,6 +4,7 @@ from __future__ import annotations
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from hooks.kube.fencing_api import volume_attachments_on
 from hooks.plan import error_text
@@ -23,6 +24,11 @@ def daemonset_annotations(kube, keys: set[str]) -> dict[str, dict]:
             if key in keys:
                 found[key] = {"annotations": dict(ds.metadata.annotations or {})}
     return found
+
+
+def disruption_budgets(kube, namespaces: set[str]) -> list[dict]:
+    """The PodDisruptionBudgets of ``namespaces``."""
+    return [b.to_dict() for namespace in sorted(namespaces) for b in kube.list(PodDisruptionBudget, namespace=namespace)]
 
 
 def evict(kube, namespace: str, name: str) -> None:

@@ -1,5 +1,5 @@
 """What a provisioning round reads from the API server, each time afresh: the pending pods, the pods bound to
-Nodes, the provisioning NodePools, the Nodes of every pool and the DaemonSets (the Machines of every pool are
+Nodes, the provisioning NodePools, the Nodes of every pool, the DaemonSets and the PodDisruptionBudgets (the Machines of every pool are
 ``machine_api.listed(kube)``).
 
 Each answers the objects as plain dicts, filtered by the API server where a selector can say it; a failed
@@ -10,6 +10,7 @@ from __future__ import annotations
 from lightkube import operators
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from hooks import machine_names
 from hooks.kube import fresh
@@ -41,3 +42,8 @@ def pool_nodes(kube) -> list[dict]:
 def daemonsets(kube) -> list[dict]:
     """Every DaemonSet: the pods their templates make land on every new Node they tolerate."""
     return [fresh.as_dict(d) for d in kube.list(DaemonSet, namespace="*")]
+
+
+def pod_disruption_budgets(kube) -> list[dict]:
+    """Every PodDisruptionBudget: which pods an eviction would be refused for now."""
+    return [fresh.as_dict(b) for b in kube.list(PodDisruptionBudget, namespace="*")]

@@ -36,6 +36,18 @@ def reason(view: MachineView) -> signals.Signal | None:
     return signals.of(view.obj, signals.DISRUPTION_ANNOTATION)
 
 
+def keeps_to_pod_budgets(machine: dict) -> bool:
+    """Whether the Machine goes by its pool's own choice, which never terminates through a
+    PodDisruptionBudget: not a forceful notice (the instance goes whatever we do), not a repair (its Node is
+    powered off already), not a deletion by hand or a scale-down (no choice is marked: ``drainTimeout``
+    bounds those)."""
+    notice = signals.of(machine, signals.INTERRUPTION_ANNOTATION)
+    if notice is not None and notice.forceful:
+        return False
+    choice = signals.of(machine, signals.DISRUPTION_ANNOTATION)
+    return choice is not None and choice.reason != signals.REPAIR and not choice.forceful
+
+
 def outlived(view: MachineView) -> str | None:
     """The interruption annotation, when it is a stop EC2 no longer agrees with about the instance the Machine
     records, as DescribeInstances answered in this call."""

@@ -1,7 +1,7 @@
 """Drift: the Machine was made from a template its pool no longer has (pure).
 
 Reported here; the pool replaces a drifted Machine, surge-first and within
-its disruption budgets (hooks.machines.disruption).
+its disruption budgets (hooks.nodepools.methods.drift).
 """
 from __future__ import annotations
 

@@ -7,7 +7,10 @@
    NODEWARDEN_MACHINE_DETACH_WAIT_SECONDS (0 when it is not deployed).
 3. Evict the Node's pods through the Eviction API (PodDisruptionBudgets are
    the API server's to enforce), highest deletion priority first, until none
-   is left or ``drainTimeout`` has passed since termination began.
+   is left or ``drainTimeout`` has passed since termination began. A Machine
+   its pool chose to disrupt (drift, expiry, a notice, consolidation) never
+   goes through a PodDisruptionBudget: past ``drainTimeout`` it keeps
+   draining while a budget refuses the eviction of a pod still there.
 4. Wait for the Node's VolumeAttachments to go, at most
    NODEWARDEN_MACHINE_VOLUME_DETACH_TIMEOUT_SECONDS.
 5. TerminateInstances, then confirm ``terminated``, asking again every
@@ -35,7 +38,7 @@ from hooks import events, machine_names, objects, timefmt
 from hooks.detacher import shutdown
 from hooks.detacher_names import DETACHED_AT
 from hooks.ec2_names import SHUTTING_DOWN, TERMINATED
-from hooks.machines import disrupted, launch
+from hooks.machines import disrupted, launch, pod_budgets
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, Change, InstanceOf, SameObject
@@ -138,10 +141,13 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
             progress.error(f"pods on {name}: {observed['podsError']}", settings.error_backoff_seconds)
             return False
         left = evictable(observed.get("pods") or [])
-        if _still_waiting(progress, settings, left, view.since("startedAt", term), drain_limit,
-                          events.warning(events.DRAIN_TIMED_OUT,
-                                         f"{len(left)} pods still on {name} after draining for "
-                                         f"{drain_limit:g}s: terminating anyway")):
+        drained_for = view.since("startedAt", term) or 0.0
+        held = bool(left) and drained_for >= drain_limit and _held_by_budgets(view, progress, settings, name,
+                                                                               left, drain_limit)
+        if held or _still_waiting(progress, settings, left, drained_for, drain_limit,
+                                  events.warning(events.DRAIN_TIMED_OUT,
+                                                 f"{len(left)} pods still on {name} after draining for "
+                                                 f"{drain_limit:g}s: terminating anyway")):
             for pod in eviction_order(left):
                 pmeta = pod["metadata"]
                 progress.actions.append(Action(
@@ -162,6 +168,29 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
                                          f"{len(attached)} VolumeAttachments of {name} still there after {limit:g}s")):
             return False
         progress.stamp("volumesDetachedAt", term)
+    return True
+
+
+def _held_by_budgets(view: MachineView, progress: Progress, settings, node: str, left: list[dict],
+                     drain_limit: float) -> bool:
+    """Past the drain's bound, a Machine its pool chose to disrupt (nothing forces it) keeps draining while
+    a PodDisruptionBudget refuses the eviction of a pod still there: True while it waits, with a Warning
+    naming the budgets. A notice's deadline that cut the drain short governs instead: the instance goes
+    then whatever we do."""
+    if not disrupted.keeps_to_pod_budgets(view.obj) or drain_limit < view.spec.drain_timeout:
+        return False
+    if view.observed.get("disruptionBudgetsError"):
+        progress.error(f"PodDisruptionBudgets: {view.observed['disruptionBudgetsError']}",
+                       settings.error_backoff_seconds)
+        return True  # not read is not "none in the way"
+    held = pod_budgets.blocked(left, pod_budgets.Budgets(view.observed.get("disruptionBudgets") or []))
+    if not held:
+        return False
+    names = sorted({b for found in held.values() for b in found})
+    progress.events.append(events.warning(events.DRAIN_BLOCKED, (
+        f"{len(held)} pods on {node} still wait for their PodDisruptionBudget ({', '.join(names[:5])}) after "
+        f"{drain_limit:g}s: the Machine goes only once they are evicted")))
+    progress.again_in(settings.machine_poll_seconds)
     return True
 
 

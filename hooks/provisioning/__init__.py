@@ -1,12 +1,12 @@
-"""Provisioning: where pending pods go, the Machines to create for those existing capacity cannot take, and
-the Machines a pool no longer needs.
+"""Provisioning: where pending pods go, and the Machines to create for those existing capacity cannot take.
 
 Pure decisions, one module per phase: resources (amounts), requirements
 (node-selector algebra), pods (what is read of a pod), catalog (instance
 types and offerings), slots (a Node and its pods as room), residents (the
 pods on Slots, indexed for spread and anti-affinity), scheduling (placing
-pods on Slots and new claims), batching (when a round may start),
-consolidation (Empty and Underutilized Machines, and which go). The label
+pods on Slots and new claims), batching (when a round may start), rounds
+(one pool's part of a round). Which Machines a pool no longer needs is its
+decision's (hooks.nodepools). The label
 keys and annotations they share with Nodes and users are vocabulary:
 hooks/provisioning_names.py.
 """

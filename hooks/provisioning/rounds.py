@@ -14,8 +14,9 @@ them, and a crash or a second hook replica changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from hooks import events, machine_names, provisioning_names, timefmt
@@ -24,7 +25,7 @@ from hooks.machines import pool, spec
 from hooks.provisioning import batching, catalog, inputs, placements, pods
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import NewClaim, Result
+from hooks.provisioning.scheduling import Limits, NewClaim, PoolView, Result, schedule
 
 # Events per round, so a thousand pending pods cost a bounded number of writes (the recorder aggregates).
 MAX_POD_EVENTS = 100
@@ -43,6 +44,7 @@ class Readings:
     catalog: list[InstanceOption]
     zones: Mapping[str, frozenset | None] = field(default_factory=dict)  # pool -> zones of its subnets
     subnets: list[dict] = field(default_factory=list)  # this pool's subnets: {"id", "zone"}
+    disruption_budgets: list[dict] = field(default_factory=list)  # raw PodDisruptionBudgets
 
 
 def readings(raw: dict) -> Readings:
@@ -57,7 +59,7 @@ def readings(raw: dict) -> Readings:
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
-                    subnets=raw.get("subnets") or [])
+                    subnets=raw.get("subnets") or [], disruption_budgets=raw.get("podDisruptionBudgets") or [])
 
 
 @dataclass
@@ -75,6 +77,7 @@ class Round:
     pod_uids: dict[str, str] = field(default_factory=dict)  # pod key -> uid, for the Events
     ratios: list[dict[str, float]] = field(default_factory=list)  # per claim: requested / allocatable
     readings: Readings | None = None  # what the round ran on, for the consolidation that follows it
+    view: PoolView | None = None  # this pool as the round weighed it: its limits, and what its Machines use
     decision_seconds: float = 0.0
 
 
@@ -152,7 +155,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = placements.PLACEMENTS.schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
-                readings=readings)
+                readings=readings, view=next(v for v in views if v.name == name))
     out.claims = [c for c in result.claims if c.pool == name]
     out.decision_seconds = time.process_time() - started
     # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
@@ -166,6 +169,48 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     return out
+
+
+def replacement(parsed: spec.PoolSpec, out: Round, moving: list[dict], now: dt.datetime) -> dict | None:
+    """The spec of one new Machine of this pool, as its requirements, template and subnets are now, for the
+    pods ``moving`` (raw, as they run): the claim the scheduler makes for them alone on the pool (its limits
+    aside: a replacement takes the room of the Machine it replaces). None when they make no claim here (none
+    can move, or the pool cannot run them now)."""
+    readings, view = out.readings, out.view
+    if readings is None or view is None:
+        return None
+    views = [p for p in (pods.view(raw) for raw in moving) if p.unsupported is None]
+    if not views:
+        return None
+    daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
+    offered = inputs.unavailable(readings.catalog, readings.machines, now)
+    result = schedule(views, [replace(view, limits=Limits())], [], offered, daemonsets)
+    made = [c for c in result.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
+    return machine_spec(parsed, made[0], readings.subnets) if made else None
+
+
+def within(out: Round, reserved: Resources, machines: int) -> Round:
+    """The round with only those of its claims, in order, that the pool's limits leave room for once
+    ``reserved`` and ``machines`` more Machines are counted too (what the same call creates besides): all a
+    call creates counts once against the limits."""
+    view = out.view
+    if view is None or not out.claims or (reserved == ZERO and machines == 0):
+        return out
+    limits, used = view.limits, view.used
+    cpu = math.inf if limits.cpu is None else limits.cpu - (used.cpu or 0) - reserved.cpu
+    memory = math.inf if limits.memory is None else limits.memory - (used.memory or 0) - reserved.memory
+    count = math.inf if limits.machines is None else limits.machines - (used.machines or 0) - machines
+    kept = []
+    for index, claim in enumerate(out.claims):
+        if claim.capacity.cpu <= cpu and claim.capacity.memory <= memory and count >= 1:
+            kept.append(index)
+            cpu, memory, count = cpu - claim.capacity.cpu, memory - claim.capacity.memory, count - 1
+    if len(kept) == len(out.claims):
+        return out
+    dropped = sum(len(c.pods) for i, c in enumerate(out.claims) if i not in kept)
+    return replace(
+        out, claims=[out.claims[i] for i in kept], machines=[out.machines[i] for i in kept],
+        ratios=[out.ratios[i] for i in kept], status={**out.status, "pendingPods": out.status["pendingPods"] - dropped})
 
 
 def request_ratios(claim: NewClaim, types: Mapping[str, InstanceOption]) -> dict[str, float]:

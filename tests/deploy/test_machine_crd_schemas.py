@@ -160,8 +160,8 @@ def test_the_nodepool_status_has_the_contract_fields(nodepool):
     assert provisioning["lastRound"]["format"] == "date-time"
     assert set(status["consolidation"]["items"]["properties"]) == {"machine", "uid", "reason", "since"}
     # The API server prunes what the schema lacks: every field of a disruption record must be in it.
-    from hooks.machines import disruption
-    assert set(status["disruptions"]["items"]["properties"]) == set(disruption._RECORD_KEYS)
+    from hooks.nodepools import records
+    assert set(status["disruptions"]["items"]["properties"]) == set(records.RECORD_KEYS)
     assert set(status["disruption"]["properties"]) == {"disrupting", "allowed", "blocked"}
     assert tuple(status["machines"]["properties"]) == machine_names.PHASES
     assert all(v["type"] == "integer" for v in status["machines"]["properties"].values())

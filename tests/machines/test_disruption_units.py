@@ -13,7 +13,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from hooks import timefmt
 from hooks.contract import RequestError
-from hooks.machines import budgets, disruption, pool, repair, signals, spec
+from hooks.machines import budgets, pool, repair, signals, spec
+from hooks.nodepools import disruption, records
+from hooks.nodepools.children import desired
+from worlds import pool_inputs
 from tests.fixtures.make_machines import pool_obj
 from worlds.pools import PoolWorld, check_converged, check_sync
 
@@ -155,7 +158,8 @@ def test_only_our_request_that_stopped_exactly_the_machines_instance_and_node_pr
 
 def _decide(machines, *, rules=budgets.DEFAULT, previous=(), fenced=None, replicas=None, expire=None, now=NOW):
     replicas = len([m for m in machines if not m["metadata"]["deletionTimestamp"]]) if replicas is None else replicas
-    return disruption.decide(machines, list(previous), rules, expire, fenced or {}, replicas, now, HASH)
+    parsed = pool_inputs.pool_spec(replicas=replicas, rules=rules, expire=expire, template_hash=HASH)
+    return disruption.run(pool_inputs.state(machines, parsed, now, fenced=fenced), list(previous))
 
 
 def test_repair_comes_first_then_notices_then_expiry_then_drift():
@@ -196,9 +200,9 @@ def test_surge_first_the_old_machine_stays_until_its_replacement_is_initialized(
     machines = [_machine("a", drifted=60), _machine("b")]
     out = _decide(machines, replicas=2)
     assert out.held == {"a"} and out.leaving == set() and [r["machine"] for r in out.needs] == ["a"]
-    made_for = disruption.replaces(out.needs[0])
-    assert disruption.replaces_of(_machine("new", annotations=made_for)).uid == "uid-a"
-    disruption.assign_replacements(out.needs, ["new"])
+    made_for = records.replaces(out.needs[0])
+    assert records.replaces_of(_machine("new", annotations=made_for)).uid == "uid-a"
+    records.assign_replacements(out.needs, ["new"])
     later = _decide(machines + [_machine("new", initialized=False, annotations=made_for)], previous=out.records,
                     replicas=2)
     assert later.leaving == set() and later.kept == {"new"} and later.needs == []
@@ -210,7 +214,7 @@ def test_the_children_alone_prove_a_disruption_and_its_replacement():
     """No record in status: the replacement's annotation, or the pool's mark on the Machine, is the proof."""
     machines = [_machine("a", drifted=60), _machine("b")]
     [record] = _decide(machines, replicas=2).records
-    new = _machine("new", initialized=False, annotations=disruption.replaces(record))
+    new = _machine("new", initialized=False, annotations=records.replaces(record))
     rebuilt = _decide(machines + [new], replicas=2)
     assert [(r["machine"], r["reason"], r["at"], r["replacement"]) for r in rebuilt.records] == \
         [("a", "Drifted", record["at"], "new")]
@@ -238,7 +242,7 @@ def test_a_replacement_named_only_by_its_record_is_still_waited_for():
                                    "x" * 2000])
 def test_a_malformed_replaces_annotation_names_nothing(value):
     annotations = {} if value is None else {"nodewarden.io/replaces": value}
-    assert disruption.replaces_of(_machine("new", annotations=annotations)) is None
+    assert records.replaces_of(_machine("new", annotations=annotations)) is None
 
 
 def test_a_record_closes_once_its_machine_is_gone_and_its_replacement_ready():
@@ -250,21 +254,21 @@ def test_a_record_closes_once_its_machine_is_gone_and_its_replacement_ready():
     kept = _decide([_machine("new", initialized=False)], previous=[waiting]).records
     assert [r["machine"] for r in kept] == ["a"] and kept[0]["goneAt"]
     expired = _decide([_machine("new", initialized=False)], previous=kept,
-                      now=NOW + dt.timedelta(seconds=disruption.RECORD_KEEP_SECONDS + 1)).records
+                      now=NOW + dt.timedelta(seconds=records.RECORD_KEEP_SECONDS + 1)).records
     assert expired == []
 
 
 def test_malformed_records_are_dropped():
-    assert disruption.records_of({"disruptions": [1, {"machine": "a"}, {"machine": "a", "uid": "u", "reason": "Whim",
+    assert records.records_of({"disruptions": [1, {"machine": "a"}, {"machine": "a", "uid": "u", "reason": "Whim",
                                                                          "at": "2026-01-01T00:00:00Z"}]}) == []
-    assert disruption.records_of({"disruptions": "nope"}) == []
+    assert records.records_of({"disruptions": "nope"}) == []
 
 
 # --------------------------------------------------------------------------- provisioning pools (no replicas)
 
 
 def _decide_provisioning(machines, previous=()):
-    return disruption.decide(machines, list(previous), budgets.DEFAULT, None, {}, None, NOW, HASH)
+    return disruption.run(pool_inputs.state(machines, pool_inputs.pool_spec(template_hash=HASH), NOW), list(previous))
 
 
 def test_without_replicas_a_disrupted_machine_waits_for_its_replacement():
@@ -281,12 +285,12 @@ def test_a_consolidation_mark_is_recorded_and_proven_like_the_pools_other_choice
     out = _decide_provisioning([_machine("a", annotations=mark), _machine("b")])
     assert [(r["machine"], r["reason"]) for r in out.records] == [("a", reason)]
     assert out.held == {"a"} and out.started == [] and out.disrupting == 1
-    assert disruption.records_of({"disruptions": out.records}) == out.records
-    new = _machine("new", initialized=False, annotations=disruption.replaces(out.records[0]))
-    assert disruption.replaces_of(new).reason == reason
+    assert records.records_of({"disruptions": out.records}) == out.records
+    new = _machine("new", initialized=False, annotations=records.replaces(out.records[0]))
+    assert records.replaces_of(new).reason == reason
     again = _decide_provisioning([_machine("a", annotations=mark), _machine("b"), new], out.records)
     assert again.needs == [] and again.kept == {"new"} and again.records[0]["replacement"] == "new"
-    assert disruption.budget_status(budgets.DEFAULT, 2, out.disrupting, NOW, {})["allowed"][reason] == 0
+    assert records.budget_status(budgets.DEFAULT, 2, out.disrupting, NOW, {})["allowed"][reason] == 0
 
 
 @pytest.mark.parametrize("reason", signals.CONSOLIDATION)
@@ -305,9 +309,10 @@ def test_a_consolidated_machine_on_its_way_out_is_not_replaced(reason):
 def test_a_pool_without_replicas_creates_and_removes_no_machine_for_a_count():
     provisioning = spec.pool(pool_obj(None))
     machines = [_machine("a"), _machine("b", initialized=False, node=False), _machine("c", deleting=True)]
-    children, created, removed = pool.desired("web", "uid-pool", provisioning, machines)
+    state = pool_inputs.state(machines, provisioning, NOW)
+    children, created, removed = desired(state, pool_inputs.empty_pass(), [])
     assert (created, removed) == ([], []) and [c["metadata"]["name"] for c in children] == ["a", "b", "c"]
-    children, created, removed = pool.desired("web", "uid-pool", provisioning, machines, leaving={"a"})
+    children, created, removed = desired(state, pool_inputs.empty_pass(leaving={"a"}), [])
     assert (created, removed) == ([], ["a"]) and [c["metadata"]["name"] for c in children] == ["b", "c"]
 
 

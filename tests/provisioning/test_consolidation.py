@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hooks import machine_names, objects, provisioning_names, timefmt
@@ -11,9 +12,11 @@ from hooks.machines import budgets, signals
 from hooks.machines.pool import machines_of
 from hooks.machines.signals import EMPTY, UNDERUTILIZED
 from hooks.machines.spec import WHEN_EMPTY, ProvisioningSpec
-from hooks.provisioning import consolidation, resources
-from hooks.provisioning.consolidation import BudgetState
+from hooks.nodepools import consolidation
+from hooks.nodepools.methods import underutilized
+from hooks.provisioning import resources
 from hooks.provisioning.pods import requests_of
+from worlds import pool_inputs
 
 NOW = dt.datetime(2026, 11, 27, 13, 0, tzinfo=dt.timezone.utc)
 POOL = "general"
@@ -80,25 +83,50 @@ class World:
         return self
 
     def decide(self, *, previous=(), placed=(), launching: int = 0, policy: ProvisioningSpec = ProvisioningSpec(),
-               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW) -> consolidation.Consolidation:
-        by_node: dict[str, list] = {}
-        for p in self.pods:
-            by_node.setdefault(p["spec"]["nodeName"], []).append(p)
+               rules=UNLIMITED, disrupting: int = 0, held=frozenset(), now=NOW, disruption_budgets=()) -> Consolidation:
+        """The consolidation methods' part of one pass, with the round's placement and launches given."""
         machines = machines_of(self.machines)
-        state = BudgetState(rules, len(machines), disrupting, frozenset(held))
-        return consolidation.decide(machines, self.nodes, by_node, set(placed), launching, policy, list(previous),
-                                    state, now)
+        state, progress = pool_inputs.consolidated(
+            machines, self.nodes, self.pods, name=POOL, now=now, policy=policy, rules=rules, previous=previous,
+            placed=placed, launching=launching, held=held, disrupting=disrupting,
+            disruption_budgets=disruption_budgets)
+        view = progress.consolidating
+        return Consolidation(
+            candidates=progress.consolidation or [],
+            remove=[Removal(c.name, c.reason, c.node, c.placement, c.message) for c in progress.chosen],
+            blocked=dict(progress.blocked), held=view.held if view is not None else 0,
+            events=progress.messages + consolidation.report(state, progress))
+
+
+@dataclasses.dataclass
+class Removal:
+    machine: str
+    reason: str
+    node: str
+    placement: dict
+    message: str
+
+
+@dataclasses.dataclass
+class Consolidation:
+    """What the consolidation methods decided in one pass, as these tests read it."""
+
+    candidates: list
+    remove: list
+    blocked: dict
+    held: int
+    events: list
 
 
 def record(name: str, reason: str, since: float) -> dict:
     return {"machine": name, "uid": f"uid-{name}", "reason": reason, "since": ago(since)}
 
 
-def removed(out: consolidation.Consolidation) -> dict[str, str]:
+def removed(out: Consolidation) -> dict[str, str]:
     return {r.machine: r.reason for r in out.remove}
 
 
-def reasons(out: consolidation.Consolidation) -> dict[str, str]:
+def reasons(out: Consolidation) -> dict[str, str]:
     return {r["machine"]: r["reason"] for r in out.candidates}
 
 
@@ -328,10 +356,10 @@ def test_the_search_checks_at_most_so_many_machines_cheapest_to_move_first(monke
     world.add("u", running("u1", "u", "100m"), running("u2", "u", "100m"))
     world.add("target", busy("target", "1"), machine_kw={"annotations": {provisioning_names.DO_NOT_DISRUPT: "true"}})
     previous = [record("u", UNDERUTILIZED, 3600)]
-    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 2)
+    monkeypatch.setattr(underutilized, "MAX_CHECKS", 2)
     out = world.decide(previous=previous)
     assert out.candidates == [] and out.remove == []
-    monkeypatch.setattr(consolidation, "MAX_UNDERUTILIZED_CHECKS", 3)
+    monkeypatch.setattr(underutilized, "MAX_CHECKS", 3)
     assert removed(world.decide(previous=previous)) == {"u": UNDERUTILIZED}
 
 
@@ -355,11 +383,34 @@ def test_targets_exclude_nodes_taking_pending_pods_disrupting_or_removed_this_ro
     assert out.remove[0].placement == {"default/web-1": "node-d"}
 
 
-def test_a_pod_disruption_budget_does_not_hold_the_choice():
-    """A PodDisruptionBudget is the drain's to respect as the Machine leaves: it is not read here."""
+def _budget(name: str, allowed: int, labels: dict | None, *, generation: int = 1, observed: int | None = 1) -> dict:
+    status = {"disruptionsAllowed": allowed}
+    if observed is not None:
+        status["observedGeneration"] = observed
+    spec = {} if labels is None else {"selector": {"matchLabels": labels}}
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "default", "generation": generation}, "spec": spec,
+            "status": status}
+
+
+@pytest.mark.parametrize("budgets_in_the_way", [
+    [_budget("web", 0, {"app": "web"})],
+    [_budget("web", 1, {"app": "web"}), _budget("everything", 5, {})],  # two select it: no eviction at all
+    [_budget("web", 1, {"app": "web"}, generation=2, observed=1)],  # not judged since it changed
+    [_budget("web", 1, {"app": "web"}, observed=None)],
+])
+def test_a_machine_whose_pod_a_disruption_budget_keeps_now_is_no_candidate(budgets_in_the_way):
     world = World().add("a", running("web-1", "a", labels={"app": "web"})).add("b", busy("b", "1"))
-    assert removed(world.decide(previous=[record("a", UNDERUTILIZED, 3600)])) == {
-        "a": UNDERUTILIZED}
+    out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)], disruption_budgets=budgets_in_the_way)
+    assert removed(out) == {} and "a" not in reasons(out)
+
+
+def test_a_disruption_budget_that_allows_an_eviction_or_selects_other_pods_does_not_hold_the_choice():
+    world = World().add("a", running("web-1", "a", labels={"app": "web"})).add("b", busy("b", "1"))
+    for budgets_aside in ([_budget("web", 1, {"app": "web"})], [_budget("db", 0, {"app": "db"})],
+                          [_budget("none", 0, None)]):
+        out = world.decide(previous=[record("a", UNDERUTILIZED, 3600)], disruption_budgets=budgets_aside)
+        assert removed(out) == {"a": UNDERUTILIZED}
 
 
 # --------------------------------------------------------------------------- no churn
