@@ -461,8 +461,10 @@ def round_worlds(args, raw_pods: list[dict], ec2: dict, nodes) -> dict[str, tupl
 def full_round(raw: dict, parsed: spec.PoolSpec, *, cold: bool) -> rounds.Round:
     """The general pool's round as the hook runs it on gather's readings. ``cold``: the catalog is built again
     (a copy of the facts is a new object, so the catalog memo misses, as in a process's first round and when
-    EC2's zone offerings are read again)."""
+    EC2's zone offerings are read again). The placement is computed, never another round's (``storm`` measures
+    the rounds that share one)."""
     given = {**raw, "typeFacts": dict(raw["typeFacts"])} if cold else raw
+    placements.PLACEMENTS.clear()
     return rounds.provision("general", parsed, rounds.readings(given), NOW)
 
 

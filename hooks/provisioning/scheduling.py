@@ -402,7 +402,7 @@ class _Scheduler:
         self._eligible: dict = {}
         self._matched: dict = {}
         self.selectors: set[PodSelector] = set()
-        self._by_label = _SelectorIndex(())
+        self._selector_index = _SelectorIndex(())
         self.host_counts: dict[PodSelector, dict[int, int]] = {}
         self.zone_counts: dict[PodSelector, dict[str, int]] = {}
 
@@ -428,7 +428,7 @@ class _Scheduler:
                 state.anti.update(anti)
                 self.selectors.update(anti)
         self.selectors.update(counted)
-        self._by_label = _SelectorIndex(self.selectors)
+        self._selector_index = _SelectorIndex(self.selectors)
         for selector in counted:
             hosts = self.host_counts[selector] = {}
             zones = self.zone_counts[selector] = {}
@@ -445,7 +445,7 @@ class _Scheduler:
         for state in self.slots:
             for resident in state.slot.pods:
                 self.selectors.update(resident.anti_affinity)
-        self._by_label = _SelectorIndex(self.selectors)
+        self._selector_index = _SelectorIndex(self.selectors)
         for selector in self.selectors:
             self.host_counts[selector] = {}
             self.zone_counts[selector] = {}
@@ -457,7 +457,7 @@ class _Scheduler:
         key = (pod.namespace, frozenset(pod.labels.items())) if isinstance(pod, Resident) else pod.signature[:2]
         found = self._matched.get(key)
         if found is None:
-            found = self._matched[key] = self._by_label.matching(pod.namespace, pod.labels)
+            found = self._matched[key] = self._selector_index.matching(pod.namespace, pod.labels)
         return found
 
     def _record(self, pod: PodView | Resident, host: _Host) -> None:
