@@ -136,14 +136,16 @@ def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.date
         facts = instance_catalog.all_type_facts(ec2)
         specs = {**inputs.pools_of(pool_objects), request.name: parsed}
         spot = instance_catalog.spot_prices(ec2, inputs.spot_candidates(specs, facts))
-        zones, own = {}, []
+        zones, own, subnet_zones = {}, [], {}
         for name, other in sorted(specs.items()):
             found = instances.subnets(ec2, list(other.template.subnets), other.template.subnet_selector)
             zones[name] = sorted({s["zone"] for s in found if s.get("zone")})
+            subnet_zones.update({s["id"]: s["zone"] for s in found if s.get("zone")})
             if name == request.name:
                 own = found
         readings.update(
             typeFacts=facts, zoneOfferings=instance_catalog.zone_offerings(ec2), zones=zones, subnets=own,
+            subnetZones=subnet_zones,
             prices={spec.ON_DEMAND: pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name),
                     spec.SPOT: [[t, z, p] for (t, z), p in sorted(spot.items())]})
     except Exception as exc:  # noqa: BLE001

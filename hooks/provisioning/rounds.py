@@ -41,6 +41,7 @@ class Readings:
     catalog: list[InstanceOption]
     zones: Mapping[str, frozenset | None] = field(default_factory=dict)  # pool -> zones of its subnets
     subnets: list[dict] = field(default_factory=list)  # this pool's subnets: {"id", "zone"}
+    subnet_zones: Mapping[str, str] = field(default_factory=dict)  # every pool's subnets: id -> zone
 
 
 def readings(raw: dict) -> Readings:
@@ -55,7 +56,11 @@ def readings(raw: dict) -> Readings:
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
-                    subnets=raw.get("subnets") or [])
+                    subnets=raw.get("subnets") or [], subnet_zones=_strings(raw.get("subnetZones")))
+
+
+def _strings(raw) -> dict[str, str]:
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
 
 
 @dataclass
@@ -146,7 +151,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
     pending = [p for p in inputs.pending(readings.pending) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
-                        daemonsets, now)
+                        daemonsets, now, readings.subnet_zones, readings.zones)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},

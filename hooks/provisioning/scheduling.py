@@ -5,6 +5,8 @@ on the first Slot that takes it (existing Nodes, then in-flight Machines; a
 Machine created for the pod is tried first, so a repeated round places the
 same pods the same way), else on a claim planned earlier this round, else
 on a new claim of the highest-weight pool that admits it within its limits.
+A Machine not launched yet takes a pod only if the pod's constraints hold
+whichever of its instance types and zones the launch picks (Slot.varying).
 
 A claim keeps every instance type that could still run all its pods (and
 the DaemonSets that would run beside them) while it is planned, and at the
@@ -85,6 +87,9 @@ class Slot:
     machine: str | None = None
     in_flight: bool = False
     provisioned_for: tuple[str, ...] = ()
+    # A Machine not launched yet: the label keys whose value its launch decides (zone, instance type, ...), each
+    # with the values it may take (None: missing). ``labels`` holds only what every launch gives.
+    varying: Mapping[str, frozenset] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -290,12 +295,18 @@ class _Host:
 
 
 class _SlotState(_Host):
-    __slots__ = ("slot", "free", "labels", "taints")
+    __slots__ = ("slot", "free", "labels", "varying", "taints")
 
     def __init__(self, host_id: int, slot: Slot):
         super().__init__(host_id, slot.name, slot.labels.get(ZONE))
-        self.slot, self.labels, self.taints = slot, slot.labels, slot.taints
+        self.slot, self.labels, self.varying, self.taints = slot, slot.labels, slot.varying, slot.taints
         self.free = slot.allocatable - slot.requested
+
+    def admits(self, alternatives: Iterable[Requirements]) -> bool:
+        """Whether one of ``alternatives`` holds on the Slot, whichever type and zone a launch still picks."""
+        if not self.varying:
+            return any(alt.allows(self.labels) for alt in alternatives)
+        return any(alt.allows_every(self.labels, self.varying) for alt in alternatives)
 
 
 class _Claim(_Host):
@@ -491,7 +502,7 @@ class _Scheduler:
         if found is None:
             zones = set()
             for state in self.slots:
-                if state.zone is not None and any(alt.allows(state.labels) for alt in level.required):
+                if state.zone is not None and state.admits(level.required):
                     zones.add(state.zone)
             for pool in self.pools:
                 for alt in level.required:
@@ -539,7 +550,7 @@ class _Scheduler:
         found = self._admitted.get(key)
         if found is None:
             found = self._admitted[key] = (tolerates(level.tolerations, state.taints)
-                                           and any(alt.allows(state.labels) for alt in level.alternatives))
+                                           and state.admits(level.alternatives))
         return found
 
     def slot_room(self, pod: PodView, level: _Level, state: _SlotState, zones: list[str] | None,
@@ -845,12 +856,15 @@ def placement_order(pods: Iterable[PodView]) -> list[PodView]:
     return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
 
 
-def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> Resources:
-    """What the DaemonSets that admit a Node with these labels and taints ask of it."""
+def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],
+                       varying: Mapping[str, frozenset] | None = None) -> Resources:
+    """What the DaemonSets that admit a Node with these labels and taints ask of it; with ``varying`` (a Machine
+    whose launch decides those labels), every DaemonSet that may run there."""
     total = ZERO
     for daemonset in daemonsets:
         if (daemonset.unsupported is None and tolerates(daemonset.tolerations, taints)
-                and any(alt.allows(labels) for alt in daemonset.alternatives)):
+                and any(alt.may_allow(labels, varying) if varying else alt.allows(labels)
+                        for alt in daemonset.alternatives)):
             total += daemonset.requests
     return total
 

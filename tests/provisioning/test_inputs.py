@@ -1,0 +1,97 @@
+"""What the round makes of its readings: an in-flight Machine as a Slot (where and what it may launch as, what
+it offers), and a pool as the scheduler weighs it."""
+from __future__ import annotations
+
+import copy
+
+from hooks import machine_names, provisioning_names as names
+from hooks.machines import capacity, spec
+from hooks.provisioning import inputs, resources, scheduling
+from tests.support.provisioning import NOW, ZONES, daemonset, facts, options, pod, stamp
+
+CATALOG = {o.name: o for o in options()}
+SUBNET_ZONES = {"subnet-a": ZONES[0], "subnet-b": ZONES[1]}
+POOL_ZONES = {"general": frozenset(ZONES)}
+
+
+def machine(name: str = "general-0", types=("m5.large", "c5.large"), **spec_fields) -> dict:
+    made = {"metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(5), "deletionTimestamp": "",
+                         "labels": {machine_names.POOL_LABEL: "general"}, "annotations": {}},
+            "spec": {"instanceTypes": list(types), "capacityType": spec.ON_DEMAND, **spec_fields}, "status": {}}
+    return made
+
+
+def slot_of(obj: dict, daemonsets=(), catalog=None) -> scheduling.Slot:
+    (found,) = inputs.room(["general"], [obj], [], {}, catalog or CATALOG, list(daemonsets), NOW, SUBNET_ZONES,
+                           POOL_ZONES)
+    return found
+
+
+def test_a_machine_is_in_the_zones_of_its_subnets():
+    assert inputs.machine_zones(machine(subnets=["subnet-a"]), SUBNET_ZONES, None) == {ZONES[0]}
+    assert inputs.machine_zones(machine(subnets=["subnet-a", "subnet-b"]), SUBNET_ZONES, None) == set(ZONES)
+    assert inputs.machine_zones(machine(subnetSelector={"tier": "nodes"}), SUBNET_ZONES, frozenset(ZONES)) == \
+        set(ZONES), "a selector finds any of its pool's subnets"
+    assert inputs.machine_zones(machine(subnets=["subnet-gone"]), SUBNET_ZONES, None) is None
+    launched = machine(subnets=["subnet-a", "subnet-b"])
+    launched["status"]["zone"] = ZONES[1]
+    assert inputs.machine_zones(launched, SUBNET_ZONES, None) == {ZONES[1]}
+
+
+def test_an_unlaunched_machine_has_the_labels_every_launch_gives_and_the_rest_vary():
+    slot = slot_of(machine(subnets=["subnet-a"]))
+    assert slot.labels[names.ZONE_LABEL] == ZONES[0]
+    assert slot.labels[names.ARCH_LABEL] == "amd64" and slot.labels[names.INSTANCE_SIZE_LABEL] == "large"
+    assert slot.labels[names.CAPACITY_TYPE_LABEL] == spec.ON_DEMAND
+    assert names.INSTANCE_TYPE_LABEL not in slot.labels
+    assert slot.varying[names.INSTANCE_TYPE_LABEL] == {"m5.large", "c5.large"}
+    assert slot.varying[names.INSTANCE_FAMILY_LABEL] == {"m5", "c5"}
+    spanning = slot_of(machine(subnets=["subnet-a", "subnet-b"]))
+    assert names.ZONE_LABEL not in spanning.labels and spanning.varying[names.ZONE_LABEL] == set(ZONES)
+    unknown = slot_of(machine(subnets=["subnet-gone"]))
+    assert unknown.varying[names.ZONE_LABEL] == set(ZONES), "any zone the catalog knows"
+
+
+def test_a_machine_is_where_its_types_are_offered():
+    only_east = options(zones=ZONES[:1])
+    slot = slot_of(machine(subnets=["subnet-a", "subnet-b"]), catalog={o.name: o for o in only_east})
+    assert slot.labels[names.ZONE_LABEL] == ZONES[0] and not slot.varying.get(names.ZONE_LABEL)
+
+
+def test_a_launched_machine_is_what_it_recorded():
+    launched = machine(subnets=["subnet-a", "subnet-b"])
+    launched["status"].update(instanceID="i-1", instanceType="m5.large", zone=ZONES[1])
+    slot = slot_of(launched)
+    assert slot.varying == {}
+    assert (slot.labels[names.INSTANCE_TYPE_LABEL], slot.labels[names.ZONE_LABEL]) == ("m5.large", ZONES[1])
+    _, allocatable = capacity.resources(facts(2, 8))
+    assert slot.allocatable == resources.parse(allocatable), "its type's, not the least of its list"
+
+
+def test_the_daemonsets_that_may_run_on_a_machine_count_against_it():
+    graviton_only = daemonset("arm", "1", nodeSelector={names.ARCH_LABEL: "arm64"})
+    on_c5 = daemonset("c5", "300m", nodeSelector={names.INSTANCE_FAMILY_LABEL: "c5"})
+    slot = slot_of(machine(subnets=["subnet-a"]), [graviton_only, on_c5])
+    assert slot.requested == on_c5.requests, "it may launch as a c5.large, never as Graviton"
+
+
+def test_a_pod_takes_an_unlaunched_machine_only_if_it_fits_whichever_launch():
+    east = slot_of(machine(subnets=["subnet-a"]))
+    both = slot_of(machine("general-1", subnets=["subnet-a", "subnet-b"]))
+    pool = scheduling.PoolView("general")
+    catalog = options()
+
+    def placed(candidate, slots):
+        return scheduling.schedule([candidate], [pool], slots, catalog).placed.get(candidate.key)
+
+    assert placed(pod("a", nodeSelector={names.ZONE_LABEL: ZONES[0]}), [both]) is None
+    assert placed(pod("a", nodeSelector={names.ZONE_LABEL: ZONES[0]}), [east]) == east.name
+    not_east = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": names.ZONE_LABEL, "operator": "NotIn", "values": [ZONES[0]]}]}]}}}
+    assert placed(pod("b", affinity=not_east), [both]) is None, "its launch may pick the zone the pod refuses"
+    not_m5 = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": names.INSTANCE_FAMILY_LABEL, "operator": "NotIn", "values": ["m5"]}]}]}}}
+    assert placed(pod("c", affinity=not_m5), [east]) is None, "it may launch as an m5.large"
+    either = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": names.INSTANCE_FAMILY_LABEL, "operator": "In", "values": ["m5", "c5"]}]}]}}}
+    assert placed(pod("d", affinity=either), [east]) == east.name
