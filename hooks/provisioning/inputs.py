@@ -5,7 +5,8 @@ request body. A Machine counts as in-flight capacity until it is
 Initialized: with the allocatable it recorded from its instance type once
 launched, before that with the least any of its instance types offers (the
 launch may fall back to any of them); its Node's own allocatable once the
-Node exists. Before its
+Node exists, where an extended resource the Node does not report yet (a
+device plugin not started) stands at the Machine's figure. Before its
 launch, its labels are those every (instance type, zone) it may launch with
 gives, and the others vary (Slot.varying). A Machine being deleted or chosen
 to go is no capacity.
@@ -253,9 +254,13 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
             if slot is None:
                 continue
             if in_flight:
-                # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them.
+                # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them;
+                # a device plugin may not have reported its devices yet: the Machine's own figure stands.
                 passing = _startup_keys(machine) | _PASSING_TAINTS
+                own = _machine_allocatable(machine, catalog)
                 slot = dataclasses.replace(slot, taints=tuple(t for t in slot.taints if t.key not in passing),
+                                           allocatable=slot.allocatable if own is None
+                                           else slot.allocatable.with_extended_of(own),
                                            in_flight=True, provisioned_for=provisioned_for(machine))
                 coming.append(slot)
             else:

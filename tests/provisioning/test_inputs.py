@@ -75,6 +75,23 @@ def test_the_daemonsets_that_may_run_on_a_machine_count_against_it():
     assert slot.requested == on_c5.requests, "it may launch as a c5.large, never as Graviton"
 
 
+def test_a_node_that_does_not_report_its_gpu_yet_offers_its_machines():
+    gpu_catalog = {o.name: o for o in options({"g4dn.xlarge": (4, 16, 0.526)}, gpus={"g4dn.xlarge": 1})}
+    _, allocatable = capacity.resources(facts(4, 16, gpus=1))
+    starting = machine(types=("g4dn.xlarge",), subnets=["subnet-a"])
+    starting["status"].update(instanceID="i-1", instanceType="g4dn.xlarge", zone=ZONES[0], allocatable=allocatable,
+                              nodeName="n1")
+    node = {"metadata": {"name": "n1", "labels": {machine_names.POOL_LABEL: "general"}}, "spec": {},
+            "status": {"allocatable": {k: v for k, v in allocatable.items() if k != "nvidia.com/gpu"}}}
+    (slot,) = inputs.room(["general"], [starting], [node], {}, gpu_catalog, [], NOW)
+    assert slot.allocatable.get("nvidia.com/gpu") == 1
+    assert slot.allocatable.cpu == resources.parse(node["status"]["allocatable"]).cpu, "the Node's own otherwise"
+    initialized = copy.deepcopy(starting)
+    initialized["status"]["conditions"] = [{"type": machine_names.INITIALIZED, "status": "True"}]
+    (slot,) = inputs.room(["general"], [initialized], [node], {}, gpu_catalog, [], NOW)
+    assert slot.allocatable.get("nvidia.com/gpu") == 0
+
+
 def test_a_pod_takes_an_unlaunched_machine_only_if_it_fits_whichever_launch():
     east = slot_of(machine(subnets=["subnet-a"]))
     both = slot_of(machine("general-1", subnets=["subnet-a", "subnet-b"]))

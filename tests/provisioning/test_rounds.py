@@ -233,3 +233,34 @@ def test_a_pod_pinned_to_one_zone_does_not_take_a_machine_of_two():
     launched = copy.deepcopy(machine)
     launched["status"].update(instanceID="i-1", instanceType=machine["spec"]["instanceTypes"][0], zone=ZONES[0])
     assert run(raw_readings(unpinned + pinned, machines=[launched])).claims == [], "launched: what it recorded"
+
+
+def gpu_readings(pods: list[dict], machines: list[dict], nodes: list[dict] | None = None) -> dict:
+    raw = raw_readings(pods, machines=machines, types={**TYPES, "g4dn.xlarge": (4, 16, 0.526)},
+                       gpus={"g4dn.xlarge": 1})
+    raw["nodes"] = nodes or []
+    return raw
+
+
+def test_a_gpu_machine_whose_node_does_not_report_its_gpu_yet_still_takes_its_pod():
+    pods = [raw_pod("train-0", cpu="1", memory="2Gi")]
+    pods[0]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"},
+                                                    "limits": {"nvidia.com/gpu": "1"}}
+    (machine,) = as_machines(run(gpu_readings(pods, [])))
+    assert machine["spec"]["instanceTypes"] == ["g4dn.xlarge"]
+    _, allocatable = capacity.resources(facts(4, 16, gpus=1))
+    machine["status"].update(instanceID="i-gpu", instanceType="g4dn.xlarge", zone=ZONES[0], allocatable=allocatable,
+                             nodeName="ip-10-0-0-1.ec2.internal",
+                             conditions=[{"type": machine_names.REGISTERED, "status": "True"}])
+    # Registered before its device plugin started: no nvidia.com/gpu in the Node's allocatable yet.
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "ip-10-0-0-1.ec2.internal", "labels": {
+                machine_names.POOL_LABEL: POOL, ZONE: ZONES[0],
+                provisioning_names.INSTANCE_TYPE_LABEL: "g4dn.xlarge"}},
+            "spec": {}, "status": {"allocatable": {k: v for k, v in allocatable.items() if k != "nvidia.com/gpu"}}}
+    again = run(gpu_readings(pods, [machine], [node]))
+    assert again.claims == [], "the Machine's GPU stands until its Node reports it"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    assert run(gpu_readings(pods, [machine], [node])).claims == [], "reported as 0 before the plugin counts"
+    machine["status"]["conditions"].append({"type": machine_names.INITIALIZED, "status": "True"})
+    assert run(gpu_readings(pods, [machine], [node])).claims, "Initialized: its Node's figure is the truth"
