@@ -88,25 +88,64 @@ def _instance_types(machine: dict) -> list[str]:
     return [t for t in raw if isinstance(t, str)] if isinstance(raw, list) else []
 
 
+def mixes_architectures(parsed: spec.PoolSpec, type_facts: Mapping[str, dict]) -> bool:
+    """Whether the pool's requirements allow instance types of more than one architecture: then its image's
+    architecture decides which it launches (a type of another is refused by RunInstances)."""
+    allowed = requirements.of(parsed.provisioning.requirements).only(provisioning_names.INSTANCE_TYPE_LABELS) \
+        if parsed.provisioning else None
+    if allowed is None:
+        return False
+    seen = set()
+    for name, facts in type_facts.items():
+        labels = provisioning_names.instance_labels(name, facts)
+        if labels.get(provisioning_names.ARCH_LABEL) not in seen and allowed.allows(labels):
+            seen.add(labels.get(provisioning_names.ARCH_LABEL))
+            if len(seen) > 1:
+                return True
+    return False
+
+
+def image_architecture(image: Mapping | None) -> tuple[str | None, str | None]:
+    """The architecture (as ``kubernetes.io/arch`` names it) of a pool's image, as gather read it
+    (hooks.aws.images.architecture_of), or why it is not known; (None, None) when it was not read."""
+    if not image:
+        return None, None
+    named = f"image {image.get('id')}" if image.get("id") else "the image of its launch template"
+    if image.get("error"):
+        return None, (f"the architecture of {named} is not known ({image['error']}): nothing is launched "
+                      f"while its instance types may be of several; a {provisioning_names.ARCH_LABEL} "
+                      "requirement needs no image read")
+    found = provisioning_names.ARCHITECTURES.get(image.get("architecture"))
+    if found is None:
+        return None, f"{named} is {image.get('architecture')}: no instance type provisioning launches runs it"
+    return found, None
+
+
 def pool_view(name: str, parsed: spec.PoolSpec, machines: list[dict], catalog: Mapping[str, InstanceOption],
-              zones: frozenset | None, now: dt.datetime) -> PoolView:
+              zones: frozenset | None, now: dt.datetime, image: Mapping | None = None) -> PoolView:
     """The pool as the scheduler weighs it; ``machines`` are its own, as the API server lists them. A Machine
-    that cannot launch holds nothing of the limits."""
+    that cannot launch holds nothing of the limits. ``image``: its image's architecture as gather read it
+    (when its types mix architectures), to which its requirements are narrowed."""
     provisioning = parsed.provisioning
     live = [m for m in machines if not m["metadata"]["deletionTimestamp"] and not launch_failing(m, now)]
     used = ZERO
     for machine in live:
         used += machine_capacity(machine, catalog)
     limits = provisioning.limits
+    allowed = requirements.of(provisioning.requirements)
+    architecture, unknown = image_architecture(image)
+    if architecture is not None:
+        allowed = allowed.intersect(requirements.of([(provisioning_names.ARCH_LABEL, provisioning_names.IN,
+                                                      (architecture,))]))
     return PoolView(
         name=name, weight=provisioning.weight,
-        requirements=requirements.of(provisioning.requirements),
+        requirements=allowed,
         taints=parsed.template.taints,
         labels={**parsed.template.labels, machine_names.POOL_LABEL: name},
         limits=Limits(_limit(limits.cpu, milli=True), _limit(limits.memory, milli=False), limits.machines),
         used=Limits(used.cpu, used.memory, len(live)),
         capacity_type=parsed.template.capacity_type,
-        zones=zones)
+        zones=zones, cannot_launch=unknown)
 
 
 def _recorded(machine: dict, key: str) -> str | None:

@@ -10,11 +10,11 @@ whichever of its instance types and zones the launch picks (Slot.varying).
 
 A claim keeps every instance type that could still run all its pods (and
 the DaemonSets that would run beside them) while it is planned, and at the
-end the cheapest 20. Limits: a claim counts, per resource, the largest
-capacity among the cheapest 20 of its types, at every step of the round (the
-count never shrinks), and keeps only types whose capacity fits what the
-pool's limits leave; so whichever type launches, the pool stays within its
-limits.
+end the cheapest 20 of the cheapest one's architecture. Limits: a claim
+counts, per resource, the largest capacity among the cheapest 20 of its
+types, at every step of the round (the count never shrinks), and keeps only
+types whose capacity fits what the pool's limits leave; so whichever type
+launches, the pool stays within its limits.
 
 Preferences (the heaviest preferred node-affinity term, ScheduleAnyway
 spread) are first held as if required; a pod they leave nowhere to go is
@@ -44,6 +44,7 @@ MAX_INSTANCE_TYPES = 20
 CAPACITY_TYPES = (ON_DEMAND, SPOT)
 ZONE = provisioning_names.ZONE_LABEL
 CAPACITY_TYPE = provisioning_names.CAPACITY_TYPE_LABEL
+ARCH = provisioning_names.ARCH_LABEL
 WELL_KNOWN = frozenset(provisioning_names.WELL_KNOWN)
 TYPE_KEYS = provisioning_names.INSTANCE_TYPE_LABELS
 # A new Node's hostname: it has one, which no pod can name yet.
@@ -71,6 +72,7 @@ class PoolView:
     used: Limits = Limits(0, 0, 0)  # every live Machine of the pool, in-flight ones included
     capacity_type: str = ON_DEMAND  # when the requirements do not name the capacity type
     zones: frozenset | None = None  # where its subnets are; None: wherever the catalog offers
+    cannot_launch: str | None = None  # why it launches nothing (its image's architecture unknown); None: it can
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ class _Pool:
         self._orders: dict = {}
         self._tolerated: dict = {}
         self.types: list[_PoolType] = []
-        candidates = [_PoolType(i, option, option.allocatable) for i, option in enumerate(catalog)]
+        candidates = [] if view.cannot_launch else [_PoolType(i, option, option.allocatable)
+                                                    for i, option in enumerate(catalog)]
         base_space = self._space_of(self.base, candidates)
         overheads = [(ds.requests, [self.admits(alt) for alt in ds.alternatives]) for ds in daemonsets
                      if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
@@ -343,9 +346,10 @@ class _Claim(_Host):
         capacity_type = ON_DEMAND
         if SPOT in self.space.capacity_types and any(e.index in members for e, _ in pool.order(zones, SPOT)):
             capacity_type = SPOT
-        kept = []
+        kept: list[tuple[_PoolType, float]] = []
         for entry, price in pool.order(zones, capacity_type):
-            if entry.index in members:
+            # One image runs one architecture: every type kept is the cheapest one's.
+            if entry.index in members and (not kept or entry.labels.get(ARCH) == kept[0][0].labels.get(ARCH)):
                 kept.append((entry, price))
                 if len(kept) == MAX_INSTANCE_TYPES:
                     break
@@ -669,6 +673,9 @@ class _Scheduler:
         pod, wanted = pods[0], len(pods)
         asked = pod.requests
         for pool in self.pools:
+            if pool.view.cannot_launch:
+                reasons.append(pool.view.cannot_launch)
+                continue
             if not pool.tolerated(level.tolerations):
                 taint = next(t for t in pool.view.taints if not tolerates(level.tolerations, (t,)))
                 reasons.append(f"taint {taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect} "

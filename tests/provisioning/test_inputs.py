@@ -112,3 +112,36 @@ def test_a_pod_takes_an_unlaunched_machine_only_if_it_fits_whichever_launch():
     either = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": names.INSTANCE_FAMILY_LABEL, "operator": "In", "values": ["m5", "c5"]}]}]}}}
     assert placed(pod("d", affinity=either), [east]) == east.name
+
+
+def test_a_pools_requirements_are_narrowed_to_its_images_architecture():
+    parsed = spec.pool({"apiVersion": machine_names.API_VERSION, "kind": "NodePool",
+                        "metadata": {"name": "general"},
+                        "spec": {"template": {"spec": {"subnets": ["subnet-a"], "imageId": "ami-1"}}}})
+    view = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "architecture": "arm64"})
+    assert view.requirements.get(names.ARCH_LABEL).allows("arm64")
+    assert not view.requirements.get(names.ARCH_LABEL).allows("amd64") and view.cannot_launch is None
+    unread = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "error": "Throttling"})
+    assert "ami-1" in unread.cannot_launch and "Throttling" in unread.cannot_launch
+    odd = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "architecture": "i386"})
+    assert "i386" in odd.cannot_launch
+    assert inputs.pool_view("general", parsed, [], CATALOG, None, NOW).cannot_launch is None
+
+
+def test_a_pool_mixes_architectures_when_its_requirements_allow_types_of_several():
+    type_facts = {"m5.large": facts(2, 8), "m6g.large": facts(2, 8, arch="arm64")}
+
+    def pool_of(requirements=None, instance_types=None) -> spec.PoolSpec:
+        template = {"subnets": ["subnet-a"], "imageId": "ami-1"}
+        if instance_types:
+            template["instanceTypes"] = instance_types
+        obj = {"apiVersion": machine_names.API_VERSION, "kind": "NodePool", "metadata": {"name": "general"},
+               "spec": {"template": {"spec": template}}}
+        if requirements:
+            obj["spec"]["requirements"] = requirements
+        return spec.pool(obj)
+
+    assert inputs.mixes_architectures(pool_of(), type_facts)
+    assert not inputs.mixes_architectures(pool_of([{"key": names.ARCH_LABEL, "operator": "In",
+                                                    "values": ["arm64"]}]), type_facts)
+    assert not inputs.mixes_architectures(pool_of(instance_types=["m5.large"]), type_facts)

@@ -264,3 +264,40 @@ def test_a_gpu_machine_whose_node_does_not_report_its_gpu_yet_still_takes_its_po
     assert run(gpu_readings(pods, [machine], [node])).claims == [], "reported as 0 before the plugin counts"
     machine["status"]["conditions"].append({"type": machine_names.INITIALIZED, "status": "True"})
     assert run(gpu_readings(pods, [machine], [node])).claims, "Initialized: its Node's figure is the truth"
+
+
+def arch_of(name: str) -> str:
+    return "arm64" if name in GRAVITON else "amd64"
+
+
+def test_a_claims_types_share_one_architecture():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(2)]
+    (claim,) = run(mixed_readings(pods)).claims
+    assert claim.instance_types[0] == "m6g.xlarge", "the cheapest that fits both is Graviton"
+    assert {arch_of(t) for t in claim.instance_types} == {"arm64"}, "one image runs one architecture"
+
+
+def test_machines_launch_only_types_of_their_images_architecture():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(2)]
+    for ec2_name, kube_name in (("x86_64", "amd64"), ("arm64", "arm64")):
+        raw = mixed_readings(pods)
+        raw["images"] = {POOL: {"id": "ami-1", "architecture": ec2_name}}
+        out = run(raw)
+        (claim,) = out.claims
+        assert {arch_of(t) for t in claim.instance_types} == {kube_name}
+        assert out.status["image"] == {"id": "ami-1", "architecture": ec2_name}
+    raw = mixed_readings(pods)
+    raw["images"] = {POOL: {"id": "ami-1", "architecture": "x86_64"}}
+    assert run(raw).claims[0].instance_types[0] == "c5.xlarge", "the cheapest of the image's architecture"
+
+
+def test_an_image_whose_architecture_is_not_known_launches_nothing_and_says_why():
+    pods = [raw_pod("web-0", cpu="1", memory="1Gi")]
+    raw = mixed_readings(pods)
+    raw["images"] = {POOL: {"id": "ami-1", "error": "InvalidAMIID.NotFound: The image id '[ami-1]' does not exist"}}
+    out = run(raw)
+    assert out.claims == [] and out.machines == []
+    assert out.status["image"]["error"].startswith("InvalidAMIID.NotFound")
+    said = {(e.reason, (e.about or {}).get("name")): e.message for e in out.events}
+    assert "image ami-1" in said[(events.FAILED_PROVISIONING, None)], "on the pool"
+    assert "kubernetes.io/arch" in said[(events.FAILED_PROVISIONING, "web-0")], "and on the pod"
