@@ -5,14 +5,16 @@ on the first Slot that takes it (existing Nodes, then in-flight Machines; a
 Machine created for the pod is tried first, so a repeated round places the
 same pods the same way), else on a claim planned earlier this round, else
 on a new claim of the highest-weight pool that admits it within its limits.
+A Machine not launched yet takes a pod only if the pod's constraints hold
+whichever of its instance types and zones the launch picks (Slot.varying).
 
 A claim keeps every instance type that could still run all its pods (and
 the DaemonSets that would run beside them) while it is planned, and at the
-end the cheapest 20. Limits: a claim counts, per resource, the largest
-capacity among the cheapest 20 of its types, at every step of the round (the
-count never shrinks), and keeps only types whose capacity fits what the
-pool's limits leave; so whichever type launches, the pool stays within its
-limits.
+end the cheapest 20 of the cheapest one's architecture. Limits: a claim
+counts, per resource, the largest capacity among the cheapest 20 of its
+types, at every step of the round (the count never shrinks), and keeps only
+types whose capacity fits what the pool's limits leave; so whichever type
+launches, the pool stays within its limits.
 
 Preferences (the heaviest preferred node-affinity term, ScheduleAnyway
 spread) are first held as if required; a pod they leave nowhere to go is
@@ -42,6 +44,7 @@ MAX_INSTANCE_TYPES = 20
 CAPACITY_TYPES = (ON_DEMAND, SPOT)
 ZONE = provisioning_names.ZONE_LABEL
 CAPACITY_TYPE = provisioning_names.CAPACITY_TYPE_LABEL
+ARCH = provisioning_names.ARCH_LABEL
 WELL_KNOWN = frozenset(provisioning_names.WELL_KNOWN)
 TYPE_KEYS = provisioning_names.INSTANCE_TYPE_LABELS
 # A new Node's hostname: it has one, which no pod can name yet.
@@ -69,6 +72,7 @@ class PoolView:
     used: Limits = Limits(0, 0, 0)  # every live Machine of the pool, in-flight ones included
     capacity_type: str = ON_DEMAND  # when the requirements do not name the capacity type
     zones: frozenset | None = None  # where its subnets are; None: wherever the catalog offers
+    cannot_launch: str | None = None  # why it launches nothing (its image's architecture unknown); None: it can
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ class Slot:
     machine: str | None = None
     in_flight: bool = False
     provisioned_for: tuple[str, ...] = ()
+    # A Machine not launched yet: the label keys whose value its launch decides (zone, instance type, ...), each
+    # with the values it may take (None: missing). ``labels`` holds only what every launch gives.
+    varying: Mapping[str, frozenset] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,8 @@ class _Pool:
         self._orders: dict = {}
         self._tolerated: dict = {}
         self.types: list[_PoolType] = []
-        candidates = [_PoolType(i, option, option.allocatable) for i, option in enumerate(catalog)]
+        candidates = [] if view.cannot_launch else [_PoolType(i, option, option.allocatable)
+                                                    for i, option in enumerate(catalog)]
         base_space = self._space_of(self.base, candidates)
         overheads = [(ds.requests, [self.admits(alt) for alt in ds.alternatives]) for ds in daemonsets
                      if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
@@ -290,12 +298,18 @@ class _Host:
 
 
 class _SlotState(_Host):
-    __slots__ = ("slot", "free", "labels", "taints")
+    __slots__ = ("slot", "free", "labels", "varying", "taints")
 
     def __init__(self, host_id: int, slot: Slot):
         super().__init__(host_id, slot.name, slot.labels.get(ZONE))
-        self.slot, self.labels, self.taints = slot, slot.labels, slot.taints
+        self.slot, self.labels, self.varying, self.taints = slot, slot.labels, slot.varying, slot.taints
         self.free = slot.allocatable - slot.requested
+
+    def admits(self, alternatives: Iterable[Requirements]) -> bool:
+        """Whether one of ``alternatives`` holds on the Slot, whichever type and zone a launch still picks."""
+        if not self.varying:
+            return any(alt.allows(self.labels) for alt in alternatives)
+        return any(alt.allows_every(self.labels, self.varying) for alt in alternatives)
 
 
 class _Claim(_Host):
@@ -332,9 +346,10 @@ class _Claim(_Host):
         capacity_type = ON_DEMAND
         if SPOT in self.space.capacity_types and any(e.index in members for e, _ in pool.order(zones, SPOT)):
             capacity_type = SPOT
-        kept = []
+        kept: list[tuple[_PoolType, float]] = []
         for entry, price in pool.order(zones, capacity_type):
-            if entry.index in members:
+            # One image runs one architecture: every type kept is the cheapest one's.
+            if entry.index in members and (not kept or entry.labels.get(ARCH) == kept[0][0].labels.get(ARCH)):
                 kept.append((entry, price))
                 if len(kept) == MAX_INSTANCE_TYPES:
                     break
@@ -491,7 +506,7 @@ class _Scheduler:
         if found is None:
             zones = set()
             for state in self.slots:
-                if state.zone is not None and any(alt.allows(state.labels) for alt in level.required):
+                if state.zone is not None and state.admits(level.required):
                     zones.add(state.zone)
             for pool in self.pools:
                 for alt in level.required:
@@ -539,7 +554,7 @@ class _Scheduler:
         found = self._admitted.get(key)
         if found is None:
             found = self._admitted[key] = (tolerates(level.tolerations, state.taints)
-                                           and any(alt.allows(state.labels) for alt in level.alternatives))
+                                           and state.admits(level.alternatives))
         return found
 
     def slot_room(self, pod: PodView, level: _Level, state: _SlotState, zones: list[str] | None,
@@ -658,6 +673,9 @@ class _Scheduler:
         pod, wanted = pods[0], len(pods)
         asked = pod.requests
         for pool in self.pools:
+            if pool.view.cannot_launch:
+                reasons.append(pool.view.cannot_launch)
+                continue
             if not pool.tolerated(level.tolerations):
                 taint = next(t for t in pool.view.taints if not tolerates(level.tolerations, (t,)))
                 reasons.append(f"taint {taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect} "
@@ -845,12 +863,15 @@ def placement_order(pods: Iterable[PodView]) -> list[PodView]:
     return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
 
 
-def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> Resources:
-    """What the DaemonSets that admit a Node with these labels and taints ask of it."""
+def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],
+                       varying: Mapping[str, frozenset] | None = None) -> Resources:
+    """What the DaemonSets that admit a Node with these labels and taints ask of it; with ``varying`` (a Machine
+    whose launch decides those labels), every DaemonSet that may run there."""
     total = ZERO
     for daemonset in daemonsets:
         if (daemonset.unsupported is None and tolerates(daemonset.tolerations, taints)
-                and any(alt.allows(labels) for alt in daemonset.alternatives)):
+                and any(alt.may_allow(labels, varying) if varying else alt.allows(labels)
+                        for alt in daemonset.alternatives)):
             total += daemonset.requests
     return total
 

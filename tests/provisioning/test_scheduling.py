@@ -403,3 +403,21 @@ def test_placing_alike_pods_together_decides_as_one_by_one():
     grouped = schedule(batch, pools, slots, CATALOG, [daemonset("agent")])
     assert grouped == schedule(batch, pools, slots, CATALOG, [daemonset("agent")], group_identical=False)
     assert len(placements(grouped)) == len(batch) - len(grouped.unschedulable)
+
+
+# --- architectures, and a pool that cannot launch
+
+
+def test_a_claims_types_are_of_the_cheapest_ones_architecture():
+    mixed = options({"m5.large": (2, 8, 0.096), "m6g.large": (2, 8, 0.077), "c6g.large": (2, 4, 0.068),
+                     "c5.large": (2, 4, 0.085)}, arm64=frozenset({"m6g.large", "c6g.large"}))
+    (claim,) = schedule([pod("a-1")], [pool()], [], mixed).claims
+    assert claim.instance_types == ("c6g.large", "m6g.large")
+
+
+def test_a_pool_that_cannot_launch_says_why_and_the_next_takes_the_pod():
+    blocked = pool("mixed", weight=10, cannot_launch="the architecture of image ami-1 is not known")
+    result = schedule([pod("a-1")], [blocked, pool("other")], [], CATALOG)
+    assert [c.pool for c in result.claims] == ["other"]
+    alone = schedule([pod("a-1")], [blocked], [], CATALOG)
+    assert "image ami-1" in alone.unschedulable["default/a-1"]
