@@ -379,10 +379,11 @@ def _unschedulable_condition(pod: Mapping) -> dict | None:
 
 def is_provisionable(pod: Any) -> bool:
     """Whether the pod is provisioning's to place: Pending, unbound, found unschedulable by the scheduler,
-    not terminating, not a DaemonSet's and not held by a scheduling gate."""
+    not nominated to a Node by preemption (it runs there once its victims are gone), not terminating, not a
+    DaemonSet's and not held by a scheduling gate."""
     pod = _mapping(pod)
-    meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
-    if _mapping(pod.get("status")).get("phase") != "Pending" or spec.get("nodeName"):
+    meta, spec, status = _mapping(pod.get("metadata")), _mapping(pod.get("spec")), _mapping(pod.get("status"))
+    if status.get("phase") != "Pending" or spec.get("nodeName") or status.get("nominatedNodeName"):
         return False
     if meta.get("deletionTimestamp") or spec.get("schedulingGates"):
         return False

@@ -173,6 +173,16 @@ def test_is_provisionable():
     assert pods.is_provisionable(owned)
 
 
+def test_a_pod_nominated_for_preemption_is_not_provisionable():
+    preempting = raw_pod("p", since=0.1)
+    preempting["status"]["nominatedNodeName"] = "node-1"
+    assert not pods.is_provisionable(preempting)
+    # Nor does it hold the batch window open for the others.
+    assert batching.window([raw_pod("q", since=5), preempting], NOW) == (True, 0.0)
+    preempting["status"]["nominatedNodeName"] = ""
+    assert pods.is_provisionable(preempting)
+
+
 def test_window_waits_while_pods_keep_arriving():
     assert batching.window([raw_pod("a", since=3), raw_pod("b", since=0.4)], NOW) == (False, pytest.approx(0.6))
     assert batching.window([raw_pod("a", since=3), raw_pod("b", since=1.5)], NOW) == (True, 0.0)

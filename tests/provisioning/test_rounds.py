@@ -106,6 +106,15 @@ def test_a_pod_bound_between_the_reads_is_not_provisioned_for_again():
     assert sorted(p for c in out.claims for p in c.pods) == ["default/web-1", "default/web-2"]
 
 
+def test_a_pod_nominated_for_preemption_gets_no_machine():
+    preempting = raw_pod("urgent-0", cpu="1", memory="1Gi")
+    preempting["status"]["nominatedNodeName"] = "node-7"
+    out = run(raw_readings([preempting, raw_pod("web-0", cpu="1", memory="1Gi")]))
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    assert out.pending_pods == 1 and "default/urgent-0" not in out.result.unschedulable
+    assert not [e for e in out.events if e.about.get("name") == "urgent-0"]
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))
