@@ -96,8 +96,21 @@ def _quantities(amount: Resources) -> dict:
     return {k: shown[k] for k in ("cpu", "memory") if k in shown}
 
 
+def _last_round(pools: list[dict], name: str) -> str | None:
+    """When the pool's last round decided, as the API server holds the pool's status (``pools``: the
+    provisioning NodePools gather listed); None when it holds none."""
+    for obj in pools:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("name") == name:
+            status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+            shown = status.get("provisioning") if isinstance(status.get("provisioning"), dict) else {}
+            found = shown.get("lastRound")
+            return found if isinstance(found, str) and timefmt.parse(found) is not None else None
+    return None
+
+
 def _status(name: str, parsed: spec.PoolSpec, pool_machines: list[dict], types: Mapping[str, InstanceOption],
-            result: Result | None, claims: list[NewClaim], now: dt.datetime) -> dict:
+            result: Result | None, claims: list[NewClaim], last: str | None) -> dict:
     live = [m for m in pool_machines if not m["metadata"]["deletionTimestamp"]]
     flying = [m for m in live if pool.phase(m) != "Initialized"]
     total, coming = ZERO, ZERO
@@ -112,14 +125,16 @@ def _status(name: str, parsed: spec.PoolSpec, pool_machines: list[dict], types: 
     if result is not None:
         own = {m["metadata"]["name"] for m in live}
         mine = sum(1 for slot in result.placed.values() if slot in own) + sum(len(c.pods) for c in claims)
-    return {
+    shown = {
         "pendingPods": mine,
         "unschedulablePods": len(result.unschedulable) if result is not None else 0,
         "inFlight": {"machines": len(flying), **_quantities(coming)},
         "resources": {"machines": len(live), **_quantities(total)},
         "limits": shown_limits,
-        "lastRound": timefmt.fmt(now),
     }
+    if last is not None:
+        shown["lastRound"] = last
+    return shown
 
 
 def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.datetime, *,
@@ -127,10 +142,12 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     """This pool's part of the round over ``readings``."""
     types = {o.name: o for o in readings.catalog}
     own_machines = [m for m in readings.machines if m["metadata"]["labels"].get(machine_names.POOL_LABEL) == name]
-    ready, wait = batching.window(readings.pending, now, idle, maximum)
+    previous = _last_round(readings.pools, name)
+    ready, wait = batching.window(readings.pending, now, idle, maximum, timefmt.parse(previous))
     if not ready:
+        # No round yet: the last one stays the last, so the pods waiting for this one stay new.
         out = Round(False, wait)
-        out.status = _status(name, parsed, own_machines, types, None, [], now)
+        out.status = _status(name, parsed, own_machines, types, None, [], previous)
         return out
     started = time.process_time()
     specs = inputs.pools_of(readings.pools)
@@ -161,7 +178,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
         out.machines.append((machine_spec(parsed, claim, readings.subnets), annotations))
     out.placed_slots = set(result.placed.values())
     out.failed = inputs.failed_launches(own_machines, now)
-    out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
+    out.status = _status(name, parsed, own_machines, types, result, out.claims, timefmt.fmt(now))
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     return out
 

@@ -194,6 +194,38 @@ def test_window_never_waits_past_the_maximum_after_the_oldest():
     assert not ready and wait == pytest.approx(0.2)
 
 
+def test_window_counts_only_the_pods_that_arrived_since_the_last_round():
+    waiting_for_an_hour, newcomer = raw_pod("old", since=3600), raw_pod("new", since=0.3)
+    last_round = NOW - dt.timedelta(seconds=20)
+    assert batching.window([waiting_for_an_hour, newcomer], NOW, last_round=last_round) == \
+        (False, pytest.approx(0.7))
+    # The maximum runs from the oldest newcomer, not from the pod decided long ago.
+    first = raw_pod("first", since=9.5)
+    ready, wait = batching.window([waiting_for_an_hour, first, newcomer], NOW, last_round=last_round)
+    assert not ready and wait == pytest.approx(0.5)
+    # Nothing new since the last round: the pods still pending are decided again at once.
+    assert batching.window([waiting_for_an_hour], NOW, last_round=last_round) == (True, 0.0)
+
+
+def test_window_without_a_trustworthy_last_round_counts_every_pod():
+    pods_now = [raw_pod("old", since=3600), raw_pod("new", since=0.3)]
+    assert batching.window(pods_now, NOW, last_round=None) == (True, 0.0)
+    ahead = NOW + dt.timedelta(seconds=30)  # written by a clock ahead of ours
+    assert batching.window(pods_now, NOW, last_round=ahead) == (True, 0.0)
+
+
+def test_window_counts_a_pod_of_the_last_rounds_second_as_new():
+    """Condition times are whole seconds, cut down: a pod stamped with the last round's second may have turned
+    unschedulable after that round."""
+    last_round = dt.datetime(2026, 11, 27, 12, 59, 59, 600000, tzinfo=dt.timezone.utc)
+    same_second, before = raw_pod("same"), raw_pod("before")
+    same_second["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-27T12:59:59Z"
+    before["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-27T12:59:58Z"
+    now = NOW - dt.timedelta(seconds=0.2)  # 0.8 s after the second the pod names
+    assert batching.window([same_second, before], now, last_round=last_round) == (False, pytest.approx(0.2))
+    assert batching.window([before], now, last_round=last_round) == (True, 0.0)
+
+
 def test_window_ignores_pods_that_are_not_provisioning_s():
     running = raw_pod("a", since=0.1)
     running["status"]["phase"] = "Running"

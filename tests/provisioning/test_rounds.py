@@ -3,6 +3,7 @@ in the next round, the batch window, Events and status."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from hooks import events, machine_names, provisioning_names
@@ -119,6 +120,38 @@ def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))
     assert not out.ready and out.claims == [] and 0 < out.wait <= 1.0
+
+
+def test_a_rollout_beside_a_pod_pending_for_an_hour_is_decided_in_one_batch():
+    """A pod no pool can run has been pending for an hour; a rollout of 20 pods then turns unschedulable two
+    every poll (0.5 s). The rounds, each seeing the Machines of the earlier ones and the pool's status as the
+    API server holds it, launch what one round over the 20 pods launches."""
+    stuck = raw_pod("odd-0", since=3600, nodeSelector={provisioning_names.INSTANCE_FAMILY_LABEL: "x9"})
+    rollout = [raw_pod(f"web-{i}", cpu="1", memory="1Gi", since=-(i // 2) * 0.5) for i in range(20)]
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    machines: list[dict] = []
+    for poll in range(40):
+        now = NOW + dt.timedelta(seconds=poll * 0.5)
+        arrived = [p for i, p in enumerate(rollout) if (i // 2) * 0.5 <= poll * 0.5]
+        out = rounds.provision(POOL, spec.pool(pool), rounds.readings(raw_readings([stuck, *arrived], [pool],
+                                                                                   machines)), now)
+        machines += as_machines(out, start=len(machines))
+        pool["status"] = {"provisioning": out.status}
+    at_once = run(raw_readings([stuck, *rollout]))
+    assert len(machines) == len(at_once.claims)
+    assert sorted(p for m in machines for p in json.loads(
+        m["metadata"]["annotations"][provisioning_names.PROVISIONED_FOR])["pods"]) == \
+        sorted(f"default/{p['metadata']['name']}" for p in rollout)
+
+
+def test_a_round_that_waits_keeps_the_last_rounds_time():
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    out = run(raw_readings([raw_pod("web-0", since=0.2)], [pool]))
+    assert not out.ready and out.status["lastRound"] == stamp(30)
+    decided = run(raw_readings([raw_pod("web-0", since=2)], [pool]))
+    assert decided.ready and decided.status["lastRound"] == "2026-11-27T13:00:00Z"
 
 
 def test_a_pod_no_pool_can_run_is_reported_once_and_launches_nothing():
