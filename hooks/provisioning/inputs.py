@@ -21,7 +21,7 @@ from hooks.provisioning import pods, requirements, resources, slots
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead
+from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead, daemonset_ports
 
 # A launch records its instance within seconds; a Machine without one after this long is not launching.
 LAUNCH_GRACE_SECONDS = 60.0
@@ -219,7 +219,8 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
         coming.append(Slot(
             name=machine["metadata"]["name"], pool=pool_name, labels=labels, taints=taints,
             allocatable=allocatable, requested=daemonset_overhead(labels, taints, daemonsets),
-            machine=machine["metadata"]["name"], in_flight=True, provisioned_for=provisioned_for(machine)))
+            machine=machine["metadata"]["name"], in_flight=True, provisioned_for=provisioned_for(machine),
+            host_ports=daemonset_ports(labels, taints, daemonsets)))
     return existing + coming
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, NamedTuple
 
 from hooks import provisioning_names, timefmt
 from hooks.contract import RequestError
@@ -29,6 +29,9 @@ ZONE, HOSTNAME = provisioning_names.ZONE_LABEL, provisioning_names.HOSTNAME_LABE
 MAX_CONTAINERS = 200
 MAX_ITEMS = 100
 MAX_SKEW = 1_000_000
+# A host port's address that means every address of the Node, as kube-scheduler reads an empty hostIP.
+EVERY_ADDRESS = "0.0.0.0"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,38 @@ class Spread:
     hard: bool
 
 
+class HostPort(NamedTuple):
+    """A port of the Node a pod's container binds: ``ip`` EVERY_ADDRESS for all of the Node's addresses."""
+
+    ip: str
+    protocol: str
+    port: int
+
+
+def port_conflict(wanted: tuple[HostPort, ...], held: Collection[HostPort]) -> HostPort | None:
+    """The first of ``wanted`` a Node holding ``held`` cannot give, as kube-scheduler's NodePorts decides: the
+    same protocol and port, on the same address or where either side binds every address."""
+    for port in wanted:
+        for other in held:
+            if (other.port == port.port and other.protocol == port.protocol
+                    and (other.ip == port.ip or EVERY_ADDRESS in (other.ip, port.ip))):
+                return port
+    return None
+
+
+def describe_port(port: HostPort) -> str:
+    return f"host port {port.port}/{port.protocol}" + ("" if port.ip == EVERY_ADDRESS else f" on {port.ip}")
+
+
 @dataclass(frozen=True)
 class Resident:
-    """A pod as its neighbours see it: for spread counts and required anti-affinity both ways."""
+    """A pod as its neighbours see it: for spread counts and required anti-affinity both ways, and the host
+    ports it holds."""
 
     namespace: str
     labels: Mapping[str, str]
     anti_affinity: tuple[PodSelector, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +133,7 @@ class PodView:
     tolerations: tuple[Toleration, ...] = ()
     spreads: tuple[Spread, ...] = ()
     anti_affinity: tuple[PodSelector, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
     # Why provisioning cannot place this pod, or None.
     unsupported: str | None = None
     # The Node requirements the pod may go by, any one of them: the node selector with each required term.
@@ -164,6 +193,32 @@ def requests_of(spec: Mapping) -> Resources:
     if spec.get("overhead") is not None:
         total += resources.parse(spec.get("overhead"), "spec.overhead")
     return total + resources.ONE_POD
+
+
+def host_ports(spec: Mapping) -> tuple[HostPort, ...]:
+    """The host ports the pod's containers hold, as kube-scheduler's NodePorts counts them: every port of a
+    container (not an init container) with a ``hostPort``; a hostNetwork pod's container ports are host
+    ports whatever the field says (the API server sets ``hostPort`` to ``containerPort`` for them, though not
+    in a DaemonSet's template). An empty ``hostIP`` is every address, an empty protocol TCP."""
+    found = []
+    host_network = spec.get("hostNetwork") is True
+    for i, container in enumerate(_list(spec.get("containers"), "spec.containers", MAX_CONTAINERS)):
+        where = f"spec.containers[{i}].ports"
+        for j, raw in enumerate(_list(_mapping(container).get("ports"), where)):
+            if not isinstance(raw, dict):
+                raise RequestError(f"{where}[{j}]", "must be an object")
+            port = raw.get("hostPort")
+            if host_network and not port:
+                port = raw.get("containerPort")
+            if port is None or port == 0:
+                continue
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                raise RequestError(f"{where}[{j}].hostPort", "must be a port number from 1 to 65535")
+            protocol = raw.get("protocol") or "TCP"
+            if protocol not in PROTOCOLS:
+                raise RequestError(f"{where}[{j}].protocol", f"must be one of {', '.join(PROTOCOLS)}")
+            found.append(HostPort(_text(raw.get("hostIP")) or EVERY_ADDRESS, protocol, port))
+    return tuple(dict.fromkeys(found))
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
@@ -303,7 +358,7 @@ def _alternatives(node_selector: Requirements, terms: tuple[Requirements, ...], 
 
 def _signature(view: PodView) -> tuple:
     return (view.namespace, frozenset(view.labels.items()), view.requests, view.alternatives, view.preferred_terms,
-            view.tolerations, view.spreads, view.anti_affinity, view.unsupported)
+            view.tolerations, view.spreads, view.anti_affinity, view.host_ports, view.unsupported)
 
 
 def _key(meta: Mapping) -> tuple[str, str]:
@@ -330,7 +385,7 @@ def from_daemonset(daemonset: Any) -> PodView:
 
 def _view(meta: Mapping, spec: Mapping, *, strict: bool) -> PodView:
     """``strict``: a pending pod, whose every constraint counts. Otherwise a DaemonSet's pod, of which only
-    the requests and what admits it to a Node count."""
+    the requests, the host ports and what admits it to a Node count."""
     namespace, key = _key(meta)
     labels = _labels(meta.get("labels"))
     base = dict(key=key, uid=_text(meta.get("uid")), namespace=namespace, labels=labels)
@@ -344,7 +399,7 @@ def _view(meta: Mapping, spec: Mapping, *, strict: bool) -> PodView:
                          preferred_terms=preferred, tolerations=_tolerations(spec),
                          spreads=_spreads(spec, namespace, labels) if strict else (),
                          anti_affinity=_anti_affinity(affinity, namespace, labels, strict=True) if strict else (),
-                         alternatives=_alternatives(node_selector, terms, given))
+                         host_ports=host_ports(spec), alternatives=_alternatives(node_selector, terms, given))
     except RequestError as exc:
         result = PodView(**base, requests=resources.ONE_POD, unsupported=str(exc))
     object.__setattr__(result, "signature", _signature(result))
@@ -361,7 +416,11 @@ def resident(pod: Any) -> Resident:
         anti = _anti_affinity(_mapping(spec.get("affinity")), namespace, labels, strict=False)
     except RequestError:
         anti = ()
-    return Resident(namespace, labels, anti)
+    try:
+        ports = host_ports(spec)
+    except RequestError:
+        ports = ()  # the API server validates ports: a bound pod's that do not read hold none we can know
+    return Resident(namespace, labels, anti, ports)
 
 
 def _conditions(pod: Mapping) -> list[dict]:

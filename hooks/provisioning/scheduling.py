@@ -32,7 +32,7 @@ from hooks import machine_names, provisioning_names
 from hooks.machines.spec import ON_DEMAND, SPOT
 from hooks.provisioning import requirements
 from hooks.provisioning.catalog import InstanceOption
-from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, tolerates
+from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, describe_port, port_conflict, tolerates
 from hooks.provisioning.requirements import Requirements, Rule
 from hooks.provisioning.residents import Residents
 from hooks.provisioning_names import EXISTS, IN
@@ -85,6 +85,9 @@ class Slot:
     machine: str | None = None
     in_flight: bool = False
     provisioned_for: tuple[str, ...] = ()
+    # The host ports its pods hold (hooks.provisioning.pods.HostPort); for a Machine without a Node, its
+    # DaemonSets' pods'.
+    host_ports: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -120,15 +123,17 @@ class _Level:
 
 
 class _PoolType:
-    """An instance type as one pool sees it: ``room`` is its allocatable less the pool's DaemonSets."""
+    """An instance type as one pool sees it: ``room`` is its allocatable less the pool's DaemonSets, and
+    ``daemon_ports`` the host ports those DaemonSets hold on it."""
 
-    __slots__ = ("index", "name", "labels", "room", "capacity", "offers")
+    __slots__ = ("index", "name", "labels", "room", "capacity", "offers", "daemon_ports")
 
     def __init__(self, index: int, option: InstanceOption, room: Resources):
         self.index, self.name, self.labels = index, option.name, option.labels
         self.room, self.capacity = room, option.capacity
         self.offers = tuple((o.zone, o.capacity_type, math.inf if o.price is None else o.price)
                             for o in option.offerings if o.available)
+        self.daemon_ports: frozenset = frozenset()
 
 
 class _Space:
@@ -169,18 +174,22 @@ class _Pool:
         self.types: list[_PoolType] = []
         candidates = [_PoolType(i, option, option.allocatable) for i, option in enumerate(catalog)]
         base_space = self._space_of(self.base, candidates)
-        overheads = [(ds.requests, [self.admits(alt) for alt in ds.alternatives]) for ds in daemonsets
-                     if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
+        overheads = [(ds.requests, ds.host_ports, [self.admits(alt) for alt in ds.alternatives])
+                     for ds in daemonsets if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
         for entry in candidates:
             if entry.index not in base_space.allowed:
                 continue
-            overhead = ZERO
-            for asked, spaces in overheads:
+            overhead, ports = ZERO, set()
+            for asked, held, spaces in overheads:
                 if any(wk is not None and entry.index in self._space_of(wk, candidates).allowed for wk in spaces):
                     overhead += asked
+                    ports.update(held)
             if overhead.fits(entry.room):
                 entry.room = entry.room - overhead
+                entry.daemon_ports = frozenset(ports)
                 self.types.append(entry)
+        # Whether a pod's host ports must be checked against the DaemonSets of each type.
+        self.daemon_ports = any(entry.daemon_ports for entry in self.types)
         self._spaces.clear()
         self.limits, self.used = view.limits, view.used
         self.claims: list[_Claim] = []
@@ -280,20 +289,27 @@ class _Pool:
             return math.inf
         return self.limits.machines - (self.used.machines or 0) - len(self.claims)
 
+    def port_free(self, pod: PodView, entries: list[_PoolType]) -> list[_PoolType]:
+        """Of ``entries``, those whose DaemonSets leave the pod's host ports free."""
+        if not pod.host_ports or not self.daemon_ports:
+            return entries
+        return [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]
+
 
 class _Host:
-    __slots__ = ("id", "name", "zone", "anti")
+    __slots__ = ("id", "name", "zone", "anti", "ports")
 
-    def __init__(self, host_id: int, name: str, zone: str | None):
+    def __init__(self, host_id: int, name: str, zone: str | None, ports: frozenset = frozenset()):
         self.id, self.name, self.zone = host_id, name, zone
         self.anti: list[PodSelector] = []
+        self.ports = ports  # the host ports held on it
 
 
 class _SlotState(_Host):
     __slots__ = ("slot", "free", "labels", "taints")
 
     def __init__(self, host_id: int, slot: Slot):
-        super().__init__(host_id, slot.name, slot.labels.get(ZONE))
+        super().__init__(host_id, slot.name, slot.labels.get(ZONE), slot.host_ports)
         self.slot, self.labels, self.taints = slot, slot.labels, slot.taints
         self.free = slot.allocatable - slot.requested
 
@@ -437,6 +453,8 @@ class _Scheduler:
                 zones[host.zone] = zones.get(host.zone, 0) + 1
         if pod.anti_affinity:
             host.anti.extend(pod.anti_affinity)
+        if pod.host_ports:
+            host.ports = host.ports.union(pod.host_ports)
 
     def _pin(self, claim: _Claim, zone: str | None) -> None:
         """A claim whose zone became known: count its pods there."""
@@ -449,12 +467,15 @@ class _Scheduler:
                     zones[zone] = zones.get(zone, 0) + 1
 
     def host_room(self, pod: PodView, level: _Level, host: _Host) -> float:
-        """How many more pods like ``pod`` its spread and anti-affinity let ``host`` take."""
+        """How many more pods like ``pod`` its spread, anti-affinity and host ports let ``host`` take (one at
+        most with host ports: a pod like it holds the same ones)."""
+        if pod.host_ports and port_conflict(pod.host_ports, host.ports) is not None:
+            return 0
         matched = self.matched(pod)
         for selector in host.anti:
             if selector in matched:
                 return 0
-        room = math.inf
+        room = 1 if pod.host_ports else math.inf
         for selector in level.anti:
             if self.host_counts[selector].get(host.id, 0):
                 return 0
@@ -530,7 +551,8 @@ class _Scheduler:
         static = self._statics.setdefault((alternatives, pod.tolerations), len(self._statics))
         host_spreads = tuple(s for s in spreads if not s.zone)
         return _Level(alternatives, tuple(s for s in spreads if s.zone), host_spreads, pod.anti_affinity,
-                      pod.tolerations, static, pod.alternatives, not host_spreads and not pod.anti_affinity)
+                      pod.tolerations, static, pod.alternatives,
+                      not host_spreads and not pod.anti_affinity and not pod.host_ports)
 
     # --- Slots
 
@@ -602,7 +624,8 @@ class _Scheduler:
                     continue
                 space = pool.space(pinned)
                 allowed = None if pinned is claim.reqs else space.allowed
-                count, stages = self._fill(claim, claim.candidates, claim.total, allowed, asked, room)
+                count, stages = self._fill(claim, pool.port_free(pod, claim.candidates), claim.total, allowed, asked,
+                                           room)
                 if count:
                     return count, pinned, space, stages
         return 0, None, None, None
@@ -687,6 +710,10 @@ class _Scheduler:
                     if not fitting:
                         continue
                     stage = max(stage, 2)
+                    fitting = pool.port_free(pod, fitting)
+                    if not fitting:
+                        continue
+                    stage = max(stage, 3)
                     candidates = [e for e in fitting if _within(e, budget)]
                     if not candidates:
                         continue
@@ -708,6 +735,10 @@ class _Scheduler:
                                + (" in the zones the topology spread allows" if zones is not None else ""))
             elif stage == 1:
                 reasons.append(f"no instance type fits {_describe(asked)} (with DaemonSets)")
+            elif stage == 2:
+                held = sorted({describe_port(p) for e in pool.types for p in pod.host_ports
+                               if port_conflict((p,), e.daemon_ports)})
+                reasons.append(f"{', '.join(held)} held by a DaemonSet on every instance type that fits")
             else:
                 reasons.append("the pool's limits leave room for no instance type that fits")
         return 0
@@ -845,14 +876,23 @@ def placement_order(pods: Iterable[PodView]) -> list[PodView]:
     return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
 
 
+def _running_on(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> Iterable[PodView]:
+    """The DaemonSets that admit a Node with these labels and taints."""
+    return (d for d in daemonsets if d.unsupported is None and tolerates(d.tolerations, taints)
+            and any(alt.allows(labels) for alt in d.alternatives))
+
+
 def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> Resources:
     """What the DaemonSets that admit a Node with these labels and taints ask of it."""
     total = ZERO
-    for daemonset in daemonsets:
-        if (daemonset.unsupported is None and tolerates(daemonset.tolerations, taints)
-                and any(alt.allows(labels) for alt in daemonset.alternatives)):
-            total += daemonset.requests
+    for daemonset in _running_on(labels, taints, daemonsets):
+        total += daemonset.requests
     return total
+
+
+def daemonset_ports(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> frozenset:
+    """The host ports the DaemonSets that admit a Node with these labels and taints hold on it."""
+    return frozenset(p for daemonset in _running_on(labels, taints, daemonsets) for p in daemonset.host_ports)
 
 
 def schedule(pods: Sequence[PodView], pools: Sequence[PoolView], slots: Sequence[Slot],

@@ -103,10 +103,39 @@ def test_spread_and_anti_affinity():
     assert view.anti_affinity[0].matches("default", {"app": "web"})
 
 
+def test_host_ports_as_kube_scheduler_counts_them():
+    spec = {"containers": [
+        {"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53,
+                                                                          "protocol": "UDP", "hostIP": "10.0.0.1"},
+                                {"containerPort": 9090}]},
+        {"name": "b", "ports": [{"containerPort": 81, "hostPort": 8080}]}],
+        "initContainers": [{"name": "setup", "ports": [{"containerPort": 1, "hostPort": 7000}]}]}
+    view = pods.view({"metadata": {"name": "p"}, "spec": spec})
+    assert view.host_ports == (pods.HostPort("0.0.0.0", "TCP", 8080), pods.HostPort("10.0.0.1", "UDP", 53))
+    assert pods.resident({"metadata": {"name": "p"}, "spec": spec}).host_ports == view.host_ports
+    on_host = pods.view({"metadata": {"name": "p"}, "spec": {"hostNetwork": True, "containers": [
+        {"name": "a", "ports": [{"containerPort": 9100}, {"containerPort": 9200, "hostPort": 9201}]}]}})
+    assert on_host.host_ports == (pods.HostPort("0.0.0.0", "TCP", 9100), pods.HostPort("0.0.0.0", "TCP", 9201))
+
+
+def test_host_port_conflicts():
+    every, one, other = (pods.HostPort(ip, "TCP", 80) for ip in ("0.0.0.0", "10.0.0.1", "10.0.0.2"))
+    assert pods.port_conflict((one,), {every}) == one
+    assert pods.port_conflict((every,), {one}) == every
+    assert pods.port_conflict((one,), {one}) == one
+    assert pods.port_conflict((one,), {other}) is None
+    assert pods.port_conflict((one,), {pods.HostPort("10.0.0.1", "UDP", 80), pods.HostPort("10.0.0.1", "TCP", 81)}) \
+        is None
+
+
 @pytest.mark.parametrize("spec, reason", [
     ({"containers": [_container("lots")]}, "spec.containers[0].resources.requests.cpu"),
     ({"containers": "x"}, "spec.containers"),
     ({"containers": [], "tolerations": [{"operator": "Sometimes"}]}, "spec.tolerations[0].operator"),
+    ({"containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 70000}]}]},
+     "spec.containers[0].ports[0].hostPort"),
+    ({"containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 80, "protocol": "HTTP"}]}]},
+     "spec.containers[0].ports[0].protocol"),
     ({"containers": [], "topologySpreadConstraints": [
         {"maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule",
          "labelSelector": {}}]}, "not supported"),

@@ -116,6 +116,39 @@ def test_a_pod_nominated_for_preemption_gets_no_machine():
     assert not [e for e in out.events if e.about.get("name") == "urgent-0"]
 
 
+def with_node(raw: dict, name: str, *bound: dict, cpu: str = "8", memory: str = "32Gi") -> dict:
+    """``raw`` with an Initialized Machine of the pool, its Ready Node in the first zone and ``bound`` on it."""
+    raw["machines"].append({
+        "apiVersion": machine_names.API_VERSION, "kind": "Machine",
+        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(3600),
+                     "labels": {machine_names.POOL_LABEL: POOL}},
+        "spec": {"instanceTypes": ["m5.2xlarge"]},
+        "status": {"instanceID": f"i-{name}", "nodeName": name, "zone": ZONES[0],
+                   "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}})
+    raw["nodes"].append({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {machine_names.POOL_LABEL: POOL, provisioning_names.ZONE_LABEL: ZONES[0],
+                                              provisioning_names.HOSTNAME_LABEL: name}},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    for pod in bound:
+        pod = copy.deepcopy(pod)
+        pod["spec"]["nodeName"] = name
+        pod["status"] = {"phase": "Running"}
+        raw["bound"].append(pod)
+    return raw
+
+
+def test_a_pod_whose_host_port_a_node_holds_gets_a_machine():
+    ports = [{"name": "main", "ports": [{"containerPort": 80, "hostPort": 8080}],
+              "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]
+    first = raw_pod("ingress-0", containers=ports)
+    second, plain = raw_pod("ingress-1", containers=ports), raw_pod("web-0")
+    out = run(with_node(raw_readings([second, plain]), "node-1", first))
+    assert out.result.placed == {"default/web-0": "node-1"}
+    assert [c.pods for c in out.claims] == [("default/ingress-1",)]
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))

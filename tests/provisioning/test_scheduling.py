@@ -305,6 +305,78 @@ def test_hostname_spread_at_most_max_skew_per_node():
     assert [len(c.pods) for c in result.claims] == [2, 2, 1]
 
 
+# --- host ports
+
+
+def _serving(port: int, protocol: str = "TCP", host_ip: str | None = None, **container) -> dict:
+    entry = {"containerPort": 8080, "hostPort": port, "protocol": protocol, **container}
+    if host_ip is not None:
+        entry["hostIP"] = host_ip
+    return {"name": "main", "ports": [entry], "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}
+
+
+def _holding(*containers: dict, **spec) -> pods.Resident:
+    return pods.resident({"metadata": {"name": "holder", "namespace": "default", "labels": {"app": "holder"}},
+                          "spec": {"containers": list(containers), **spec}})
+
+
+def test_a_pod_goes_only_where_its_host_ports_are_free():
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(8080)),))
+    result = schedule([pod("web-1", containers=[_serving(8080)])], [pool()], [node], CATALOG)
+    assert result.placed == {} and [c.pods for c in result.claims] == [("default/web-1",)]
+    # Another protocol, or another port, is free there.
+    for other in (_serving(8080, "UDP"), _serving(8081)):
+        assert schedule([pod("web-1", containers=[other])], [pool()], [node], CATALOG).placed == {"default/web-1": "n1"}
+
+
+def test_host_ports_on_one_address_conflict_with_the_same_address_or_every_address():
+    on_a = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(53, "UDP", "10.0.0.1")),))
+    elsewhere = pod("dns-1", containers=[_serving(53, "UDP", "10.0.0.2")])
+    same = pod("dns-2", containers=[_serving(53, "UDP", "10.0.0.1")])
+    everywhere = pod("dns-3", containers=[_serving(53, "UDP")])
+    assert schedule([elsewhere], [pool()], [on_a], CATALOG).placed == {"default/dns-1": "n1"}
+    assert schedule([same], [pool()], [on_a], CATALOG).placed == {}
+    assert schedule([everywhere], [pool()], [on_a], CATALOG).placed == {}
+    on_every = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(53, "UDP", "0.0.0.0")),))
+    assert schedule([elsewhere], [pool()], [on_every], CATALOG).placed == {}
+
+
+def test_a_host_network_pods_container_ports_are_host_ports():
+    exporter = {"name": "main", "ports": [{"containerPort": 9100}]}
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(exporter, hostNetwork=True),))
+    result = schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [node], CATALOG)
+    assert result.placed == {} and len(result.claims) == 1
+    # Without hostNetwork a container port binds nothing on the Node.
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(exporter),))
+    assert schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [node], CATALOG).placed
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_pods_alike_with_a_host_port_take_one_per_node_and_per_claim(group):
+    pair = [pod(f"proxy-{i}", labels={"app": "proxy"}, containers=[_serving(443)]) for i in range(3)]
+    result = schedule(pair, [pool()], [node_slot("n1", cpu="8", memory="32Gi")], CATALOG, group_identical=group)
+    assert list(result.placed.values()) == ["n1"]
+    assert [len(c.pods) for c in result.claims] == [1, 1]
+
+
+def test_a_daemonset_holding_the_port_on_every_new_node_leaves_the_pod_unplaced():
+    agent = daemonset("agent", hostNetwork=True, containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    result = schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [], CATALOG, [agent])
+    assert result.claims == []
+    assert "host port 9100/TCP held by a DaemonSet on every instance type that fits" in \
+        result.unschedulable["default/scrape-1"]
+    # Where it would not run, its port is free.
+    arm_only = daemonset("agent", hostNetwork=True, nodeSelector={names.ARCH_LABEL: "arm64"},
+                         containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    assert schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [], CATALOG, [arm_only]).claims
+
+
+def test_daemonset_ports_of_an_in_flight_machine():
+    agent = daemonset("agent", hostNetwork=True, containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    assert scheduling.daemonset_ports({names.ARCH_LABEL: "amd64"}, (), [agent]) == {pods.HostPort("0.0.0.0", "TCP", 9100)}
+    assert scheduling.daemonset_ports({}, (taint("x"),), [agent]) == frozenset()
+
+
 # --- DaemonSets
 
 
