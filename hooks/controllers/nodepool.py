@@ -127,7 +127,8 @@ def _provisioning_reads(request: HookRequest, ctx: runtime.Context, now: dt.date
         readings = {"pending": raw_pending, "bound": provisioning_reads.running_on_nodes(kube),
                     "nodes": provisioning_reads.pool_nodes(kube), "pools": pool_objects,
                     "machines": machine_api.listed(kube),
-                    "daemonsets": provisioning_reads.daemonsets(kube)}
+                    "daemonsets": provisioning_reads.daemonsets(kube),
+                    "storage": provisioning_reads.storage(kube, raw_pending)}
     except Exception as exc:  # noqa: BLE001
         observed["provisioningError"] = f"API server: {error_text(exc)}"
         return

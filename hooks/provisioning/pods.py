@@ -11,6 +11,7 @@ it does not model (preferred pod affinity) are left out.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, NamedTuple
@@ -134,8 +135,14 @@ class PodView:
     spreads: tuple[Spread, ...] = ()
     anti_affinity: tuple[PodSelector, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
+    # The Node requirements its persistent volumes allow, any one of them; empty: none given.
+    volume_terms: tuple[Requirements, ...] = ()
+    # The CSI volumes it attaches: (driver, "namespace/claim") pairs.
+    attachments: frozenset = frozenset()
     # Why provisioning cannot place this pod, or None.
     unsupported: str | None = None
+    # Why kube-scheduler runs it nowhere until something else changes (a claim it waits for), or None.
+    unplaceable: str | None = None
     # The Node requirements the pod may go by, any one of them: the node selector with each required term.
     alternatives: tuple[Requirements, ...] = field(default=(), compare=False)
     # Equal for pods that are placed alike (same requests, labels and constraints).
@@ -200,25 +207,28 @@ def host_ports(spec: Mapping) -> tuple[HostPort, ...]:
     container (not an init container) with a ``hostPort``; a hostNetwork pod's container ports are host
     ports whatever the field says (the API server sets ``hostPort`` to ``containerPort`` for them, though not
     in a DaemonSet's template). An empty ``hostIP`` is every address, an empty protocol TCP."""
-    found = []
     host_network = spec.get("hostNetwork") is True
+    found = []
     for i, container in enumerate(_list(spec.get("containers"), "spec.containers", MAX_CONTAINERS)):
-        where = f"spec.containers[{i}].ports"
-        for j, raw in enumerate(_list(_mapping(container).get("ports"), where)):
-            if not isinstance(raw, dict):
-                raise RequestError(f"{where}[{j}]", "must be an object")
-            port = raw.get("hostPort")
-            if host_network and not port:
+        listed = container.get("ports") if isinstance(container, dict) else None
+        if not listed:
+            continue  # most containers: nothing to read
+        for j, raw in enumerate(_list(listed, f"spec.containers[{i}].ports")):
+            port = raw.get("hostPort") if isinstance(raw, dict) else None
+            if not port and host_network and isinstance(raw, dict):
                 port = raw.get("containerPort")
             if port is None or port == 0:
+                if not isinstance(raw, dict):
+                    raise RequestError(f"spec.containers[{i}].ports[{j}]", "must be an object")
                 continue
+            where = f"spec.containers[{i}].ports[{j}]"
             if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-                raise RequestError(f"{where}[{j}].hostPort", "must be a port number from 1 to 65535")
+                raise RequestError(f"{where}.hostPort", "must be a port number from 1 to 65535")
             protocol = raw.get("protocol") or "TCP"
             if protocol not in PROTOCOLS:
-                raise RequestError(f"{where}[{j}].protocol", f"must be one of {', '.join(PROTOCOLS)}")
+                raise RequestError(f"{where}.protocol", f"must be one of {', '.join(PROTOCOLS)}")
             found.append(HostPort(_text(raw.get("hostIP")) or EVERY_ADDRESS, protocol, port))
-    return tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(found)) if found else ()
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
@@ -358,7 +368,8 @@ def _alternatives(node_selector: Requirements, terms: tuple[Requirements, ...], 
 
 def _signature(view: PodView) -> tuple:
     return (view.namespace, frozenset(view.labels.items()), view.requests, view.alternatives, view.preferred_terms,
-            view.tolerations, view.spreads, view.anti_affinity, view.host_ports, view.unsupported)
+            view.tolerations, view.spreads, view.anti_affinity, view.host_ports, view.volume_terms, view.attachments,
+            view.unsupported, view.unplaceable)
 
 
 def _key(meta: Mapping) -> tuple[str, str]:
@@ -404,6 +415,16 @@ def _view(meta: Mapping, spec: Mapping, *, strict: bool) -> PodView:
         result = PodView(**base, requests=resources.ONE_POD, unsupported=str(exc))
     object.__setattr__(result, "signature", _signature(result))
     return result
+
+
+def with_volumes(view: PodView, terms: tuple[Requirements, ...], attachments: frozenset,
+                 problem: str | None) -> PodView:
+    """``view`` with what its persistent volumes ask (hooks.provisioning.volumes.PodVolumes' fields)."""
+    if view.unsupported is not None:
+        return view
+    found = dataclasses.replace(view, volume_terms=terms, attachments=attachments, unplaceable=problem)
+    object.__setattr__(found, "signature", _signature(found))
+    return found
 
 
 def resident(pod: Any) -> Resident:

@@ -19,7 +19,7 @@ from typing import Mapping
 from hooks import events, machine_names, provisioning_names, timefmt
 from hooks.events import Event
 from hooks.machines import pool, spec
-from hooks.provisioning import batching, catalog, inputs, pods
+from hooks.provisioning import batching, catalog, inputs, pods, volumes
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
 from hooks.provisioning.scheduling import NewClaim, Result, schedule
@@ -41,6 +41,8 @@ class Readings:
     catalog: list[InstanceOption]
     zones: Mapping[str, frozenset | None] = field(default_factory=dict)  # pool -> zones of its subnets
     subnets: list[dict] = field(default_factory=list)  # this pool's subnets: {"id", "zone"}
+    # Claims, volumes, StorageClasses and CSINodes; None: not read (no pending pod has volumes).
+    storage: volumes.Storage | None = None
 
 
 def readings(raw: dict) -> Readings:
@@ -52,10 +54,12 @@ def readings(raw: dict) -> Readings:
                                  {spec.ON_DEMAND: prices.get(spec.ON_DEMAND) or {}, spec.SPOT: spot})
     # A pool whose subnets EC2 does not know has no zone to launch in (an empty set), not every zone.
     zones = {name: frozenset(found) for name, found in (raw.get("zones") or {}).items() if isinstance(found, list)}
+    storage = raw.get("storage")
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
-                    subnets=raw.get("subnets") or [])
+                    subnets=raw.get("subnets") or [],
+                    storage=volumes.Storage.of(storage) if isinstance(storage, dict) and storage else None)
 
 
 @dataclass
@@ -161,9 +165,9 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     # The pending pods are read before the bound ones: a pod bound in between is in both lists, and holds
     # room only where it is bound (counted twice, it would launch a Machine for a pod already placed).
     bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
-    pending = [p for p in inputs.pending(readings.pending) if p.uid not in bound_uids]
+    pending = [p for p in inputs.pending(readings.pending, readings.storage) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
-                        daemonsets, now)
+                        daemonsets, now, readings.storage)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},

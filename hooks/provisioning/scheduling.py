@@ -21,6 +21,13 @@ tried again without any.
 Identical pods (same requests, labels and constraints, e.g. one
 Deployment's) are placed together where that gives what placing them one
 by one would: first fit is then a count per Slot or claim.
+
+Host ports and CSI volumes are held per Slot or claim: a pod goes only where
+its host ports are free (of the pods there and, on a claim, of the
+DaemonSets of each of its types) and where its volumes stay within the
+attach limit of each driver (a Slot's own, or per instance type on a claim,
+whose types shrink to those that attach them all). A pod's volumes narrow
+where it may go (``PodView.volume_terms``), not which zones its spread counts.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, describe_port, port_conflict, tolerates
 from hooks.provisioning.requirements import Requirements, Rule
 from hooks.provisioning.residents import Residents
+from hooks.provisioning.volumes import over_limit
 from hooks.provisioning_names import EXISTS, IN
 from hooks.provisioning.resources import Resources, ZERO
 
@@ -88,6 +96,10 @@ class Slot:
     # The host ports its pods hold (hooks.provisioning.pods.HostPort); for a Machine without a Node, its
     # DaemonSets' pods'.
     host_ports: frozenset = frozenset()
+    # The CSI volumes its pods attach, (driver, claim) pairs, and how many of each driver's it can attach (a
+    # driver not named: no limit).
+    attached: frozenset = frozenset()
+    attach_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -119,7 +131,8 @@ class _Level:
     tolerations: tuple
     static: int  # identifies (alternatives, tolerations) for the Slot admission cache
     required: tuple[Requirements, ...]  # the pod's own alternatives: which zones count for its spread
-    loose: bool  # no limit per Slot or claim (no hostname spread, no anti-affinity)
+    loose: bool  # no limit per Slot or claim (no hostname spread, no anti-affinity, no host ports or volumes)
+    holds: bool  # host ports or CSI volumes, which a Slot or claim must have free
 
 
 class _PoolType:
@@ -133,7 +146,6 @@ class _PoolType:
         self.room, self.capacity = room, option.capacity
         self.offers = tuple((o.zone, o.capacity_type, math.inf if o.price is None else o.price)
                             for o in option.offerings if o.available)
-        self.daemon_ports: frozenset = frozenset()
 
 
 class _Space:
@@ -155,7 +167,7 @@ def _type_ok(rules: list, labels: Mapping[str, str]) -> bool:
 
 class _Pool:
     def __init__(self, view: PoolView, catalog: Sequence[InstanceOption], daemonsets: Sequence[PodView]):
-        self.view, self.name = view, view.name
+        self.view, self.name, self.catalog = view, view.name, catalog
         self.fixed = {**view.labels, machine_names.POOL_LABEL: view.name,
                       provisioning_names.HOSTNAME_LABEL: _UNKNOWN_HOSTNAME}
         rules = {}
@@ -189,7 +201,7 @@ class _Pool:
                 entry.daemon_ports = frozenset(ports)
                 self.types.append(entry)
         # Whether a pod's host ports must be checked against the DaemonSets of each type.
-        self.daemon_ports = any(entry.daemon_ports for entry in self.types)
+        self.has_daemon_ports = any(entry.daemon_ports for entry in self.types)
         self._spaces.clear()
         self.limits, self.used = view.limits, view.used
         self.claims: list[_Claim] = []
@@ -289,27 +301,50 @@ class _Pool:
             return math.inf
         return self.limits.machines - (self.used.machines or 0) - len(self.claims)
 
-    def port_free(self, pod: PodView, entries: list[_PoolType]) -> list[_PoolType]:
-        """Of ``entries``, those whose DaemonSets leave the pod's host ports free."""
-        if not pod.host_ports or not self.daemon_ports:
-            return entries
-        return [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]
+    def usable(self, pod: PodView, attached: frozenset, entries: list[_PoolType]) -> list[_PoolType]:
+        """Of ``entries``, the types a claim holding ``attached`` may have with the pod: its DaemonSets leave
+        the pod's host ports free, and it attaches the pod's volumes too."""
+        if pod.host_ports and self.has_daemon_ports:
+            entries = [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]
+        if pod.attachments:
+            entries = [e for e in entries if over_limit(attached, pod.attachments, self.volume_limits(e)) is None]
+        return entries
+
+    def volume_limits(self, entry: _PoolType) -> dict[str, int]:
+        return dict(self.catalog[entry.index].volume_limits)
+
+    def unusable(self, pod: PodView, entries: list[_PoolType]) -> str:
+        """Why none of ``entries`` is usable for the pod on a new claim."""
+        if pod.host_ports and self.has_daemon_ports:
+            held = sorted({describe_port(p) for e in entries for p in pod.host_ports
+                           if port_conflict((p,), e.daemon_ports)})
+            if held and not [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]:
+                return f"{', '.join(held)} held by a DaemonSet on every instance type that fits"
+        drivers = sorted({d for d, _ in pod.attachments})
+        most = {d: max((self.volume_limits(e).get(d, math.inf) for e in entries), default=0) for d in drivers}
+        return "; ".join(f"no instance type that fits attaches {sum(1 for a in pod.attachments if a[0] == d)} "
+                         f"volumes of {d} (at most {most[d]})" for d in drivers if most[d] != math.inf)
 
 
 class _Host:
-    __slots__ = ("id", "name", "zone", "anti", "ports")
+    __slots__ = ("id", "name", "zone", "anti", "ports", "attached", "attach_limits")
 
-    def __init__(self, host_id: int, name: str, zone: str | None, ports: frozenset = frozenset()):
+    def __init__(self, host_id: int, name: str, zone: str | None, ports: frozenset = frozenset(),
+                 attached: frozenset = frozenset(), attach_limits: Mapping[str, int] | None = None):
         self.id, self.name, self.zone = host_id, name, zone
         self.anti: list[PodSelector] = []
         self.ports = ports  # the host ports held on it
+        self.attached = attached  # the CSI volumes attached to it
+        # How many of a driver's volumes it attaches; None: by instance type (a claim's candidates say).
+        self.attach_limits = attach_limits
 
 
 class _SlotState(_Host):
     __slots__ = ("slot", "free", "labels", "taints")
 
     def __init__(self, host_id: int, slot: Slot):
-        super().__init__(host_id, slot.name, slot.labels.get(ZONE), slot.host_ports)
+        super().__init__(host_id, slot.name, slot.labels.get(ZONE), slot.host_ports, slot.attached,
+                         slot.attach_limits)
         self.slot, self.labels, self.taints = slot, slot.labels, slot.taints
         self.free = slot.allocatable - slot.requested
 
@@ -469,8 +504,12 @@ class _Scheduler:
     def host_room(self, pod: PodView, level: _Level, host: _Host) -> float:
         """How many more pods like ``pod`` its spread, anti-affinity and host ports let ``host`` take (one at
         most with host ports: a pod like it holds the same ones)."""
-        if pod.host_ports and port_conflict(pod.host_ports, host.ports) is not None:
-            return 0
+        if level.holds:
+            if pod.host_ports and port_conflict(pod.host_ports, host.ports) is not None:
+                return 0
+            if (pod.attachments and host.attach_limits is not None
+                    and over_limit(host.attached, pod.attachments, host.attach_limits) is not None):
+                return 0
         matched = self.matched(pod)
         for selector in host.anti:
             if selector in matched:
@@ -542,17 +581,18 @@ class _Scheduler:
                                  if a.satisfiable) or pod.alternatives  # a preference no Node can meet: none
         found = []
         if alternatives != pod.alternatives or soft:
-            found.append(self._level(pod, alternatives, hard + soft))
-        found.append(self._level(pod, pod.alternatives, hard))
+            found.append(self._level(pod, _with_volumes(alternatives, pod.volume_terms), hard + soft))
+        found.append(self._level(pod, _with_volumes(pod.alternatives, pod.volume_terms), hard))
         self._levels[pod.signature] = found
         return found
 
     def _level(self, pod: PodView, alternatives: tuple, spreads: list[Spread]) -> _Level:
         static = self._statics.setdefault((alternatives, pod.tolerations), len(self._statics))
         host_spreads = tuple(s for s in spreads if not s.zone)
+        holds = bool(pod.host_ports or pod.attachments)
         return _Level(alternatives, tuple(s for s in spreads if s.zone), host_spreads, pod.anti_affinity,
-                      pod.tolerations, static, pod.alternatives,
-                      not host_spreads and not pod.anti_affinity and not pod.host_ports)
+                      pod.tolerations, static, pod.alternatives, not host_spreads and not pod.anti_affinity and not holds,
+                      holds)
 
     # --- Slots
 
@@ -582,6 +622,8 @@ class _Scheduler:
             state.free = state.free - pod.requests
             self.placed[pod.key] = state.name
             self._record(pod, state)
+            if pod.attachments:
+                state.attached = state.attached | pod.attachments
 
     # --- claims
 
@@ -624,8 +666,8 @@ class _Scheduler:
                     continue
                 space = pool.space(pinned)
                 allowed = None if pinned is claim.reqs else space.allowed
-                count, stages = self._fill(claim, pool.port_free(pod, claim.candidates), claim.total, allowed, asked,
-                                           room)
+                candidates = pool.usable(pod, claim.attached, claim.candidates) if level.holds else claim.candidates
+                count, stages = self._fill(claim, candidates, claim.total, allowed, asked, room)
                 if count:
                     return count, pinned, space, stages
         return 0, None, None, None
@@ -675,6 +717,8 @@ class _Scheduler:
         for pod in pods:
             claim.pods.append(pod)
             self._record(pod, claim)
+            if pod.attachments:
+                claim.attached = claim.attached | pod.attachments
 
     def new_claim(self, pods: list[PodView], level: _Level, zones: list[str] | None, reasons: list[str]) -> int:
         """Place as many of ``pods`` (alike) as fit on a new claim of the first pool that can take one."""
@@ -696,6 +740,7 @@ class _Scheduler:
                 continue
             budget = pool.budget(None)
             stage = 0
+            unusable = ""
             for wk in admitted:
                 space = pool.space(wk)
                 for zone in self._zone_choices(zones, space):
@@ -710,9 +755,11 @@ class _Scheduler:
                     if not fitting:
                         continue
                     stage = max(stage, 2)
-                    fitting = pool.port_free(pod, fitting)
-                    if not fitting:
+                    usable = pool.usable(pod, frozenset(), fitting)
+                    if not usable:
+                        unusable = pool.unusable(pod, fitting)
                         continue
+                    fitting = usable
                     stage = max(stage, 3)
                     candidates = [e for e in fitting if _within(e, budget)]
                     if not candidates:
@@ -736,9 +783,7 @@ class _Scheduler:
             elif stage == 1:
                 reasons.append(f"no instance type fits {_describe(asked)} (with DaemonSets)")
             elif stage == 2:
-                held = sorted({describe_port(p) for e in pool.types for p in pod.host_ports
-                               if port_conflict((p,), e.daemon_ports)})
-                reasons.append(f"{', '.join(held)} held by a DaemonSet on every instance type that fits")
+                reasons.append(unusable)
             else:
                 reasons.append("the pool's limits leave room for no instance type that fits")
         return 0
@@ -753,6 +798,8 @@ class _Scheduler:
         for pod in unique.values():
             if pod.unsupported is not None:
                 self.unschedulable[pod.key] = f"not supported: {pod.unsupported}"
+            elif pod.unplaceable is not None:
+                self.unschedulable[pod.key] = pod.unplaceable
             else:
                 supported.append(pod)
         self.track(supported, residents)
@@ -792,6 +839,8 @@ class _Scheduler:
                 return
         if not pods[0].alternatives:
             reason = "its node selector and required node-affinity terms cannot all be met"
+        elif not self.levels(pods[0])[-1].alternatives:
+            reason = "its node selector and required node affinity allow no topology its volumes allow"
         elif not self.pools:
             reason = "no provisioning NodePool"
         else:
@@ -855,6 +904,14 @@ class _Scheduler:
             requests=claim.total,
             capacity=Resources(cpu=claim.charge_cpu, memory=claim.charge_memory),
         )
+
+
+def _with_volumes(alternatives: tuple[Requirements, ...], terms: tuple[Requirements, ...]) -> tuple:
+    """The pod's alternatives each narrowed by one of its volumes' terms (all that can still be met)."""
+    if not terms:
+        return alternatives
+    return tuple(dict.fromkeys(both for both in (alt.intersect(term) for alt in alternatives for term in terms)
+                               if both.satisfiable))
 
 
 def _zone_requirement(zone: str) -> Requirements:

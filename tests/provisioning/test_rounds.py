@@ -149,6 +149,60 @@ def test_a_pod_whose_host_port_a_node_holds_gets_a_machine():
     assert [c.pods for c in out.claims] == [("default/ingress-1",)]
 
 
+def _stateful(name: str, claim: str, **kwargs) -> dict:
+    return raw_pod(name, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": claim}}], **kwargs)
+
+
+def _bound_claim(name: str, zone: str) -> list[dict]:
+    """A claim and the EBS volume it is bound to, in ``zone``."""
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+             "spec": {"volumeName": f"pv-{name}", "storageClassName": "gp3"}, "status": {"phase": "Bound"}},
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
+             "spec": {"csi": {"driver": provisioning_names.EBS_CSI_DRIVER, "volumeHandle": f"vol-{name}"},
+                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [zone]}]}]}}}}]
+
+
+def _storage(*objects: dict, csi_nodes: tuple = ()) -> dict:
+    found: dict = {"claims": [], "volumes": [], "storageClasses": [], "csiNodes": list(csi_nodes)}
+    for obj in objects:
+        found["claims" if obj["kind"] == "PersistentVolumeClaim" else "volumes"].append(obj)
+    return found
+
+
+def test_a_pod_whose_volume_is_in_one_zone_gets_a_machine_in_that_zone():
+    raw = with_node(raw_readings([_stateful("db-0", "data-db-0")]), "node-1")  # in the first zone, with room
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[1]))
+    out = run(raw)
+    assert out.result.placed == {}
+    (claim,), ((machine_spec, _),) = out.claims, out.machines
+    assert claim.zone == ZONES[1] and machine_spec["subnets"] == ["subnet-b"]
+
+
+def test_a_pod_whose_claim_does_not_exist_gets_no_machine_and_an_event_saying_why():
+    raw = raw_readings([_stateful("db-0", "data-db-0"), raw_pod("web-0")])
+    raw["storage"] = _storage()
+    out = run(raw)
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    (failed,) = [e for e in out.events if e.reason == events.FAILED_PROVISIONING]
+    assert failed.about["name"] == "db-0"
+    assert "PersistentVolumeClaim data-db-0 does not exist" in failed.message
+    assert out.status["unschedulablePods"] == 1
+
+
+def test_a_node_that_attaches_no_more_volumes_leaves_the_pod_a_new_machine():
+    running = _stateful("db-0", "data-db-0")
+    raw = with_node(raw_readings([_stateful("db-1", "data-db-1")]), "node-1", running)
+    csi_node = {"metadata": {"name": "node-1"}, "spec": {"drivers": [
+        {"name": provisioning_names.EBS_CSI_DRIVER, "allocatable": {"count": 1}}]}}
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[0]), *_bound_claim("data-db-1", ZONES[0]),
+                              csi_nodes=(csi_node,))
+    out = run(raw)
+    assert out.result.placed == {} and [(c.zone, c.pods) for c in out.claims] == [(ZONES[0], ("default/db-1",))]
+    csi_node["spec"]["drivers"][0]["allocatable"]["count"] = 2
+    assert run(raw).result.placed == {"default/db-1": "node-1"}
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))

@@ -377,6 +377,88 @@ def test_daemonset_ports_of_an_in_flight_machine():
     assert scheduling.daemonset_ports({}, (taint("x"),), [agent]) == frozenset()
 
 
+# --- volumes
+
+EBS = "ebs.csi.aws.com"  # the AWS EBS CSI driver, as StorageClasses and PersistentVolumes name it
+
+
+def _zone(zone: str) -> requirements.Requirements:
+    return requirements.Requirements({names.ZONE_LABEL: requirements.Rule.of(names.IN, (zone,))})
+
+
+def _with_volumes(view: pods.PodView, *claims: str, zone: str | None = None, driver: str = EBS) -> pods.PodView:
+    return pods.with_volumes(view, (_zone(zone),) if zone else (), frozenset((driver, c) for c in claims), None)
+
+
+def test_a_pod_goes_only_where_its_volume_is():
+    there = node_slot("n1", cpu="8", memory="32Gi", zone=ZONES[0])
+    result = schedule([_with_volumes(pod("db-0"), "default/data-0", zone=ZONES[1])], [pool()], [there], CATALOG)
+    assert result.placed == {}
+    assert [(c.zone, c.pods) for c in result.claims] == [(ZONES[1], ("default/db-0",))]
+    assert schedule([_with_volumes(pod("db-0"), "default/data-0", zone=ZONES[0])], [pool()], [there],
+                    CATALOG).placed == {"default/db-0": "n1"}
+
+
+def test_a_zone_spread_counts_the_zones_the_pod_itself_may_use_not_its_volumes():
+    spread = [{"maxSkew": 1, "topologyKey": names.ZONE_LABEL, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "db"}}}]
+    running = node_slot("n1", cpu="8", memory="32Gi", zone=ZONES[1], residents=(pods.Resident("default", {"app": "db"}),))
+    # Zone a has none of the pods yet: one more in zone b breaks the skew, so the pod waits.
+    db = _with_volumes(pod("db-1", labels={"app": "db"}, topologySpreadConstraints=spread), "default/data-1",
+                       zone=ZONES[1])
+    result = schedule([db], [pool()], [running], CATALOG)
+    assert result.placed == {} and result.claims == []
+    assert "topology spread" in result.unschedulable["default/db-1"]
+
+
+def test_volumes_that_contradict_the_pods_node_selector_leave_it_unplaced():
+    db = _with_volumes(pod("db-0", nodeSelector={names.ZONE_LABEL: ZONES[0]}), "default/data-0", zone=ZONES[1])
+    result = schedule([db], [pool()], [], CATALOG)
+    assert result.claims == []
+    assert result.unschedulable["default/db-0"] == \
+        "its node selector and required node affinity allow no topology its volumes allow"
+
+
+def test_a_node_attaches_no_more_volumes_than_its_limit():
+    full = scheduling.Slot(**{**node_slot("n1", cpu="8", memory="32Gi").__dict__,
+                              "attached": frozenset({(EBS, "default/a"), (EBS, "default/b")}),
+                              "attach_limits": {EBS: 2}})
+    result = schedule([_with_volumes(pod("db-0"), "default/c")], [pool()], [full], CATALOG)
+    assert result.placed == {} and len(result.claims) == 1
+    # A volume it holds already, or one of a driver without a limit, needs no more room.
+    assert schedule([_with_volumes(pod("db-0"), "default/a")], [pool()], [full], CATALOG).placed
+    assert schedule([_with_volumes(pod("db-0"), "default/c", driver="efs.csi.aws.com")], [pool()], [full],
+                    CATALOG).placed
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_a_new_claim_takes_no_more_volumes_than_its_types_attach(group):
+    few = options({"m5.xlarge": (4, 16, 0.192)})
+    assert dict(few[0].volume_limits) == {EBS: 26}
+    db = [_with_volumes(pod(f"db-{i}", "100m", "128Mi", labels={"app": "db"}), f"default/data-{i}") for i in range(30)]
+    result = schedule(db, [pool()], [], few, group_identical=group)
+    assert sorted(len(c.pods) for c in result.claims) == [4, 26]
+    shared = [_with_volumes(pod(f"web-{i}", "100m", "128Mi", labels={"app": "web"}), "default/shared", driver=EBS)
+              for i in range(30)]
+    assert [len(c.pods) for c in schedule(shared, [pool()], [], few, group_identical=group).claims] == [30], \
+        "one volume shared by every pod attaches once"
+
+
+def test_a_pod_with_more_volumes_than_any_type_attaches_is_unplaced():
+    many = _with_volumes(pod("db-0"), *(f"default/data-{i}" for i in range(30)))
+    result = schedule([many], [pool()], [], CATALOG)
+    assert result.claims == []
+    assert "no instance type that fits attaches 30 volumes of ebs.csi.aws.com (at most 26)" in \
+        result.unschedulable["default/db-0"]
+
+
+def test_a_pod_kube_scheduler_runs_nowhere_is_unschedulable_with_its_reason():
+    waiting = pods.with_volumes(pod("db-0"), (), frozenset(), "volume 'data': PersistentVolumeClaim data does not exist")
+    result = schedule([waiting], [pool()], [node_slot("n1")], CATALOG)
+    assert result.placed == {} and result.claims == []
+    assert result.unschedulable == {"default/db-0": "volume 'data': PersistentVolumeClaim data does not exist"}
+
+
 # --- DaemonSets
 
 
