@@ -93,7 +93,8 @@ def _provisioning(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
                     "nodes": provisioning_reads.pool_nodes(kube), "pools": pool_objects,
                     "machines": machine_api.listed(kube),
                     "daemonsets": provisioning_reads.daemonsets(kube),
-                    "podDisruptionBudgets": provisioning_reads.pod_disruption_budgets(kube)}
+                    "podDisruptionBudgets": provisioning_reads.pod_disruption_budgets(kube),
+                    "storage": provisioning_reads.storage(kube, raw_pending)}
     except Exception as exc:  # noqa: BLE001
         observed["provisioningError"] = f"API server: {error_text(exc)}"
         return

@@ -21,11 +21,11 @@ from typing import Iterable, Mapping
 from hooks import machine_names, provisioning_names, timefmt
 from hooks.contract import RequestError
 from hooks.machines import pool, signals, spec
-from hooks.provisioning import pods, requirements, resources, slots
+from hooks.provisioning import pods, requirements, resources, slots, volumes
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead
+from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead, daemonset_ports
 
 # A launch records its instance within seconds; a Machine without one after this long is not launching.
 LAUNCH_GRACE_SECONDS = 60.0
@@ -265,15 +265,47 @@ def pods_by_node(bound: Iterable[dict]) -> dict[str, list[dict]]:
     return found
 
 
+def _type_volume_limits(names: Iterable[str], catalog: Mapping[str, InstanceOption]) -> dict[str, int]:
+    """Per CSI driver, the fewest volumes any of these instance types attaches (the launch may pick any)."""
+    found: dict[str, int] = {}
+    for name in names:
+        option = catalog.get(name)
+        for driver, count in option.volume_limits if option is not None else ():
+            found[driver] = min(found.get(driver, count), count)
+    return found
+
+
+def _machine_volume_limits(machine: dict, node: dict | None, catalog: Mapping[str, InstanceOption]) -> dict:
+    """The attach limits of a Machine's instance type: its Node's, else the one it launched, else the fewest
+    of its types."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    for name in (labels.get(provisioning_names.INSTANCE_TYPE_LABEL), machine["status"].get("instanceType")):
+        if isinstance(name, str) and name in catalog:
+            return dict(catalog[name].volume_limits)
+    return _type_volume_limits(_instance_types(machine), catalog)
+
+
+def _with_volumes(slot: Slot, machine: dict, node: dict | None, bound: list[dict],
+                  catalog: Mapping[str, InstanceOption], storage: volumes.Storage) -> Slot:
+    """The Slot with the CSI volumes its pods attach and how many it can: its CSINode's counts, else its
+    instance type's."""
+    attached = frozenset(a for pod in bound for a in storage.attached(pod))
+    by_type = _machine_volume_limits(machine, node, catalog)
+    limits = storage.limits(slots.name_of(node), by_type) if node is not None else by_type
+    return dataclasses.replace(slot, attached=attached, attach_limits=limits)
+
+
 def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
          catalog: Mapping[str, InstanceOption], daemonsets: list[PodView], now: dt.datetime,
          subnet_zones: Mapping[str, str] | None = None,
-         pool_zones: Mapping[str, frozenset | None] | None = None) -> list[Slot]:
+         pool_zones: Mapping[str, frozenset | None] | None = None,
+         storage: volumes.Storage | None = None) -> list[Slot]:
     """The room the provisioning pools have or will have: Nodes of their Machines, then in-flight Machines.
 
     ``machines`` are every pool's (hooks.machines.pool.machines_of), ``nodes`` the Nodes labelled with a
     pool, ``bound`` the pods on each Node; ``subnet_zones`` the zone of each subnet the pools' Machines may
-    use, ``pool_zones`` the zones of each pool's subnets (Readings.zones).
+    use, ``pool_zones`` the zones of each pool's subnets (Readings.zones); ``storage``, read when a pending
+    pod has volumes, gives each Slot its attached volumes and attach limits.
     """
     names = set(pool_names)
     subnet_zones, pool_zones = subnet_zones or {}, pool_zones or {}
@@ -289,9 +321,12 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
         if node is not None:
             if (node.get("spec") or {}).get("unschedulable") is True:
                 continue
-            slot = slots.of_node(node, bound.get(slots.name_of(node), []), pool_name, machine["metadata"]["name"])
+            on_node = bound.get(slots.name_of(node), [])
+            slot = slots.of_node(node, on_node, pool_name, machine["metadata"]["name"])
             if slot is None:
                 continue
+            if storage is not None:
+                slot = _with_volumes(slot, machine, node, on_node, catalog, storage)
             if in_flight:
                 # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them;
                 # a device plugin may not have reported its devices yet: the Machine's own figure stands.
@@ -320,11 +355,12 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
         allocatable = _machine_allocatable(machine, catalog, [t.name for t in types])
         if allocatable is None:
             continue
-        coming.append(Slot(
+        slot = Slot(
             name=machine["metadata"]["name"], pool=pool_name, labels=labels, taints=taints,
             allocatable=allocatable, requested=daemonset_overhead(labels, taints, daemonsets, varying),
             machine=machine["metadata"]["name"], in_flight=True, provisioned_for=provisioned_for(machine),
-            varying=varying))
+            varying=varying, host_ports=daemonset_ports(labels, taints, daemonsets, varying))
+        coming.append(slot if storage is None else _with_volumes(slot, machine, None, [], catalog, storage))
     return existing + coming
 
 
@@ -338,9 +374,18 @@ def _machine_allocatable(machine: dict, catalog: Mapping[str, InstanceOption],
     return _sized(machine, catalog, "allocatable", Resources.minimum, types)
 
 
-def pending(raw_pods: Iterable[dict]) -> list[PodView]:
-    """The pods kube-scheduler found no room for, that provisioning may place."""
-    return [pods.view(p) for p in raw_pods if pods.is_provisionable(p)]
+def pending(raw_pods: Iterable[dict], storage: volumes.Storage | None = None) -> list[PodView]:
+    """The pods kube-scheduler found no room for, that provisioning may place; with ``storage`` (read when
+    one of them has volumes), what their volumes ask."""
+    found = []
+    for raw in raw_pods:
+        if pods.is_provisionable(raw):
+            view = pods.view(raw)
+            if storage is not None and volumes.claims_of(raw):
+                asked = storage.of_pod(raw)
+                view = pods.with_volumes(view, asked.terms, asked.attachments, asked.problem)
+            found.append(view)
+    return found
 
 
 def spot_candidates(specs: Mapping[str, spec.PoolSpec], type_facts: Mapping[str, dict]) -> list[str]:

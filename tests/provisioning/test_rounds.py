@@ -3,6 +3,7 @@ in the next round, the batch window, Events and status."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from hooks import events, machine_names, provisioning_names
@@ -114,10 +115,138 @@ def test_a_pod_bound_between_the_reads_is_not_provisioned_for_again():
     assert sorted(p for c in out.claims for p in c.pods) == ["default/web-1", "default/web-2"]
 
 
+def test_a_pod_nominated_for_preemption_gets_no_machine():
+    preempting = raw_pod("urgent-0", cpu="1", memory="1Gi")
+    preempting["status"]["nominatedNodeName"] = "node-7"
+    out = run(raw_readings([preempting, raw_pod("web-0", cpu="1", memory="1Gi")]))
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    assert out.pending_pods == 1 and "default/urgent-0" not in out.result.unschedulable
+    assert not [e for e in out.events if e.about.get("name") == "urgent-0"]
+
+
+def with_node(raw: dict, name: str, *bound: dict, cpu: str = "8", memory: str = "32Gi") -> dict:
+    """``raw`` with an Initialized Machine of the pool, its Ready Node in the first zone and ``bound`` on it."""
+    raw["machines"].append({
+        "apiVersion": machine_names.API_VERSION, "kind": "Machine",
+        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(3600),
+                     "labels": {machine_names.POOL_LABEL: POOL}},
+        "spec": {"instanceTypes": ["m5.2xlarge"]},
+        "status": {"instanceID": f"i-{name}", "nodeName": name, "zone": ZONES[0],
+                   "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}})
+    raw["nodes"].append({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {machine_names.POOL_LABEL: POOL, provisioning_names.ZONE_LABEL: ZONES[0],
+                                              provisioning_names.HOSTNAME_LABEL: name}},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    for pod in bound:
+        pod = copy.deepcopy(pod)
+        pod["spec"]["nodeName"] = name
+        pod["status"] = {"phase": "Running"}
+        raw["bound"].append(pod)
+    return raw
+
+
+def test_a_pod_whose_host_port_a_node_holds_gets_a_machine():
+    ports = [{"name": "main", "ports": [{"containerPort": 80, "hostPort": 8080}],
+              "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]
+    first = raw_pod("ingress-0", containers=ports)
+    second, plain = raw_pod("ingress-1", containers=ports), raw_pod("web-0")
+    out = run(with_node(raw_readings([second, plain]), "node-1", first))
+    assert out.result.placed == {"default/web-0": "node-1"}
+    assert [c.pods for c in out.claims] == [("default/ingress-1",)]
+
+
+def _stateful(name: str, claim: str, **kwargs) -> dict:
+    return raw_pod(name, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": claim}}], **kwargs)
+
+
+def _bound_claim(name: str, zone: str) -> list[dict]:
+    """A claim and the EBS volume it is bound to, in ``zone``."""
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+             "spec": {"volumeName": f"pv-{name}", "storageClassName": "gp3"}, "status": {"phase": "Bound"}},
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
+             "spec": {"csi": {"driver": provisioning_names.EBS_CSI_DRIVER, "volumeHandle": f"vol-{name}"},
+                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [zone]}]}]}}}}]
+
+
+def _storage(*objects: dict, csi_nodes: tuple = ()) -> dict:
+    found: dict = {"claims": [], "volumes": [], "storageClasses": [], "csiNodes": list(csi_nodes)}
+    for obj in objects:
+        found["claims" if obj["kind"] == "PersistentVolumeClaim" else "volumes"].append(obj)
+    return found
+
+
+def test_a_pod_whose_volume_is_in_one_zone_gets_a_machine_in_that_zone():
+    raw = with_node(raw_readings([_stateful("db-0", "data-db-0")]), "node-1")  # in the first zone, with room
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[1]))
+    out = run(raw)
+    assert out.result.placed == {}
+    (claim,), ((machine_spec, _),) = out.claims, out.machines
+    assert claim.zone == ZONES[1] and machine_spec["subnets"] == ["subnet-b"]
+
+
+def test_a_pod_whose_claim_does_not_exist_gets_no_machine_and_an_event_saying_why():
+    raw = raw_readings([_stateful("db-0", "data-db-0"), raw_pod("web-0")])
+    raw["storage"] = _storage()
+    out = run(raw)
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    (failed,) = [e for e in out.events if e.reason == events.FAILED_PROVISIONING]
+    assert failed.about["name"] == "db-0"
+    assert "PersistentVolumeClaim data-db-0 does not exist" in failed.message
+    assert out.status["unschedulablePods"] == 1
+
+
+def test_a_node_that_attaches_no_more_volumes_leaves_the_pod_a_new_machine():
+    running = _stateful("db-0", "data-db-0")
+    raw = with_node(raw_readings([_stateful("db-1", "data-db-1")]), "node-1", running)
+    csi_node = {"metadata": {"name": "node-1"}, "spec": {"drivers": [
+        {"name": provisioning_names.EBS_CSI_DRIVER, "allocatable": {"count": 1}}]}}
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[0]), *_bound_claim("data-db-1", ZONES[0]),
+                              csi_nodes=(csi_node,))
+    out = run(raw)
+    assert out.result.placed == {} and [(c.zone, c.pods) for c in out.claims] == [(ZONES[0], ("default/db-1",))]
+    csi_node["spec"]["drivers"][0]["allocatable"]["count"] = 2
+    assert run(raw).result.placed == {"default/db-1": "node-1"}
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))
     assert not out.ready and out.claims == [] and 0 < out.wait <= 1.0
+
+
+def test_a_rollout_beside_a_pod_pending_for_an_hour_is_decided_in_one_batch():
+    """A pod no pool can run has been pending for an hour; a rollout of 20 pods then turns unschedulable two
+    every poll (0.5 s). The rounds, each seeing the Machines of the earlier ones and the pool's status as the
+    API server holds it, launch what one round over the 20 pods launches."""
+    stuck = raw_pod("odd-0", since=3600, nodeSelector={provisioning_names.INSTANCE_FAMILY_LABEL: "x9"})
+    rollout = [raw_pod(f"web-{i}", cpu="1", memory="1Gi", since=-(i // 2) * 0.5) for i in range(20)]
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    machines: list[dict] = []
+    for poll in range(40):
+        now = NOW + dt.timedelta(seconds=poll * 0.5)
+        arrived = [p for i, p in enumerate(rollout) if (i // 2) * 0.5 <= poll * 0.5]
+        out = rounds.provision(POOL, spec.pool(pool), rounds.readings(raw_readings([stuck, *arrived], [pool],
+                                                                                   machines)), now)
+        machines += as_machines(out, start=len(machines))
+        pool["status"] = {"provisioning": out.status}
+    at_once = run(raw_readings([stuck, *rollout]))
+    assert len(machines) == len(at_once.claims)
+    assert sorted(p for m in machines for p in json.loads(
+        m["metadata"]["annotations"][provisioning_names.PROVISIONED_FOR])["pods"]) == \
+        sorted(f"default/{p['metadata']['name']}" for p in rollout)
+
+
+def test_a_round_that_waits_keeps_the_last_rounds_time():
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    out = run(raw_readings([raw_pod("web-0", since=0.2)], [pool]))
+    assert not out.ready and out.status["lastRound"] == stamp(30)
+    decided = run(raw_readings([raw_pod("web-0", since=2)], [pool]))
+    assert decided.ready and decided.status["lastRound"] == "2026-11-27T13:00:00Z"
 
 
 def test_a_pod_no_pool_can_run_is_reported_once_and_launches_nothing():

@@ -78,7 +78,8 @@ def node_slot(name: str, cpu: str = "2", memory: str = "8Gi", *, pool_name: str 
     return scheduling.Slot(name=name, pool=pool_name, labels=all_labels, taints=tuple(taints),
                            allocatable=resources.parse({"cpu": cpu, "memory": memory, "pods": "110"}),
                            requested=resources.parse(requested or {}), pods=tuple(residents),
-                           machine=name, in_flight=in_flight, provisioned_for=tuple(provisioned_for))
+                           machine=name, in_flight=in_flight, provisioned_for=tuple(provisioned_for),
+                           host_ports=frozenset(p for r in residents for p in r.host_ports))
 
 
 def taint(key: str, value: str | None = None, effect: str = "NoSchedule") -> Taint:
