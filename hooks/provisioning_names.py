@@ -34,6 +34,9 @@ PROVISIONED_FOR_MAX_PODS = 200
 # On a pod, a Node or a Machine, "true": consolidation never removes the Machine it is on, or it.
 DO_NOT_DISRUPT = "nodewarden.io/do-not-disrupt"
 
+# The AWS EBS CSI driver: the one driver whose attach limit an instance type decides (hooks.machines.capacity).
+EBS_CSI_DRIVER = "ebs.csi.aws.com"
+
 LINUX = "linux"
 # EC2's architecture names -> Kubernetes' (GOARCH) names.
 ARCHITECTURES = {"x86_64": "amd64", "arm64": "arm64"}

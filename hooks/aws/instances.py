@@ -162,6 +162,7 @@ def type_facts(described: dict) -> dict:
     """The parts of DescribeInstanceTypes a Machine's capacity and a provisioning catalog are computed from."""
     network = described.get("NetworkInfo") or {}
     gpus = (described.get("GpuInfo") or {}).get("Gpus") or []
+    ebs = described.get("EbsInfo") or {}
     return {
         "vcpus": (described.get("VCpuInfo") or {}).get("DefaultVCpus"),
         "memoryMiB": (described.get("MemoryInfo") or {}).get("SizeInMiB"),
@@ -172,6 +173,8 @@ def type_facts(described: dict) -> dict:
         "architectures": list((described.get("ProcessorInfo") or {}).get("SupportedArchitectures") or []),
         "supportedUsageClasses": list(described.get("SupportedUsageClasses") or []),
         "currentGeneration": bool(described.get("CurrentGeneration")),
+        "hypervisor": described.get("Hypervisor") or "",
+        "ebsAttachments": ebs.get("MaximumEbsAttachments"),
     }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 
 from hooks import runtime, timefmt
-from hooks.aws import instance_catalog, instances, pricing
+from hooks.aws import images, instance_catalog, instances, pricing
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError
 from hooks.kube import fencing_api, machine_api, provisioning_reads
@@ -93,7 +93,8 @@ def _provisioning(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
                     "nodes": provisioning_reads.pool_nodes(kube), "pools": pool_objects,
                     "machines": machine_api.listed(kube),
                     "daemonsets": provisioning_reads.daemonsets(kube),
-                    "podDisruptionBudgets": provisioning_reads.pod_disruption_budgets(kube)}
+                    "podDisruptionBudgets": provisioning_reads.pod_disruption_budgets(kube),
+                    "storage": provisioning_reads.storage(kube, raw_pending)}
     except Exception as exc:  # noqa: BLE001
         observed["provisioningError"] = f"API server: {error_text(exc)}"
         return
@@ -102,15 +103,19 @@ def _provisioning(request: HookRequest, ctx: runtime.Context, now: dt.datetime, 
         facts = instance_catalog.all_type_facts(ctx.aws, ec2.meta.region_name)
         specs = {**inputs.pools_of(pool_objects), request.name: parsed}
         spot = instance_catalog.spot_prices(ec2, inputs.spot_candidates(specs, facts))
-        zones, own = {}, []
+        zones, own, subnet_zones, architectures = {}, [], {}, {}
         for name, other in sorted(specs.items()):
             found = instances.subnets(ec2, list(other.template.subnets), other.template.subnet_selector)
             zones[name] = sorted({s["zone"] for s in found if s.get("zone")})
+            subnet_zones.update({s["id"]: s["zone"] for s in found if s.get("zone")})
+            if inputs.mixes_architectures(other, facts):
+                architectures[name] = images.architecture_of(ec2, other.template.image_id,
+                                                             other.template.launch_template)
             if name == request.name:
                 own = found
         readings.update(
             typeFacts=facts, zoneOfferings=instance_catalog.zone_offerings(ctx.aws, ec2.meta.region_name),
-            zones=zones, subnets=own,
+            zones=zones, subnets=own, subnetZones=subnet_zones, images=architectures,
             prices={spec.ON_DEMAND: pricing.on_demand_prices(ctx.aws, ctx.settings.aws_region or ec2.meta.region_name),
                     spec.SPOT: [[t, z, p] for (t, z), p in sorted(spot.items())]})
     except Exception as exc:  # noqa: BLE001

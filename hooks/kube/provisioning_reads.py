@@ -1,6 +1,7 @@
 """What a provisioning round reads from the API server, each time afresh: the pending pods, the pods bound to
-Nodes, the provisioning NodePools, the Nodes of every pool, the DaemonSets and the PodDisruptionBudgets (the Machines of every pool are
-``machine_api.listed(kube)``).
+Nodes, the provisioning NodePools, the Nodes of every pool, the DaemonSets, the PodDisruptionBudgets, and
+when a pending pod has volumes, the claims, volumes, StorageClasses and CSINodes (the Machines of every pool
+are ``machine_api.listed(kube)``).
 
 Each answers the objects as plain dicts, filtered by the API server where a selector can say it; a failed
 read raises, for the caller to report.
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 from lightkube import operators
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node, PersistentVolume, PersistentVolumeClaim, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
+from lightkube.resources.storage_v1 import CSINode, StorageClass
 
 from hooks import machine_names
 from hooks.kube import fresh
+from hooks.provisioning import volumes
 
 
 def pending(kube) -> list[dict]:
@@ -47,3 +50,15 @@ def daemonsets(kube) -> list[dict]:
 def pod_disruption_budgets(kube) -> list[dict]:
     """Every PodDisruptionBudget: which pods an eviction would be refused for now."""
     return [fresh.as_dict(b) for b in kube.list(PodDisruptionBudget, namespace="*")]
+
+
+def storage(kube, raw_pending: list[dict]) -> dict:
+    """When a pending pod provisioning may place has a claim: every PersistentVolumeClaim, PersistentVolume,
+    StorageClass and CSINode, one list each (hooks.provisioning.volumes.Storage.of reads them); otherwise
+    nothing is read and nothing answered."""
+    if not volumes.claimed(raw_pending):
+        return {}
+    return {"claims": [fresh.as_dict(c) for c in kube.list(PersistentVolumeClaim, namespace="*")],
+            "volumes": [fresh.as_dict(v) for v in kube.list(PersistentVolume)],
+            "storageClasses": [fresh.as_dict(c) for c in kube.list(StorageClass)],
+            "csiNodes": [fresh.as_dict(n) for n in kube.list(CSINode)]}

@@ -15,7 +15,9 @@ onto a Machine fits the Node that registers:
 - allocatable: capacity less kube-reserved (CPU by the core table, 11 MiB
   per pod plus 255 MiB of memory, 1 GiB of ephemeral-storage) and the hard
   eviction thresholds (``memory.available`` 100 MiB, ``nodefs.available``
-  10 %).
+  10 %);
+- EBS volumes it attaches: as the EBS CSI driver computes them
+  (``ebs_volume_limit``).
 
 The Node's own report replaces these once it registers.
 """
@@ -42,6 +44,14 @@ KUBE_RESERVED_CPU_BANDS = ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), 
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+
+# The EBS CSI driver's attach limit (its pkg/driver/node.go and pkg/cloud/limits): a Xen type attaches 39
+# volumes; any other EC2's MaximumEbsAttachments (the driver's default, 27, when unknown); the root volume
+# takes one. On a shared limit the driver also counts every network interface beyond the first as attached
+# when it starts, which cannot be known before: the limit here counts the first alone, and the Node's CSINode
+# replaces it once the driver reports.
+XEN_EBS_ATTACHMENTS = 39
+DEFAULT_EBS_ATTACHMENTS = 27
 
 
 def max_pods(facts: dict) -> int:
@@ -105,3 +115,15 @@ def resources(facts: dict | None) -> tuple[dict, dict]:
         vendor = "amd.com/gpu" if "amd" in str(facts.get("gpuManufacturer", "")).lower() else "nvidia.com/gpu"
         capacity[vendor] = allocatable[vendor] = str(gpus)
     return capacity, allocatable
+
+
+def ebs_volume_limit(facts: dict | None) -> int:
+    """How many EBS volumes a Node of the type attaches besides its root volume (at least one, as the driver
+    never reports fewer)."""
+    facts = facts or {}
+    attachments = facts.get("ebsAttachments")
+    if facts.get("hypervisor") == "xen":
+        attachments = XEN_EBS_ATTACHMENTS
+    elif isinstance(attachments, bool) or not isinstance(attachments, int) or attachments < 1:
+        attachments = DEFAULT_EBS_ATTACHMENTS
+    return max(1, attachments - 1)

@@ -36,6 +36,9 @@ class InstanceOption:
     capacity: Resources
     allocatable: Resources
     offerings: tuple[Offering, ...]
+    # How many volumes of a CSI driver a Node of the type attaches: (driver, count) pairs; a driver not here
+    # has no limit.
+    volume_limits: tuple[tuple[str, int], ...] = ()
 
 
 def _price(value: Any) -> float | None:
@@ -75,7 +78,8 @@ def options(type_facts: Mapping[str, dict], zone_offerings: Mapping[str, list[st
             name=name, labels=provisioning_names.instance_labels(name, facts),
             capacity=resources.parse(capacity_quantities, f"{name}.capacity"),
             allocatable=resources.parse(allocatable_quantities, f"{name}.allocatable"),
-            offerings=tuple(offerings)))
+            offerings=tuple(offerings),
+            volume_limits=((provisioning_names.EBS_CSI_DRIVER, capacity.ebs_volume_limit(facts)),)))
     return found
 
 

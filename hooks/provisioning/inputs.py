@@ -5,7 +5,11 @@ request body. A Machine counts as in-flight capacity until it is
 Initialized: with the allocatable it recorded from its instance type once
 launched, before that with the least any of its instance types offers (the
 launch may fall back to any of them); its Node's own allocatable once the
-Node exists. A Machine being deleted or chosen to go is no capacity.
+Node exists, where an extended resource the Node does not report yet (a
+device plugin not started) stands at the Machine's figure. Before its
+launch, its labels are those every (instance type, zone) it may launch with
+gives, and the others vary (Slot.varying). A Machine being deleted or chosen
+to go is no capacity.
 """
 from __future__ import annotations
 
@@ -17,11 +21,11 @@ from typing import Iterable, Mapping
 from hooks import machine_names, provisioning_names, timefmt
 from hooks.contract import RequestError
 from hooks.machines import pool, signals, spec
-from hooks.provisioning import pods, requirements, resources, slots
+from hooks.provisioning import pods, requirements, resources, slots, volumes
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
-from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead
+from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead, daemonset_ports
 
 # A launch records its instance within seconds; a Machine without one after this long is not launching.
 LAUNCH_GRACE_SECONDS = 60.0
@@ -54,9 +58,10 @@ def _limit(value: str | None, *, milli: bool) -> int | None:
     return None if value is None else resources.quantity(value, "limits", milli=milli)
 
 
-def _sized(machine: dict, catalog: Mapping[str, InstanceOption], key: str, combine) -> Resources | None:
+def _sized(machine: dict, catalog: Mapping[str, InstanceOption], key: str, combine,
+           types: Iterable[str] | None = None) -> Resources | None:
     """The Machine's recorded ``key`` (capacity or allocatable, from its launched type), else ``combine`` of
-    its instance types' own (before the launch picks one of them)."""
+    its instance types' own (before the launch picks one of them), or of ``types`` when given."""
     recorded = machine["status"].get(key)
     if isinstance(recorded, dict) and recorded:
         try:
@@ -64,7 +69,7 @@ def _sized(machine: dict, catalog: Mapping[str, InstanceOption], key: str, combi
         except RequestError:
             pass
     found = None
-    for name in _instance_types(machine):
+    for name in _instance_types(machine) if types is None else types:
         option = catalog.get(name)
         if option is not None:
             amount = getattr(option, key)
@@ -83,52 +88,136 @@ def _instance_types(machine: dict) -> list[str]:
     return [t for t in raw if isinstance(t, str)] if isinstance(raw, list) else []
 
 
+def mixes_architectures(parsed: spec.PoolSpec, type_facts: Mapping[str, dict]) -> bool:
+    """Whether the pool's requirements allow instance types of more than one architecture: then its image's
+    architecture decides which it launches (a type of another is refused by RunInstances)."""
+    allowed = requirements.of(parsed.provisioning.requirements).only(provisioning_names.INSTANCE_TYPE_LABELS) \
+        if parsed.provisioning else None
+    if allowed is None:
+        return False
+    seen = set()
+    for name, facts in type_facts.items():
+        labels = provisioning_names.instance_labels(name, facts)
+        if labels.get(provisioning_names.ARCH_LABEL) not in seen and allowed.allows(labels):
+            seen.add(labels.get(provisioning_names.ARCH_LABEL))
+            if len(seen) > 1:
+                return True
+    return False
+
+
+def image_architecture(image: Mapping | None) -> tuple[str | None, str | None]:
+    """The architecture (as ``kubernetes.io/arch`` names it) of a pool's image, as gather read it
+    (hooks.aws.images.architecture_of), or why it is not known; (None, None) when it was not read."""
+    if not image:
+        return None, None
+    named = f"image {image.get('id')}" if image.get("id") else "the image of its launch template"
+    if image.get("error"):
+        return None, (f"the architecture of {named} is not known ({image['error']}): nothing is launched "
+                      f"while its instance types may be of several; a {provisioning_names.ARCH_LABEL} "
+                      "requirement needs no image read")
+    found = provisioning_names.ARCHITECTURES.get(image.get("architecture"))
+    if found is None:
+        return None, f"{named} is {image.get('architecture')}: no instance type provisioning launches runs it"
+    return found, None
+
+
 def pool_view(name: str, parsed: spec.PoolSpec, machines: list[dict], catalog: Mapping[str, InstanceOption],
-              zones: frozenset | None, now: dt.datetime) -> PoolView:
+              zones: frozenset | None, now: dt.datetime, image: Mapping | None = None) -> PoolView:
     """The pool as the scheduler weighs it; ``machines`` are its own, as the API server lists them. A Machine
-    that cannot launch holds nothing of the limits."""
+    that cannot launch holds nothing of the limits. ``image``: its image's architecture as gather read it
+    (when its types mix architectures), to which its requirements are narrowed."""
     provisioning = parsed.provisioning
     live = [m for m in machines if not m["metadata"]["deletionTimestamp"] and not launch_failing(m, now)]
     used = ZERO
     for machine in live:
         used += machine_capacity(machine, catalog)
     limits = provisioning.limits
+    allowed = requirements.of(provisioning.requirements)
+    architecture, unknown = image_architecture(image)
+    if architecture is not None:
+        allowed = allowed.intersect(requirements.of([(provisioning_names.ARCH_LABEL, provisioning_names.IN,
+                                                      (architecture,))]))
     return PoolView(
         name=name, weight=provisioning.weight,
-        requirements=requirements.of(provisioning.requirements),
+        requirements=allowed,
         taints=parsed.template.taints,
         labels={**parsed.template.labels, machine_names.POOL_LABEL: name},
         limits=Limits(_limit(limits.cpu, milli=True), _limit(limits.memory, milli=False), limits.machines),
         used=Limits(used.cpu, used.memory, len(live)),
         capacity_type=parsed.template.capacity_type,
-        zones=zones)
+        zones=zones, cannot_launch=unknown)
 
 
-def _common(labels: list[Mapping[str, str]]) -> dict[str, str]:
-    """The labels every one of ``labels`` has, with the same value."""
-    if not labels:
-        return {}
-    first = dict(labels[0])
-    return {k: v for k, v in first.items() if all(other.get(k) == v for other in labels[1:])}
+def _recorded(machine: dict, key: str) -> str | None:
+    value = machine["status"].get(key)
+    return value if isinstance(value, str) and value else None
 
 
-def machine_labels(machine: dict, catalog: Mapping[str, InstanceOption]) -> dict[str, str]:
-    """The labels a Machine's Node will have: its own, its pool's, its instance type's (or those all its
-    types share, before the launch picks one), its zone when known, its capacity type."""
+def machine_zones(machine: dict, subnet_zones: Mapping[str, str], pool_zones: frozenset | None) -> frozenset | None:
+    """The zones a Machine's instance is or may be in: its recorded zone, else those of its subnets (a
+    ``subnetSelector`` finds any of its pool's, ``pool_zones``); None when a subnet's zone is not known."""
+    recorded = _recorded(machine, "zone")
+    if recorded is not None:
+        return frozenset((recorded,))
+    found: set[str] = set()
+    subnets = machine["spec"].get("subnets")
+    for subnet in subnets if isinstance(subnets, list) else ():
+        zone = subnet_zones.get(subnet) if isinstance(subnet, str) else None
+        if zone is None:
+            return None
+        found.add(zone)
+    if machine["spec"].get("subnetSelector"):
+        if pool_zones is None:
+            return None
+        found |= pool_zones
+    return frozenset(found) or None
+
+
+def launch_choices(machine: dict, catalog: Mapping[str, InstanceOption], zones: frozenset
+                   ) -> tuple[list[InstanceOption], frozenset]:
+    """The instance types (known to the catalog) and zones a Machine's instance is or may be launched with:
+    its recorded type, else its types offered in one of ``zones`` (``machine_zones``) at its capacity type;
+    the zones of ``zones`` where one of them is offered."""
+    launched = _recorded(machine, "instanceType")
+    names = [launched] if launched is not None else _instance_types(machine)
+    types = [catalog[t] for t in dict.fromkeys(names) if t in catalog]
+    capacity_type = machine["spec"].get("capacityType") or spec.ON_DEMAND
+    offered = [(option, frozenset(o.zone for o in option.offerings if o.capacity_type == capacity_type) & zones)
+               for option in types]
+    if any(where for _, where in offered):
+        return [option for option, where in offered if where], frozenset().union(*(where for _, where in offered))
+    return types, zones  # offered nowhere it may launch: judged by all it names
+
+
+def machine_labels(machine: dict, types: list[InstanceOption], where: frozenset
+                   ) -> tuple[dict[str, str], dict[str, frozenset]]:
+    """The labels a Machine's Node will have, and those its launch still decides, when it launches with one
+    of ``types`` in one of the zones ``where`` (``launch_choices``).
+
+    The first: its own, its pool's, its capacity type's, and of its instance type's and zone's those every
+    such launch gives. The second: each label key whose value differs between them, with every value it may
+    take (None: missing).
+    """
     labels = {k: v for k, v in (machine["spec"].get("labels") or {}).items() if isinstance(v, str)}
     pool_name = machine["metadata"]["labels"].get(machine_names.POOL_LABEL)
     if pool_name:
         labels[machine_names.POOL_LABEL] = pool_name
-    launched = machine["status"].get("instanceType")
-    if isinstance(launched, str) and launched in catalog:
-        labels.update(catalog[launched].labels)
-    else:
-        labels.update(_common([catalog[t].labels for t in _instance_types(machine) if t in catalog]))
-    zone = machine["status"].get("zone")
-    if isinstance(zone, str) and zone:
-        labels[provisioning_names.ZONE_LABEL] = zone
+    varying: dict[str, frozenset] = {}
+    keys = {key for option in types for key in option.labels}
+    for key in keys:
+        values = frozenset(option.labels.get(key) for option in types)
+        if len(values) == 1:
+            (labels[key],) = values  # every one of them has it, with this value
+        else:
+            varying[key] = values
+    if len(where) == 1:
+        (labels[provisioning_names.ZONE_LABEL],) = where
+    elif where:
+        varying[provisioning_names.ZONE_LABEL] = where
+    for key in varying:
+        labels.pop(key, None)  # the kubelet's value is the instance's
     labels[provisioning_names.CAPACITY_TYPE_LABEL] = machine["spec"].get("capacityType") or spec.ON_DEMAND
-    return labels
+    return labels, varying
 
 
 def _startup_keys(machine: dict) -> set[str]:
@@ -176,14 +265,51 @@ def pods_by_node(bound: Iterable[dict]) -> dict[str, list[dict]]:
     return found
 
 
+def _type_volume_limits(names: Iterable[str], catalog: Mapping[str, InstanceOption]) -> dict[str, int]:
+    """Per CSI driver, the fewest volumes any of these instance types attaches (the launch may pick any)."""
+    found: dict[str, int] = {}
+    for name in names:
+        option = catalog.get(name)
+        for driver, count in option.volume_limits if option is not None else ():
+            found[driver] = min(found.get(driver, count), count)
+    return found
+
+
+def _machine_volume_limits(machine: dict, node: dict | None, catalog: Mapping[str, InstanceOption]) -> dict:
+    """The attach limits of a Machine's instance type: its Node's, else the one it launched, else the fewest
+    of its types."""
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    for name in (labels.get(provisioning_names.INSTANCE_TYPE_LABEL), machine["status"].get("instanceType")):
+        if isinstance(name, str) and name in catalog:
+            return dict(catalog[name].volume_limits)
+    return _type_volume_limits(_instance_types(machine), catalog)
+
+
+def _with_volumes(slot: Slot, machine: dict, node: dict | None, bound: list[dict],
+                  catalog: Mapping[str, InstanceOption], storage: volumes.Storage) -> Slot:
+    """The Slot with the CSI volumes its pods attach and how many it can: its CSINode's counts, else its
+    instance type's."""
+    attached = frozenset(a for pod in bound for a in storage.attached(pod))
+    by_type = _machine_volume_limits(machine, node, catalog)
+    limits = storage.limits(slots.name_of(node), by_type) if node is not None else by_type
+    return dataclasses.replace(slot, attached=attached, attach_limits=limits)
+
+
 def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
-          catalog: Mapping[str, InstanceOption], daemonsets: list[PodView], now: dt.datetime) -> list[Slot]:
+         catalog: Mapping[str, InstanceOption], daemonsets: list[PodView], now: dt.datetime,
+         subnet_zones: Mapping[str, str] | None = None,
+         pool_zones: Mapping[str, frozenset | None] | None = None,
+         storage: volumes.Storage | None = None) -> list[Slot]:
     """The room the provisioning pools have or will have: Nodes of their Machines, then in-flight Machines.
 
     ``machines`` are every pool's (hooks.machines.pool.machines_of), ``nodes`` the Nodes labelled with a
-    pool, ``bound`` the pods on each Node.
+    pool, ``bound`` the pods on each Node; ``subnet_zones`` the zone of each subnet the pools' Machines may
+    use, ``pool_zones`` the zones of each pool's subnets (Readings.zones); ``storage``, read when a pending
+    pod has volumes, gives each Slot its attached volumes and attach limits.
     """
     names = set(pool_names)
+    subnet_zones, pool_zones = subnet_zones or {}, pool_zones or {}
+    everywhere: frozenset | None = None  # every zone the catalog knows: where a subnet of unknown zone may be
     nodes_by_name = {slots.name_of(n): n for n in nodes}
     existing, coming = [], []
     for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
@@ -195,13 +321,20 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
         if node is not None:
             if (node.get("spec") or {}).get("unschedulable") is True:
                 continue
-            slot = slots.of_node(node, bound.get(slots.name_of(node), []), pool_name, machine["metadata"]["name"])
+            on_node = bound.get(slots.name_of(node), [])
+            slot = slots.of_node(node, on_node, pool_name, machine["metadata"]["name"])
             if slot is None:
                 continue
+            if storage is not None:
+                slot = _with_volumes(slot, machine, node, on_node, catalog, storage)
             if in_flight:
-                # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them.
+                # Still starting: the taints it starts with go once it is ready, so no pod needs to tolerate them;
+                # a device plugin may not have reported its devices yet: the Machine's own figure stands.
                 passing = _startup_keys(machine) | _PASSING_TAINTS
+                own = _machine_allocatable(machine, catalog)
                 slot = dataclasses.replace(slot, taints=tuple(t for t in slot.taints if t.key not in passing),
+                                           allocatable=slot.allocatable if own is None
+                                           else slot.allocatable.with_extended_of(own),
                                            in_flight=True, provisioned_for=provisioned_for(machine))
                 coming.append(slot)
             else:
@@ -209,28 +342,50 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
             continue
         if not in_flight:
             continue  # Initialized, its Node gone: nothing to place on
-        labels = machine_labels(machine, catalog)
+        zones = machine_zones(machine, subnet_zones, pool_zones.get(pool_name))
+        if zones is None:
+            if everywhere is None:
+                everywhere = frozenset(o.zone for option in catalog.values() for o in option.offerings)
+            zones = everywhere
+        types, where = launch_choices(machine, catalog, zones)
+        labels, varying = machine_labels(machine, types, where)
         startup = _startup_keys(machine)
         taints = tuple(t for t in slots.taints_of({"spec": {"taints": machine["spec"].get("taints")}})
                        if t.key not in startup)
-        allocatable = _machine_allocatable(machine, catalog)
+        allocatable = _machine_allocatable(machine, catalog, [t.name for t in types])
         if allocatable is None:
             continue
-        coming.append(Slot(
+        slot = Slot(
             name=machine["metadata"]["name"], pool=pool_name, labels=labels, taints=taints,
-            allocatable=allocatable, requested=daemonset_overhead(labels, taints, daemonsets),
-            machine=machine["metadata"]["name"], in_flight=True, provisioned_for=provisioned_for(machine)))
+            allocatable=allocatable, requested=daemonset_overhead(labels, taints, daemonsets, varying),
+            machine=machine["metadata"]["name"], in_flight=True, provisioned_for=provisioned_for(machine),
+            varying=varying, host_ports=daemonset_ports(labels, taints, daemonsets, varying))
+        coming.append(slot if storage is None else _with_volumes(slot, machine, None, [], catalog, storage))
     return existing + coming
 
 
-def _machine_allocatable(machine: dict, catalog: Mapping[str, InstanceOption]) -> Resources | None:
-    """What an in-flight Machine offers: its allocatable, before its launch the least any of its types has."""
-    return _sized(machine, catalog, "allocatable", Resources.minimum)
+def _machine_allocatable(machine: dict, catalog: Mapping[str, InstanceOption],
+                         types: Iterable[str] | None = None) -> Resources | None:
+    """What an in-flight Machine offers: its allocatable, else its launched type's, before its launch the
+    least any of its types (or ``types``) has."""
+    launched = _recorded(machine, "instanceType")
+    if types is None and launched is not None:
+        types = [launched]
+    return _sized(machine, catalog, "allocatable", Resources.minimum, types)
 
 
-def pending(raw_pods: Iterable[dict]) -> list[PodView]:
-    """The pods kube-scheduler found no room for, that provisioning may place."""
-    return [pods.view(p) for p in raw_pods if pods.is_provisionable(p)]
+def pending(raw_pods: Iterable[dict], storage: volumes.Storage | None = None) -> list[PodView]:
+    """The pods kube-scheduler found no room for, that provisioning may place; with ``storage`` (read when
+    one of them has volumes), what their volumes ask."""
+    found = []
+    for raw in raw_pods:
+        if pods.is_provisionable(raw):
+            view = pods.view(raw)
+            if storage is not None and volumes.claims_of(raw):
+                asked = storage.of_pod(raw)
+                view = pods.with_volumes(view, asked.terms, asked.attachments, asked.problem)
+            found.append(view)
+    return found
 
 
 def spot_candidates(specs: Mapping[str, spec.PoolSpec], type_facts: Mapping[str, dict]) -> list[str]:

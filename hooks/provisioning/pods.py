@@ -11,9 +11,10 @@ it does not model (preferred pod affinity) are left out.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, NamedTuple
 
 from hooks import provisioning_names, timefmt
 from hooks.contract import RequestError
@@ -29,6 +30,9 @@ ZONE, HOSTNAME = provisioning_names.ZONE_LABEL, provisioning_names.HOSTNAME_LABE
 MAX_CONTAINERS = 200
 MAX_ITEMS = 100
 MAX_SKEW = 1_000_000
+# A host port's address that means every address of the Node, as kube-scheduler reads an empty hostIP.
+EVERY_ADDRESS = "0.0.0.0"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 
 @dataclass(frozen=True)
@@ -81,13 +85,38 @@ class Spread:
     hard: bool
 
 
+class HostPort(NamedTuple):
+    """A port of the Node a pod's container binds: ``ip`` EVERY_ADDRESS for all of the Node's addresses."""
+
+    ip: str
+    protocol: str
+    port: int
+
+
+def port_conflict(wanted: tuple[HostPort, ...], held: Collection[HostPort]) -> HostPort | None:
+    """The first of ``wanted`` a Node holding ``held`` cannot give, as kube-scheduler's NodePorts decides: the
+    same protocol and port, on the same address or where either side binds every address."""
+    for port in wanted:
+        for other in held:
+            if (other.port == port.port and other.protocol == port.protocol
+                    and (other.ip == port.ip or EVERY_ADDRESS in (other.ip, port.ip))):
+                return port
+    return None
+
+
+def describe_port(port: HostPort) -> str:
+    return f"host port {port.port}/{port.protocol}" + ("" if port.ip == EVERY_ADDRESS else f" on {port.ip}")
+
+
 @dataclass(frozen=True)
 class Resident:
-    """A pod as its neighbours see it: for spread counts and required anti-affinity both ways."""
+    """A pod as its neighbours see it: for spread counts and required anti-affinity both ways, and the host
+    ports it holds."""
 
     namespace: str
     labels: Mapping[str, str]
     anti_affinity: tuple[PodSelector, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,8 +134,15 @@ class PodView:
     tolerations: tuple[Toleration, ...] = ()
     spreads: tuple[Spread, ...] = ()
     anti_affinity: tuple[PodSelector, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    # The Node requirements its persistent volumes allow, any one of them; empty: none given.
+    volume_terms: tuple[Requirements, ...] = ()
+    # The CSI volumes it attaches: (driver, "namespace/claim") pairs.
+    attachments: frozenset = frozenset()
     # Why provisioning cannot place this pod, or None.
     unsupported: str | None = None
+    # Why kube-scheduler runs it nowhere until something else changes (a claim it waits for), or None.
+    unplaceable: str | None = None
     # The Node requirements the pod may go by, any one of them: the node selector with each required term.
     alternatives: tuple[Requirements, ...] = field(default=(), compare=False)
     # Equal for pods that are placed alike (same requests, labels and constraints).
@@ -164,6 +200,35 @@ def requests_of(spec: Mapping) -> Resources:
     if spec.get("overhead") is not None:
         total += resources.parse(spec.get("overhead"), "spec.overhead")
     return total + resources.ONE_POD
+
+
+def host_ports(spec: Mapping) -> tuple[HostPort, ...]:
+    """The host ports the pod's containers hold, as kube-scheduler's NodePorts counts them: every port of a
+    container (not an init container) with a ``hostPort``; a hostNetwork pod's container ports are host
+    ports whatever the field says (the API server sets ``hostPort`` to ``containerPort`` for them, though not
+    in a DaemonSet's template). An empty ``hostIP`` is every address, an empty protocol TCP."""
+    host_network = spec.get("hostNetwork") is True
+    found = []
+    for i, container in enumerate(_list(spec.get("containers"), "spec.containers", MAX_CONTAINERS)):
+        listed = container.get("ports") if isinstance(container, dict) else None
+        if not listed:
+            continue  # most containers: nothing to read
+        for j, raw in enumerate(_list(listed, f"spec.containers[{i}].ports")):
+            port = raw.get("hostPort") if isinstance(raw, dict) else None
+            if not port and host_network and isinstance(raw, dict):
+                port = raw.get("containerPort")
+            if port is None or port == 0:
+                if not isinstance(raw, dict):
+                    raise RequestError(f"spec.containers[{i}].ports[{j}]", "must be an object")
+                continue
+            where = f"spec.containers[{i}].ports[{j}]"
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+                raise RequestError(f"{where}.hostPort", "must be a port number from 1 to 65535")
+            protocol = raw.get("protocol") or "TCP"
+            if protocol not in PROTOCOLS:
+                raise RequestError(f"{where}.protocol", f"must be one of {', '.join(PROTOCOLS)}")
+            found.append(HostPort(_text(raw.get("hostIP")) or EVERY_ADDRESS, protocol, port))
+    return tuple(dict.fromkeys(found)) if found else ()
 
 
 def _tolerations(spec: Mapping) -> tuple[Toleration, ...]:
@@ -303,7 +368,8 @@ def _alternatives(node_selector: Requirements, terms: tuple[Requirements, ...], 
 
 def _signature(view: PodView) -> tuple:
     return (view.namespace, frozenset(view.labels.items()), view.requests, view.alternatives, view.preferred_terms,
-            view.tolerations, view.spreads, view.anti_affinity, view.unsupported)
+            view.tolerations, view.spreads, view.anti_affinity, view.host_ports, view.volume_terms, view.attachments,
+            view.unsupported, view.unplaceable)
 
 
 def _key(meta: Mapping) -> tuple[str, str]:
@@ -330,7 +396,7 @@ def from_daemonset(daemonset: Any) -> PodView:
 
 def _view(meta: Mapping, spec: Mapping, *, strict: bool) -> PodView:
     """``strict``: a pending pod, whose every constraint counts. Otherwise a DaemonSet's pod, of which only
-    the requests and what admits it to a Node count."""
+    the requests, the host ports and what admits it to a Node count."""
     namespace, key = _key(meta)
     labels = _labels(meta.get("labels"))
     base = dict(key=key, uid=_text(meta.get("uid")), namespace=namespace, labels=labels)
@@ -344,11 +410,21 @@ def _view(meta: Mapping, spec: Mapping, *, strict: bool) -> PodView:
                          preferred_terms=preferred, tolerations=_tolerations(spec),
                          spreads=_spreads(spec, namespace, labels) if strict else (),
                          anti_affinity=_anti_affinity(affinity, namespace, labels, strict=True) if strict else (),
-                         alternatives=_alternatives(node_selector, terms, given))
+                         host_ports=host_ports(spec), alternatives=_alternatives(node_selector, terms, given))
     except RequestError as exc:
         result = PodView(**base, requests=resources.ONE_POD, unsupported=str(exc))
     object.__setattr__(result, "signature", _signature(result))
     return result
+
+
+def with_volumes(view: PodView, terms: tuple[Requirements, ...], attachments: frozenset,
+                 problem: str | None) -> PodView:
+    """``view`` with what its persistent volumes ask (hooks.provisioning.volumes.PodVolumes' fields)."""
+    if view.unsupported is not None:
+        return view
+    found = dataclasses.replace(view, volume_terms=terms, attachments=attachments, unplaceable=problem)
+    object.__setattr__(found, "signature", _signature(found))
+    return found
 
 
 def resident(pod: Any) -> Resident:
@@ -361,7 +437,11 @@ def resident(pod: Any) -> Resident:
         anti = _anti_affinity(_mapping(spec.get("affinity")), namespace, labels, strict=False)
     except RequestError:
         anti = ()
-    return Resident(namespace, labels, anti)
+    try:
+        ports = host_ports(spec)
+    except RequestError:
+        ports = ()  # the API server validates ports: a bound pod's that do not read hold none we can know
+    return Resident(namespace, labels, anti, ports)
 
 
 def _conditions(pod: Mapping) -> list[dict]:
@@ -379,10 +459,11 @@ def _unschedulable_condition(pod: Mapping) -> dict | None:
 
 def is_provisionable(pod: Any) -> bool:
     """Whether the pod is provisioning's to place: Pending, unbound, found unschedulable by the scheduler,
-    not terminating, not a DaemonSet's and not held by a scheduling gate."""
+    not nominated to a Node by preemption (it runs there once its victims are gone), not terminating, not a
+    DaemonSet's and not held by a scheduling gate."""
     pod = _mapping(pod)
-    meta, spec = _mapping(pod.get("metadata")), _mapping(pod.get("spec"))
-    if _mapping(pod.get("status")).get("phase") != "Pending" or spec.get("nodeName"):
+    meta, spec, status = _mapping(pod.get("metadata")), _mapping(pod.get("spec")), _mapping(pod.get("status"))
+    if status.get("phase") != "Pending" or spec.get("nodeName") or status.get("nominatedNodeName"):
         return False
     if meta.get("deletionTimestamp") or spec.get("schedulingGates"):
         return False

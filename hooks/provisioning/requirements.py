@@ -196,6 +196,23 @@ class Requirements:
                 return False
         return True
 
+    def allows_every(self, labels: Mapping[str, str], varying: Mapping[str, frozenset]) -> bool:
+        """Whether every Node that has ``labels`` and, for each key of ``varying``, any of its values (None:
+        the label missing) meets every rule: each rule must hold for each value its key may take."""
+        return self._allows_over(labels, varying, all)
+
+    def may_allow(self, labels: Mapping[str, str], varying: Mapping[str, frozenset]) -> bool:
+        """Whether one of those Nodes may meet every rule: each rule holds for some value its key may take
+        (each key on its own, so it may answer yes where no single Node does)."""
+        return self._allows_over(labels, varying, any)
+
+    def _allows_over(self, labels: Mapping[str, str], varying: Mapping[str, frozenset], quantifier) -> bool:
+        for key, rule in self.rules.items():
+            values = varying.get(key)
+            if not (rule.allows(labels.get(key)) if values is None else quantifier(rule.allows(v) for v in values)):
+                return False
+        return True
+
     def only(self, keys: Iterable[str]) -> Requirements:
         """The rules on ``keys`` alone."""
         keys = set(keys)

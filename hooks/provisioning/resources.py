@@ -67,6 +67,14 @@ class Resources(NamedTuple):
                          min(self.ephemeral_storage, other.ephemeral_storage), min(self.pods, other.pods),
                          tuple((n, min(a, theirs[n])) for n, a in self.extended if n in theirs and min(a, theirs[n])))
 
+    def with_extended_of(self, other: Resources) -> Resources:
+        """These amounts, with each extended resource they lack (or have none of) at ``other``'s amount."""
+        mine = dict(self.extended)
+        missing = [(n, a) for n, a in other.extended if n not in mine]
+        if not missing:
+            return self
+        return self._replace(extended=tuple(sorted(self.extended + tuple(missing))))
+
     def fits(self, room: Resources) -> bool:
         """Whether these amounts fit in ``room``: no resource asks for more than room has."""
         if (self.cpu > room.cpu or self.memory > room.memory or self.pods > room.pods

@@ -22,7 +22,7 @@ from typing import Mapping
 from hooks import events, machine_names, provisioning_names, timefmt
 from hooks.events import Event
 from hooks.machines import pool, spec
-from hooks.provisioning import batching, catalog, inputs, placements, pods
+from hooks.provisioning import batching, catalog, inputs, placements, pods, volumes
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.resources import Resources, ZERO
 from hooks.provisioning.scheduling import Limits, NewClaim, PoolView, Result, schedule
@@ -45,6 +45,12 @@ class Readings:
     zones: Mapping[str, frozenset | None] = field(default_factory=dict)  # pool -> zones of its subnets
     subnets: list[dict] = field(default_factory=list)  # this pool's subnets: {"id", "zone"}
     disruption_budgets: list[dict] = field(default_factory=list)  # raw PodDisruptionBudgets
+    subnet_zones: Mapping[str, str] = field(default_factory=dict)  # every pool's subnets: id -> zone
+    # pool -> its image's architecture ({"id", "architecture"} or {"id", "error"}), read for the pools whose
+    # instance types mix architectures (inputs.mixes_architectures)
+    images: Mapping[str, dict] = field(default_factory=dict)
+    # Claims, volumes, StorageClasses and CSINodes; None: not read (no pending pod has volumes).
+    storage: volumes.Storage | None = None
 
 
 def readings(raw: dict) -> Readings:
@@ -56,10 +62,18 @@ def readings(raw: dict) -> Readings:
                                  {spec.ON_DEMAND: prices.get(spec.ON_DEMAND) or {}, spec.SPOT: spot})
     # A pool whose subnets EC2 does not know has no zone to launch in (an empty set), not every zone.
     zones = {name: frozenset(found) for name, found in (raw.get("zones") or {}).items() if isinstance(found, list)}
+    storage = raw.get("storage")
     return Readings(pending=raw.get("pending") or [], bound=raw.get("bound") or [], nodes=raw.get("nodes") or [],
                     machines=pool.machines_of(raw.get("machines") or []), pools=raw.get("pools") or [],
                     daemonsets=raw.get("daemonsets") or [], catalog=built, zones=zones,
-                    subnets=raw.get("subnets") or [], disruption_budgets=raw.get("podDisruptionBudgets") or [])
+                    subnets=raw.get("subnets") or [], disruption_budgets=raw.get("podDisruptionBudgets") or [],
+                    subnet_zones=_strings(raw.get("subnetZones")),
+                    images={k: v for k, v in (raw.get("images") or {}).items() if isinstance(v, dict)},
+                    storage=volumes.Storage.of(storage) if isinstance(storage, dict) and storage else None)
+
+
+def _strings(raw) -> dict[str, str]:
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(raw, dict) else {}
 
 
 @dataclass
@@ -101,8 +115,21 @@ def _quantities(amount: Resources) -> dict:
     return {k: shown[k] for k in ("cpu", "memory") if k in shown}
 
 
+def _last_round(pools: list[dict], name: str) -> str | None:
+    """When the pool's last round decided, as the API server holds the pool's status (``pools``: the
+    provisioning NodePools gather listed); None when it holds none."""
+    for obj in pools:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        if meta.get("name") == name:
+            status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+            shown = status.get("provisioning") if isinstance(status.get("provisioning"), dict) else {}
+            found = shown.get("lastRound")
+            return found if isinstance(found, str) and timefmt.parse(found) is not None else None
+    return None
+
+
 def _status(name: str, parsed: spec.PoolSpec, pool_machines: list[dict], types: Mapping[str, InstanceOption],
-            result: Result | None, claims: list[NewClaim], now: dt.datetime) -> dict:
+            result: Result | None, claims: list[NewClaim], last: str | None, image: Mapping | None) -> dict:
     live = [m for m in pool_machines if not m["metadata"]["deletionTimestamp"]]
     flying = [m for m in live if pool.phase(m) != "Initialized"]
     total, coming = ZERO, ZERO
@@ -117,14 +144,18 @@ def _status(name: str, parsed: spec.PoolSpec, pool_machines: list[dict], types: 
     if result is not None:
         own = {m["metadata"]["name"] for m in live}
         mine = sum(1 for slot in result.placed.values() if slot in own) + sum(len(c.pods) for c in claims)
-    return {
+    shown = {
         "pendingPods": mine,
         "unschedulablePods": len(result.unschedulable) if result is not None else 0,
         "inFlight": {"machines": len(flying), **_quantities(coming)},
         "resources": {"machines": len(live), **_quantities(total)},
         "limits": shown_limits,
-        "lastRound": timefmt.fmt(now),
     }
+    if last is not None:
+        shown["lastRound"] = last
+    if image:
+        shown["image"] = {k: str(image[k])[:256] for k in ("id", "architecture", "error") if image.get(k)}
+    return shown
 
 
 def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.datetime, *,
@@ -132,10 +163,12 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     """This pool's part of the round over ``readings``."""
     types = {o.name: o for o in readings.catalog}
     own_machines = [m for m in readings.machines if m["metadata"]["labels"].get(machine_names.POOL_LABEL) == name]
-    ready, wait = batching.window(readings.pending, now, idle, maximum)
+    previous = _last_round(readings.pools, name)
+    ready, wait = batching.window(readings.pending, now, idle, maximum, timefmt.parse(previous))
     if not ready:
+        # No round yet: the last one stays the last, so the pods waiting for this one stay new.
         out = Round(False, wait)
-        out.status = _status(name, parsed, own_machines, types, None, [], now)
+        out.status = _status(name, parsed, own_machines, types, None, [], previous, readings.images.get(name))
         return out
     started = time.process_time()
     specs = inputs.pools_of(readings.pools)
@@ -144,14 +177,15 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     for machine in readings.machines:
         by_pool.setdefault(machine["metadata"]["labels"].get(machine_names.POOL_LABEL) or "", []).append(machine)
     views = [inputs.pool_view(pool_name, specs[pool_name], by_pool.get(pool_name, []), types,
-                              readings.zones.get(pool_name), now) for pool_name in sorted(specs)]
+                              readings.zones.get(pool_name), now, readings.images.get(pool_name))
+             for pool_name in sorted(specs)]
     daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
     # The pending pods are read before the bound ones: a pod bound in between is in both lists, and holds
     # room only where it is bound (counted twice, it would launch a Machine for a pod already placed).
     bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
-    pending = [p for p in inputs.pending(readings.pending) if p.uid not in bound_uids]
+    pending = [p for p in inputs.pending(readings.pending, readings.storage) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
-                        daemonsets, now)
+                        daemonsets, now, readings.subnet_zones, readings.zones, readings.storage)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = placements.PLACEMENTS.schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
@@ -166,8 +200,12 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
         out.machines.append((machine_spec(parsed, claim, readings.subnets), annotations))
     out.placed_slots = set(result.placed.values())
     out.failed = inputs.failed_launches(own_machines, now)
-    out.status = _status(name, parsed, own_machines, types, result, out.claims, now)
+    out.status = _status(name, parsed, own_machines, types, result, out.claims, timefmt.fmt(now),
+                         readings.images.get(name))
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
+    _, unknown = inputs.image_architecture(readings.images.get(name))
+    if unknown is not None:
+        out.events.append(events.warning(events.FAILED_PROVISIONING, unknown))
     return out
 
 

@@ -5,14 +5,16 @@ on the first Slot that takes it (existing Nodes, then in-flight Machines; a
 Machine created for the pod is tried first, so a repeated round places the
 same pods the same way), else on a claim planned earlier this round, else
 on a new claim of the highest-weight pool that admits it within its limits.
+A Machine not launched yet takes a pod only if the pod's constraints hold
+whichever of its instance types and zones the launch picks (Slot.varying).
 
 A claim keeps every instance type that could still run all its pods (and
 the DaemonSets that would run beside them) while it is planned, and at the
-end the cheapest 20. Limits: a claim counts, per resource, the largest
-capacity among the cheapest 20 of its types, at every step of the round (the
-count never shrinks), and keeps only types whose capacity fits what the
-pool's limits leave; so whichever type launches, the pool stays within its
-limits.
+end the cheapest 20 of the cheapest one's architecture. Limits: a claim
+counts, per resource, the largest capacity among the cheapest 20 of its
+types, at every step of the round (the count never shrinks), and keeps only
+types whose capacity fits what the pool's limits leave; so whichever type
+launches, the pool stays within its limits.
 
 Preferences (the heaviest preferred node-affinity term, ScheduleAnyway
 spread) are first held as if required; a pod they leave nowhere to go is
@@ -21,6 +23,13 @@ tried again without any.
 Identical pods (same requests, labels and constraints, e.g. one
 Deployment's) are placed together where that gives what placing them one
 by one would: first fit is then a count per Slot or claim.
+
+Host ports and CSI volumes are held per Slot or claim: a pod goes only where
+its host ports are free (of the pods there and, on a claim, of the
+DaemonSets of each of its types) and where its volumes stay within the
+attach limit of each driver (a Slot's own, or per instance type on a claim,
+whose types shrink to those that attach them all). A pod's volumes narrow
+where it may go (``PodView.volume_terms``), not which zones its spread counts.
 """
 from __future__ import annotations
 
@@ -32,9 +41,10 @@ from hooks import machine_names, provisioning_names
 from hooks.machines.spec import ON_DEMAND, SPOT
 from hooks.provisioning import requirements, resources
 from hooks.provisioning.catalog import InstanceOption
-from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, tolerates
+from hooks.provisioning.pods import PodSelector, PodView, Resident, Spread, describe_port, port_conflict, tolerates
 from hooks.provisioning.requirements import Requirements, Rule
 from hooks.provisioning.residents import Residents
+from hooks.provisioning.volumes import over_limit
 from hooks.provisioning_names import EXISTS, IN
 from hooks.provisioning.resources import Resources, ZERO
 
@@ -42,6 +52,7 @@ MAX_INSTANCE_TYPES = 20
 CAPACITY_TYPES = (ON_DEMAND, SPOT)
 ZONE = provisioning_names.ZONE_LABEL
 CAPACITY_TYPE = provisioning_names.CAPACITY_TYPE_LABEL
+ARCH = provisioning_names.ARCH_LABEL
 WELL_KNOWN = frozenset(provisioning_names.WELL_KNOWN)
 TYPE_KEYS = provisioning_names.INSTANCE_TYPE_LABELS
 # A new Node's hostname: it has one, which no pod can name yet.
@@ -69,6 +80,7 @@ class PoolView:
     used: Limits = Limits(0, 0, 0)  # every live Machine of the pool, in-flight ones included
     capacity_type: str = ON_DEMAND  # when the requirements do not name the capacity type
     zones: frozenset | None = None  # where its subnets are; None: wherever the catalog offers
+    cannot_launch: str | None = None  # why it launches nothing (its image's architecture unknown); None: it can
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,16 @@ class Slot:
     machine: str | None = None
     in_flight: bool = False
     provisioned_for: tuple[str, ...] = ()
+    # A Machine not launched yet: the label keys whose value its launch decides (zone, instance type, ...), each
+    # with the values it may take (None: missing). ``labels`` holds only what every launch gives.
+    varying: Mapping[str, frozenset] = field(default_factory=dict)
+    # The host ports its pods hold (hooks.provisioning.pods.HostPort); for a Machine without a Node, its
+    # DaemonSets' pods'.
+    host_ports: frozenset = frozenset()
+    # The CSI volumes its pods attach, (driver, claim) pairs, and how many of each driver's it can attach (a
+    # driver not named: no limit).
+    attached: frozenset = frozenset()
+    attach_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,13 +138,15 @@ class _Level:
     tolerations: tuple
     static: int  # identifies (alternatives, tolerations) for the Slot admission cache
     required: tuple[Requirements, ...]  # the pod's own alternatives: which zones count for its spread
-    loose: bool  # no limit per Slot or claim (no hostname spread, no anti-affinity)
+    loose: bool  # no limit per Slot or claim (no hostname spread, no anti-affinity, no host ports or volumes)
+    holds: bool  # host ports or CSI volumes, which a Slot or claim must have free
 
 
 class _PoolType:
-    """An instance type as one pool sees it: ``room`` is its allocatable less the pool's DaemonSets."""
+    """An instance type as one pool sees it: ``room`` is its allocatable less the pool's DaemonSets, and
+    ``daemon_ports`` the host ports those DaemonSets hold on it."""
 
-    __slots__ = ("index", "name", "labels", "room", "capacity", "offers")
+    __slots__ = ("index", "name", "labels", "room", "capacity", "offers", "daemon_ports")
 
     def __init__(self, index: int, option: InstanceOption, room: Resources):
         self.index, self.name, self.labels = index, option.name, option.labels
@@ -150,7 +174,7 @@ def _type_ok(rules: list, labels: Mapping[str, str]) -> bool:
 
 class _Pool:
     def __init__(self, view: PoolView, catalog: Sequence[InstanceOption], daemonsets: Sequence[PodView]):
-        self.view, self.name = view, view.name
+        self.view, self.name, self.catalog = view, view.name, catalog
         self.fixed = {**view.labels, machine_names.POOL_LABEL: view.name,
                       provisioning_names.HOSTNAME_LABEL: _UNKNOWN_HOSTNAME}
         rules = {}
@@ -167,20 +191,25 @@ class _Pool:
         self._orders: dict = {}
         self._tolerated: dict = {}
         self.types: list[_PoolType] = []
-        candidates = [_PoolType(i, option, option.allocatable) for i, option in enumerate(catalog)]
+        candidates = [] if view.cannot_launch else [_PoolType(i, option, option.allocatable)
+                                                    for i, option in enumerate(catalog)]
         base_space = self._space_of(self.base, candidates)
-        overheads = [(ds.requests, [self.admits(alt) for alt in ds.alternatives]) for ds in daemonsets
-                     if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
+        overheads = [(ds.requests, ds.host_ports, [self.admits(alt) for alt in ds.alternatives])
+                     for ds in daemonsets if ds.unsupported is None and tolerates(ds.tolerations, view.taints)]
         for entry in candidates:
             if entry.index not in base_space.allowed:
                 continue
-            overhead = ZERO
-            for asked, spaces in overheads:
+            overhead, ports = ZERO, set()
+            for asked, held, spaces in overheads:
                 if any(wk is not None and entry.index in self._space_of(wk, candidates).allowed for wk in spaces):
                     overhead += asked
+                    ports.update(held)
             if overhead.fits(entry.room):
                 entry.room = entry.room - overhead
+                entry.daemon_ports = frozenset(ports)
                 self.types.append(entry)
+        # Whether a pod's host ports must be checked against the DaemonSets of each type.
+        self.has_daemon_ports = any(entry.daemon_ports for entry in self.types)
         self._spaces.clear()
         self.limits, self.used = view.limits, view.used
         self.claims: list[_Claim] = []
@@ -280,23 +309,59 @@ class _Pool:
             return math.inf
         return self.limits.machines - (self.used.machines or 0) - len(self.claims)
 
+    def usable(self, pod: PodView, attached: frozenset, entries: list[_PoolType]) -> list[_PoolType]:
+        """Of ``entries``, the types a claim holding ``attached`` may have with the pod: its DaemonSets leave
+        the pod's host ports free, and it attaches the pod's volumes too."""
+        if pod.host_ports and self.has_daemon_ports:
+            entries = [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]
+        if pod.attachments:
+            entries = [e for e in entries if over_limit(attached, pod.attachments, self.volume_limits(e)) is None]
+        return entries
+
+    def volume_limits(self, entry: _PoolType) -> dict[str, int]:
+        return dict(self.catalog[entry.index].volume_limits)
+
+    def unusable(self, pod: PodView, entries: list[_PoolType]) -> str:
+        """Why none of ``entries`` is usable for the pod on a new claim."""
+        if pod.host_ports and self.has_daemon_ports:
+            held = sorted({describe_port(p) for e in entries for p in pod.host_ports
+                           if port_conflict((p,), e.daemon_ports)})
+            if held and not [e for e in entries if port_conflict(pod.host_ports, e.daemon_ports) is None]:
+                return f"{', '.join(held)} held by a DaemonSet on every instance type that fits"
+        drivers = sorted({d for d, _ in pod.attachments})
+        most = {d: max((self.volume_limits(e).get(d, math.inf) for e in entries), default=0) for d in drivers}
+        return "; ".join(f"no instance type that fits attaches {sum(1 for a in pod.attachments if a[0] == d)} "
+                         f"volumes of {d} (at most {most[d]})" for d in drivers if most[d] != math.inf)
+
 
 class _Host:
-    __slots__ = ("id", "name", "zone", "anti")
+    __slots__ = ("id", "name", "zone", "anti", "ports", "attached", "attach_limits")
 
-    def __init__(self, host_id: int, name: str, zone: str | None):
+    def __init__(self, host_id: int, name: str, zone: str | None, ports: frozenset = frozenset(),
+                 attached: frozenset = frozenset(), attach_limits: Mapping[str, int] | None = None):
         self.id, self.name, self.zone = host_id, name, zone
         # The required anti-affinity of the pods on it: a set, so a pod is checked against it in one look-up.
         self.anti: set[PodSelector] = set()
+        self.ports = ports  # the host ports held on it
+        self.attached = attached  # the CSI volumes attached to it
+        # How many of a driver's volumes it attaches; None: by instance type (a claim's candidates say).
+        self.attach_limits = attach_limits
 
 
 class _SlotState(_Host):
-    __slots__ = ("slot", "free", "labels", "taints")
+    __slots__ = ("slot", "free", "labels", "varying", "taints")
 
     def __init__(self, host_id: int, slot: Slot):
-        super().__init__(host_id, slot.name, slot.labels.get(ZONE))
-        self.slot, self.labels, self.taints = slot, slot.labels, slot.taints
+        super().__init__(host_id, slot.name, slot.labels.get(ZONE), slot.host_ports, slot.attached,
+                         slot.attach_limits)
+        self.slot, self.labels, self.varying, self.taints = slot, slot.labels, slot.varying, slot.taints
         self.free = slot.allocatable - slot.requested
+
+    def admits(self, alternatives: Iterable[Requirements]) -> bool:
+        """Whether one of ``alternatives`` holds on the Slot, whichever type and zone a launch still picks."""
+        if not self.varying:
+            return any(alt.allows(self.labels) for alt in alternatives)
+        return any(alt.allows_every(self.labels, self.varying) for alt in alternatives)
 
 
 class _Claim(_Host):
@@ -337,9 +402,10 @@ class _Claim(_Host):
         capacity_type = ON_DEMAND
         if SPOT in self.space.capacity_types and any(e.index in members for e, _ in pool.order(zones, SPOT)):
             capacity_type = SPOT
-        kept = []
+        kept: list[tuple[_PoolType, float]] = []
         for entry, price in pool.order(zones, capacity_type):
-            if entry.index in members:
+            # One image runs one architecture: every type kept is the cheapest one's.
+            if entry.index in members and (not kept or entry.labels.get(ARCH) == kept[0][0].labels.get(ARCH)):
                 kept.append((entry, price))
                 if len(kept) == MAX_INSTANCE_TYPES:
                     break
@@ -471,6 +537,8 @@ class _Scheduler:
                 zones[host.zone] = zones.get(host.zone, 0) + 1
         if pod.anti_affinity:
             host.anti.update(pod.anti_affinity)
+        if pod.host_ports:
+            host.ports = host.ports.union(pod.host_ports)
 
     def _pin(self, claim: _Claim, zone: str | None) -> None:
         """A claim whose zone became known: count its pods there."""
@@ -483,11 +551,18 @@ class _Scheduler:
                     zones[zone] = zones.get(zone, 0) + 1
 
     def host_room(self, pod: PodView, level: _Level, host: _Host) -> float:
-        """How many more pods like ``pod`` its spread and anti-affinity let ``host`` take."""
+        """How many more pods like ``pod`` its spread, anti-affinity and host ports let ``host`` take (one at
+        most with host ports: a pod like it holds the same ones)."""
+        if level.holds:
+            if pod.host_ports and port_conflict(pod.host_ports, host.ports) is not None:
+                return 0
+            if (pod.attachments and host.attach_limits is not None
+                    and over_limit(host.attached, pod.attachments, host.attach_limits) is not None):
+                return 0
         matched = self.matched(pod)
         if not host.anti.isdisjoint(matched):
             return 0
-        room = math.inf
+        room = 1 if pod.host_ports else math.inf
         for selector in level.anti:
             if self.host_counts[selector].get(host.id, 0):
                 return 0
@@ -524,7 +599,7 @@ class _Scheduler:
         if found is None:
             zones = set()
             for state in self.slots:
-                if state.zone is not None and any(alt.allows(state.labels) for alt in level.required):
+                if state.zone is not None and state.admits(level.required):
                     zones.add(state.zone)
             for pool in self.pools:
                 for alt in level.required:
@@ -554,16 +629,18 @@ class _Scheduler:
                                  if a.satisfiable) or pod.alternatives  # a preference no Node can meet: none
         found = []
         if alternatives != pod.alternatives or soft:
-            found.append(self._level(pod, alternatives, hard + soft))
-        found.append(self._level(pod, pod.alternatives, hard))
+            found.append(self._level(pod, _with_volumes(alternatives, pod.volume_terms), hard + soft))
+        found.append(self._level(pod, _with_volumes(pod.alternatives, pod.volume_terms), hard))
         self._levels[pod.signature] = found
         return found
 
     def _level(self, pod: PodView, alternatives: tuple, spreads: list[Spread]) -> _Level:
         static = self._statics.setdefault((alternatives, pod.tolerations), len(self._statics))
         host_spreads = tuple(s for s in spreads if not s.zone)
+        holds = bool(pod.host_ports or pod.attachments)
         return _Level(alternatives, tuple(s for s in spreads if s.zone), host_spreads, pod.anti_affinity,
-                      pod.tolerations, static, pod.alternatives, not host_spreads and not pod.anti_affinity)
+                      pod.tolerations, static, pod.alternatives, not host_spreads and not pod.anti_affinity and not holds,
+                      holds)
 
     # --- Slots
 
@@ -572,7 +649,7 @@ class _Scheduler:
         found = self._admitted.get(key)
         if found is None:
             found = self._admitted[key] = (tolerates(level.tolerations, state.taints)
-                                           and any(alt.allows(state.labels) for alt in level.alternatives))
+                                           and state.admits(level.alternatives))
         return found
 
     def slot_room(self, pod: PodView, level: _Level, state: _SlotState, zones: list[str] | None,
@@ -593,6 +670,8 @@ class _Scheduler:
             state.free = state.free - pod.requests
             self.placed[pod.key] = state.name
             self._record(pod, state)
+            if pod.attachments:
+                state.attached = state.attached | pod.attachments
 
     # --- claims
 
@@ -635,7 +714,8 @@ class _Scheduler:
                     continue
                 space = pool.space(pinned)
                 allowed = None if pinned is claim.reqs else space.allowed
-                count, stages = self._fill(claim, claim.candidates, claim.total, allowed, asked, room)
+                candidates = pool.usable(pod, claim.attached, claim.candidates) if level.holds else claim.candidates
+                count, stages = self._fill(claim, candidates, claim.total, allowed, asked, room)
                 if count:
                     return count, pinned, space, stages
         return 0, None, None, None
@@ -687,12 +767,17 @@ class _Scheduler:
         for pod in pods:
             claim.pods.append(pod)
             self._record(pod, claim)
+            if pod.attachments:
+                claim.attached = claim.attached | pod.attachments
 
     def new_claim(self, pods: list[PodView], level: _Level, zones: list[str] | None, reasons: list[str]) -> int:
         """Place as many of ``pods`` (alike) as fit on a new claim of the first pool that can take one."""
         pod, wanted = pods[0], len(pods)
         asked = pod.requests
         for pool in self.pools:
+            if pool.view.cannot_launch:
+                reasons.append(pool.view.cannot_launch)
+                continue
             if not pool.tolerated(level.tolerations):
                 taint = next(t for t in pool.view.taints if not tolerates(level.tolerations, (t,)))
                 reasons.append(f"taint {taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect} "
@@ -708,6 +793,7 @@ class _Scheduler:
                 continue
             budget = pool.budget(None)
             stage = 0
+            unusable = ""
             for wk in admitted:
                 space = pool.space(wk)
                 for zone in self._zone_choices(zones, space):
@@ -722,6 +808,12 @@ class _Scheduler:
                     if not fitting:
                         continue
                     stage = max(stage, 2)
+                    usable = pool.usable(pod, frozenset(), fitting)
+                    if not usable:
+                        unusable = pool.unusable(pod, fitting)
+                        continue
+                    fitting = usable
+                    stage = max(stage, 3)
                     candidates = [e for e in fitting if _within(e, budget)]
                     if not candidates:
                         continue
@@ -743,6 +835,8 @@ class _Scheduler:
                                + (" in the zones the topology spread allows" if zones is not None else ""))
             elif stage == 1:
                 reasons.append(f"no instance type fits {_describe(asked)} (with DaemonSets)")
+            elif stage == 2:
+                reasons.append(unusable)
             else:
                 reasons.append("the pool's limits leave room for no instance type that fits")
         return 0
@@ -757,6 +851,8 @@ class _Scheduler:
         for pod in unique.values():
             if pod.unsupported is not None:
                 self.unschedulable[pod.key] = f"not supported: {pod.unsupported}"
+            elif pod.unplaceable is not None:
+                self.unschedulable[pod.key] = pod.unplaceable
             else:
                 supported.append(pod)
         self.track(supported, residents)
@@ -796,6 +892,8 @@ class _Scheduler:
                 return
         if not pods[0].alternatives:
             reason = "its node selector and required node-affinity terms cannot all be met"
+        elif not self.levels(pods[0])[-1].alternatives:
+            reason = "its node selector and required node affinity allow no topology its volumes allow"
         elif not self.pools:
             reason = "no provisioning NodePool"
         else:
@@ -861,6 +959,14 @@ class _Scheduler:
         )
 
 
+def _with_volumes(alternatives: tuple[Requirements, ...], terms: tuple[Requirements, ...]) -> tuple:
+    """The pod's alternatives each narrowed by one of its volumes' terms (all that can still be met)."""
+    if not terms:
+        return alternatives
+    return tuple(dict.fromkeys(both for both in (alt.intersect(term) for alt in alternatives for term in terms)
+                               if both.satisfiable))
+
+
 def _zone_requirement(zone: str) -> Requirements:
     return Requirements({ZONE: Rule.of(IN, (zone,))})
 
@@ -880,14 +986,28 @@ def placement_order(pods: Iterable[PodView]) -> list[PodView]:
     return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
 
 
-def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView]) -> Resources:
-    """What the DaemonSets that admit a Node with these labels and taints ask of it."""
+def _running_on(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],
+                varying: Mapping[str, frozenset] | None = None) -> Iterable[PodView]:
+    """The DaemonSets that admit a Node with these labels and taints; with ``varying`` (a Machine whose launch
+    decides those labels), every DaemonSet that may run there."""
+    return (d for d in daemonsets if d.unsupported is None and tolerates(d.tolerations, taints)
+            and any(alt.may_allow(labels, varying) if varying else alt.allows(labels) for alt in d.alternatives))
+
+
+def daemonset_overhead(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],
+                       varying: Mapping[str, frozenset] | None = None) -> Resources:
+    """What the DaemonSets that admit a Node with these labels and taints ask of it (``_running_on``)."""
     total = ZERO
-    for daemonset in daemonsets:
-        if (daemonset.unsupported is None and tolerates(daemonset.tolerations, taints)
-                and any(alt.allows(labels) for alt in daemonset.alternatives)):
-            total += daemonset.requests
+    for daemonset in _running_on(labels, taints, daemonsets, varying):
+        total += daemonset.requests
     return total
+
+
+def daemonset_ports(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],
+                    varying: Mapping[str, frozenset] | None = None) -> frozenset:
+    """The host ports the DaemonSets that admit a Node with these labels and taints hold on it (``_running_on``)."""
+    return frozenset(p for daemonset in _running_on(labels, taints, daemonsets, varying)
+                     for p in daemonset.host_ports)
 
 
 def schedule(pods: Sequence[PodView], pools: Sequence[PoolView], slots: Sequence[Slot],

@@ -2,8 +2,9 @@
 
 A Node's room is its allocatable minus what every pod bound to it asks
 (a terminating pod holds its room until it is gone, as kube-scheduler
-counts it); the taints a pod must tolerate are the Node's own, startup
-taints included while it still has them. Pods that finished hold nothing.
+counts it), and the host ports those pods hold; the taints a pod must
+tolerate are the Node's own, startup taints included while it still has
+them. Pods that finished hold nothing.
 """
 from __future__ import annotations
 
@@ -77,8 +78,9 @@ def of_node(node: Any, bound: Iterable[Any], pool: str, machine: str | None = No
     except RequestError:
         return None
     bound = [p for p in bound if not finished(p)]
+    residents = tuple(pods.resident(p) for p in bound)
     return Slot(name=name_of(node), pool=pool,
                 labels={k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)},
                 taints=taints_of(node), allocatable=allocatable, requested=requested(bound),
-                pods=tuple(pods.resident(p) for p in bound), machine=machine)
+                pods=residents, machine=machine, host_ports=frozenset(p for r in residents for p in r.host_ports))
 

@@ -153,7 +153,9 @@ def test_the_nodepool_status_has_the_contract_fields(nodepool):
                            "lastLeakCheck", "conditions", "disruption", "disruptions", "provisioning",
                            "consolidation"}
     provisioning = status["provisioning"]["properties"]
-    assert set(provisioning) == {"pendingPods", "unschedulablePods", "inFlight", "resources", "limits", "lastRound"}
+    assert set(provisioning) == {"pendingPods", "unschedulablePods", "inFlight", "resources", "limits", "lastRound",
+                                 "image"}
+    assert set(provisioning["image"]["properties"]) == {"id", "architecture", "error"}
     for field in ("inFlight", "resources", "limits"):
         assert {k: v["type"] for k, v in provisioning[field]["properties"].items()} == \
             {"machines": "integer", "cpu": "string", "memory": "string"}

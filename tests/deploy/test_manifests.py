@@ -252,6 +252,8 @@ def test_machine_controller_has_no_children_and_relates_its_node(aws_objects):
     # A provisioning pool's reads (hooks/kube/provisioning_reads.py).
     ("nodewarden.io", "nodepools", "list"), ("nodewarden.io", "machines", "list"), ("", "nodes", "list"),
     ("apps", "daemonsets", "list"), ("policy", "poddisruptionbudgets", "list"),
+    ("", "persistentvolumeclaims", "list"), ("", "persistentvolumes", "list"),
+    ("storage.k8s.io", "storageclasses", "list"), ("storage.k8s.io", "csinodes", "list"),
 ])
 def test_the_hook_server_may_do_what_the_machine_controllers_need(aws_objects, group, resource, verb):
     deploy = next(o for o in aws_objects if o["kind"] == "Deployment")

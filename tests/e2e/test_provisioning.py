@@ -386,3 +386,42 @@ def test_a_pool_never_goes_past_its_limits(api, cloud, stage):
     assert_one_instance_each(cloud, pool, machines)
     shown = provisioning_status(api, pool)
     assert (shown["limits"]["machines"], shown["resources"]["machines"]) == (2, 2), shown
+
+
+@needs_provisioning
+def test_zone_pinned_pods_get_one_machine_each_while_their_machines_launch(api, cloud, cluster, stage):
+    """Two bare pods, each with a nodeSelector for one zone, in a pool of two zones that allows types of
+    both architectures: one Machine each, however many rounds run while those Machines launch and boot
+    (kubelets held), and never a second instance for either pod."""
+    name = unique("pinned")
+    subnets = [pool_subnet(cloud, zone) for zone in ZONES]
+    both = [{"key": TYPE_KEY, "operator": "In", "values": [INSTANCE_TYPE, "c6g.2xlarge"]},
+            {"key": provisioning_names.ARCH_LABEL, "operator": "In", "values": ["amd64", "arm64"]}]
+    api.create(POOLS, provisioning_pool_manifest(name, subnets, requirements=both,
+                                                 disruption={"consolidateAfter": "Never"}))
+    stage.pools.append(name)
+    pods = []
+    with kubelets_held(cluster):
+        for zone in ZONES:
+            pod = unique("pinned")
+            api.create(f"/api/v1/namespaces/{stage.namespace}/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {"app": pod}},
+                "spec": {"nodeSelector": {"e2e-pool": name, ZONE_KEY: zone}, "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "app", "image": workloads.IMAGE,
+                                         "resources": {"requests": POD, "limits": POD}}]}})
+            pods.append(pod)
+        wait_for(lambda: len(pool_machines(api, name)) == 2, "a Machine for each pod", timeout=120, interval=0.5)
+        # Rounds run every half second while the Machines launch and their Nodes are held back.
+        for _ in range(2):
+            seen = provisioning_status(api, name).get("lastRound")
+            wait_for(lambda s=seen: provisioning_status(api, name).get("lastRound") not in (None, s),
+                     "another provisioning round", timeout=120, interval=0.5)
+        assert len(pool_machines(api, name)) == 2, explain(api, name)
+    for pod in pods:
+        wait_for(lambda p=pod: (api.get(f"/api/v1/namespaces/{stage.namespace}/pods/{p}").get("status") or {})
+                 .get("phase") == "Running", f"pod {pod} Running", timeout=SETTLE, interval=0.5)
+    machines = pool_machines(api, name)
+    assert len(machines) == 2, explain(api, name)
+    assert {m["status"]["zone"] for m in machines} == set(ZONES)
+    assert_one_instance_each(cloud, name, machines)
+    assert len(pool_instance_tags(cloud, name)) == 2

@@ -91,6 +91,35 @@ def test_the_machines_of_every_pool_are_machine_apis_listing(kube):
     assert _names(machine_api.listed(kube)) == ["other-b", "web-a"]
 
 
+def _with_claim(pod: dict) -> dict:
+    pod = {**pod, "spec": {**pod["spec"], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}]}}
+    pod["status"] = {**pod["status"], "conditions": [{"type": "PodScheduled", "status": "False",
+                                                      "reason": "Unschedulable"}]}
+    return pod
+
+
+def test_storage_is_read_only_for_a_pending_pod_with_a_claim(kube):
+    pending = provisioning_reads.pending(kube)
+    assert provisioning_reads.storage(kube, pending) == {}
+    assert [c for c in kube.calls if c[0] == "list"] == [("list", "Pod", "*", {"status.phase": "Pending",
+                                                                                 "spec.nodeName": ""})]
+    kube.add_object({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "d", "namespace": "batch"},
+                     "spec": {"storageClassName": "gp3"}})
+    kube.add_object({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "n1"},
+                     "spec": {"drivers": []}})
+    found = provisioning_reads.storage(kube, [_with_claim(p) for p in pending])
+    assert {k: _names(v) for k, v in found.items()} == {"claims": ["d"], "volumes": [], "storageClasses": [],
+                                                         "csiNodes": ["n1"]}
+    assert [c[1] for c in kube.calls[-4:]] == ["PersistentVolumeClaim", "PersistentVolume", "StorageClass", "CSINode"]
+    assert kube.calls[-4][2] == "*", "claims of every namespace"
+
+
+def test_a_failed_storage_read_raises_for_the_caller_to_report(kube):
+    kube.refused.add(("list", "StorageClass"))
+    with pytest.raises(Exception, match="refused"):
+        provisioning_reads.storage(kube, [_with_claim(_pod("waiting", "Pending"))])
+
+
 @pytest.mark.parametrize("read", [provisioning_reads.pending, provisioning_reads.running_on_nodes,
                                   provisioning_reads.provisioning_pools, provisioning_reads.pool_nodes,
                                   provisioning_reads.daemonsets])

@@ -103,10 +103,39 @@ def test_spread_and_anti_affinity():
     assert view.anti_affinity[0].matches("default", {"app": "web"})
 
 
+def test_host_ports_as_kube_scheduler_counts_them():
+    spec = {"containers": [
+        {"name": "a", "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 53, "hostPort": 53,
+                                                                          "protocol": "UDP", "hostIP": "10.0.0.1"},
+                                {"containerPort": 9090}]},
+        {"name": "b", "ports": [{"containerPort": 81, "hostPort": 8080}]}],
+        "initContainers": [{"name": "setup", "ports": [{"containerPort": 1, "hostPort": 7000}]}]}
+    view = pods.view({"metadata": {"name": "p"}, "spec": spec})
+    assert view.host_ports == (pods.HostPort("0.0.0.0", "TCP", 8080), pods.HostPort("10.0.0.1", "UDP", 53))
+    assert pods.resident({"metadata": {"name": "p"}, "spec": spec}).host_ports == view.host_ports
+    on_host = pods.view({"metadata": {"name": "p"}, "spec": {"hostNetwork": True, "containers": [
+        {"name": "a", "ports": [{"containerPort": 9100}, {"containerPort": 9200, "hostPort": 9201}]}]}})
+    assert on_host.host_ports == (pods.HostPort("0.0.0.0", "TCP", 9100), pods.HostPort("0.0.0.0", "TCP", 9201))
+
+
+def test_host_port_conflicts():
+    every, one, other = (pods.HostPort(ip, "TCP", 80) for ip in ("0.0.0.0", "10.0.0.1", "10.0.0.2"))
+    assert pods.port_conflict((one,), {every}) == one
+    assert pods.port_conflict((every,), {one}) == every
+    assert pods.port_conflict((one,), {one}) == one
+    assert pods.port_conflict((one,), {other}) is None
+    assert pods.port_conflict((one,), {pods.HostPort("10.0.0.1", "UDP", 80), pods.HostPort("10.0.0.1", "TCP", 81)}) \
+        is None
+
+
 @pytest.mark.parametrize("spec, reason", [
     ({"containers": [_container("lots")]}, "spec.containers[0].resources.requests.cpu"),
     ({"containers": "x"}, "spec.containers"),
     ({"containers": [], "tolerations": [{"operator": "Sometimes"}]}, "spec.tolerations[0].operator"),
+    ({"containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 70000}]}]},
+     "spec.containers[0].ports[0].hostPort"),
+    ({"containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 80, "protocol": "HTTP"}]}]},
+     "spec.containers[0].ports[0].protocol"),
     ({"containers": [], "topologySpreadConstraints": [
         {"maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule",
          "labelSelector": {}}]}, "not supported"),
@@ -173,6 +202,16 @@ def test_is_provisionable():
     assert pods.is_provisionable(owned)
 
 
+def test_a_pod_nominated_for_preemption_is_not_provisionable():
+    preempting = raw_pod("p", since=0.1)
+    preempting["status"]["nominatedNodeName"] = "node-1"
+    assert not pods.is_provisionable(preempting)
+    # Nor does it hold the batch window open for the others.
+    assert batching.window([raw_pod("q", since=5), preempting], NOW) == (True, 0.0)
+    preempting["status"]["nominatedNodeName"] = ""
+    assert pods.is_provisionable(preempting)
+
+
 def test_window_waits_while_pods_keep_arriving():
     assert batching.window([raw_pod("a", since=3), raw_pod("b", since=0.4)], NOW) == (False, pytest.approx(0.6))
     assert batching.window([raw_pod("a", since=3), raw_pod("b", since=1.5)], NOW) == (True, 0.0)
@@ -182,6 +221,38 @@ def test_window_never_waits_past_the_maximum_after_the_oldest():
     assert batching.window([raw_pod("a", since=10.5), raw_pod("b", since=0.1)], NOW) == (True, 0.0)
     ready, wait = batching.window([raw_pod("a", since=9.8), raw_pod("b", since=0.1)], NOW)
     assert not ready and wait == pytest.approx(0.2)
+
+
+def test_window_counts_only_the_pods_that_arrived_since_the_last_round():
+    waiting_for_an_hour, newcomer = raw_pod("old", since=3600), raw_pod("new", since=0.3)
+    last_round = NOW - dt.timedelta(seconds=20)
+    assert batching.window([waiting_for_an_hour, newcomer], NOW, last_round=last_round) == \
+        (False, pytest.approx(0.7))
+    # The maximum runs from the oldest newcomer, not from the pod decided long ago.
+    first = raw_pod("first", since=9.5)
+    ready, wait = batching.window([waiting_for_an_hour, first, newcomer], NOW, last_round=last_round)
+    assert not ready and wait == pytest.approx(0.5)
+    # Nothing new since the last round: the pods still pending are decided again at once.
+    assert batching.window([waiting_for_an_hour], NOW, last_round=last_round) == (True, 0.0)
+
+
+def test_window_without_a_trustworthy_last_round_counts_every_pod():
+    pods_now = [raw_pod("old", since=3600), raw_pod("new", since=0.3)]
+    assert batching.window(pods_now, NOW, last_round=None) == (True, 0.0)
+    ahead = NOW + dt.timedelta(seconds=30)  # written by a clock ahead of ours
+    assert batching.window(pods_now, NOW, last_round=ahead) == (True, 0.0)
+
+
+def test_window_counts_a_pod_of_the_last_rounds_second_as_new():
+    """Condition times are whole seconds, cut down: a pod stamped with the last round's second may have turned
+    unschedulable after that round."""
+    last_round = dt.datetime(2026, 11, 27, 12, 59, 59, 600000, tzinfo=dt.timezone.utc)
+    same_second, before = raw_pod("same"), raw_pod("before")
+    same_second["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-27T12:59:59Z"
+    before["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-27T12:59:58Z"
+    now = NOW - dt.timedelta(seconds=0.2)  # 0.8 s after the second the pod names
+    assert batching.window([same_second, before], now, last_round=last_round) == (False, pytest.approx(0.2))
+    assert batching.window([before], now, last_round=last_round) == (True, 0.0)
 
 
 def test_window_ignores_pods_that_are_not_provisioning_s():

@@ -124,3 +124,21 @@ def test_label_selector():
 def test_describe():
     assert Requirements({K: Rule.of("In", ("b", "a"))}).describe() == f"{K} In [a, b]"
     assert Rule.of("Gt", ("3",)).describe("n") == "n Exists, n Gt 3"
+
+
+def test_rules_over_labels_that_may_take_several_values():
+    varying = {names.ZONE_LABEL: frozenset({"a", "b"}), names.INSTANCE_GPU_COUNT_LABEL: frozenset({"1", None})}
+    labels = {names.ARCH_LABEL: "amd64"}
+
+    def every(*items) -> bool:
+        return rq.of(items).allows_every(labels, varying)
+
+    def some(*items) -> bool:
+        return rq.of(items).may_allow(labels, varying)
+
+    assert every((names.ZONE_LABEL, "In", ("a", "b")), (names.ARCH_LABEL, "In", ("amd64",)))
+    assert not every((names.ZONE_LABEL, "In", ("a",))) and some((names.ZONE_LABEL, "In", ("a",)))
+    assert not every((names.ZONE_LABEL, "NotIn", ("a",))) and some((names.ZONE_LABEL, "NotIn", ("a",)))
+    assert every((names.ZONE_LABEL, "NotIn", ("c",)))
+    assert not every((names.INSTANCE_GPU_COUNT_LABEL, "Exists", ())), "one of them has no GPU label"
+    assert not some((names.ZONE_LABEL, "In", ("c",))) and not some((names.ARCH_LABEL, "In", ("arm64",)))

@@ -67,3 +67,12 @@ def test_a_quantity_read_again_reads_the_same_and_a_bad_one_is_refused_every_tim
         with pytest.raises(RequestError):
             resources.quantity("12 cores", "x")
 
+
+
+def test_extended_resources_a_node_does_not_report_stand_at_another_figure():
+    node = Resources(cpu=3920, memory=100, pods=29)
+    machine = Resources(cpu=4000, memory=200, pods=29, extended=(("nvidia.com/gpu", 1), ("vpc.amazonaws.com/efa", 1)))
+    assert node.with_extended_of(machine) == Resources(cpu=3920, memory=100, pods=29, extended=machine.extended)
+    reported = Resources(cpu=3920, extended=(("nvidia.com/gpu", 4),))
+    assert reported.with_extended_of(machine).extended == (("nvidia.com/gpu", 4), ("vpc.amazonaws.com/efa", 1))
+    assert node.with_extended_of(Resources(cpu=1)) is node

@@ -3,14 +3,21 @@ in the next round, the batch window, Events and status."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from hooks import events, machine_names, provisioning_names
 from hooks.machines import capacity, spec
 from hooks.provisioning import rounds, scheduling
-from tests.support.provisioning import NOW, TYPES, ZONES, facts, raw_pod, stamp
+from tests.support.provisioning import NOW, TYPES, ZONES, facts, raw_pod, stamp, type_facts
 
 POOL = "general"
+ZONE = provisioning_names.ZONE_LABEL
+ARCH = provisioning_names.ARCH_LABEL
+# TYPES with Graviton types beside them, the cheapest of all: a pool allowing both architectures.
+GRAVITON = {"m6g.large": (2, 8, 0.077), "m6g.xlarge": (4, 16, 0.154), "c6g.large": (2, 4, 0.068)}
+MIXED = {**TYPES, **GRAVITON}
+BOTH_ARCHITECTURES = [{"key": ARCH, "operator": "In", "values": ["amd64", "arm64"]}]
 
 
 def pool_object(name: str = POOL, weight: int = 0, requirements: list | None = None, limits: dict | None = None,
@@ -29,16 +36,18 @@ def pool_object(name: str = POOL, weight: int = 0, requirements: list | None = N
 
 
 def raw_readings(pods: list[dict], pools: list[dict] | None = None, machines: list[dict] | None = None,
-                 types: dict | None = None) -> dict:
+                 types: dict | None = None, *, arm64: frozenset = frozenset(), gpus: dict | None = None) -> dict:
+    """Readings as gather stores them; ``arm64`` names the Graviton types, ``gpus`` the GPUs of a type."""
     types = TYPES if types is None else types
     pools = [pool_object()] if pools is None else pools
     return {
         "pending": pods, "bound": [], "nodes": [], "pools": pools, "machines": machines or [], "daemonsets": [],
-        "typeFacts": {n: facts(v, m) for n, (v, m, _) in types.items()},
+        "typeFacts": type_facts(types, arm64=arm64, gpus=gpus),
         "zoneOfferings": {n: list(ZONES) for n in types},
         "prices": {"on-demand": {n: p for n, (_, _, p) in types.items()}, "spot": []},
         "zones": {p["metadata"]["name"]: list(ZONES) for p in pools},
         "subnets": [{"id": "subnet-a", "zone": ZONES[0]}, {"id": "subnet-b", "zone": ZONES[1]}],
+        "subnetZones": {"subnet-a": ZONES[0], "subnet-b": ZONES[1]},
     }
 
 
@@ -106,10 +115,138 @@ def test_a_pod_bound_between_the_reads_is_not_provisioned_for_again():
     assert sorted(p for c in out.claims for p in c.pods) == ["default/web-1", "default/web-2"]
 
 
+def test_a_pod_nominated_for_preemption_gets_no_machine():
+    preempting = raw_pod("urgent-0", cpu="1", memory="1Gi")
+    preempting["status"]["nominatedNodeName"] = "node-7"
+    out = run(raw_readings([preempting, raw_pod("web-0", cpu="1", memory="1Gi")]))
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    assert out.pending_pods == 1 and "default/urgent-0" not in out.result.unschedulable
+    assert not [e for e in out.events if e.about.get("name") == "urgent-0"]
+
+
+def with_node(raw: dict, name: str, *bound: dict, cpu: str = "8", memory: str = "32Gi") -> dict:
+    """``raw`` with an Initialized Machine of the pool, its Ready Node in the first zone and ``bound`` on it."""
+    raw["machines"].append({
+        "apiVersion": machine_names.API_VERSION, "kind": "Machine",
+        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": stamp(3600),
+                     "labels": {machine_names.POOL_LABEL: POOL}},
+        "spec": {"instanceTypes": ["m5.2xlarge"]},
+        "status": {"instanceID": f"i-{name}", "nodeName": name, "zone": ZONES[0],
+                   "conditions": [{"type": machine_names.INITIALIZED, "status": "True"}]}})
+    raw["nodes"].append({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {machine_names.POOL_LABEL: POOL, provisioning_names.ZONE_LABEL: ZONES[0],
+                                              provisioning_names.HOSTNAME_LABEL: name}},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    for pod in bound:
+        pod = copy.deepcopy(pod)
+        pod["spec"]["nodeName"] = name
+        pod["status"] = {"phase": "Running"}
+        raw["bound"].append(pod)
+    return raw
+
+
+def test_a_pod_whose_host_port_a_node_holds_gets_a_machine():
+    ports = [{"name": "main", "ports": [{"containerPort": 80, "hostPort": 8080}],
+              "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]
+    first = raw_pod("ingress-0", containers=ports)
+    second, plain = raw_pod("ingress-1", containers=ports), raw_pod("web-0")
+    out = run(with_node(raw_readings([second, plain]), "node-1", first))
+    assert out.result.placed == {"default/web-0": "node-1"}
+    assert [c.pods for c in out.claims] == [("default/ingress-1",)]
+
+
+def _stateful(name: str, claim: str, **kwargs) -> dict:
+    return raw_pod(name, volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": claim}}], **kwargs)
+
+
+def _bound_claim(name: str, zone: str) -> list[dict]:
+    """A claim and the EBS volume it is bound to, in ``zone``."""
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+             "spec": {"volumeName": f"pv-{name}", "storageClassName": "gp3"}, "status": {"phase": "Bound"}},
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"pv-{name}"},
+             "spec": {"csi": {"driver": provisioning_names.EBS_CSI_DRIVER, "volumeHandle": f"vol-{name}"},
+                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                          {"key": provisioning_names.ZONE_LABEL, "operator": "In", "values": [zone]}]}]}}}}]
+
+
+def _storage(*objects: dict, csi_nodes: tuple = ()) -> dict:
+    found: dict = {"claims": [], "volumes": [], "storageClasses": [], "csiNodes": list(csi_nodes)}
+    for obj in objects:
+        found["claims" if obj["kind"] == "PersistentVolumeClaim" else "volumes"].append(obj)
+    return found
+
+
+def test_a_pod_whose_volume_is_in_one_zone_gets_a_machine_in_that_zone():
+    raw = with_node(raw_readings([_stateful("db-0", "data-db-0")]), "node-1")  # in the first zone, with room
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[1]))
+    out = run(raw)
+    assert out.result.placed == {}
+    (claim,), ((machine_spec, _),) = out.claims, out.machines
+    assert claim.zone == ZONES[1] and machine_spec["subnets"] == ["subnet-b"]
+
+
+def test_a_pod_whose_claim_does_not_exist_gets_no_machine_and_an_event_saying_why():
+    raw = raw_readings([_stateful("db-0", "data-db-0"), raw_pod("web-0")])
+    raw["storage"] = _storage()
+    out = run(raw)
+    assert [c.pods for c in out.claims] == [("default/web-0",)]
+    (failed,) = [e for e in out.events if e.reason == events.FAILED_PROVISIONING]
+    assert failed.about["name"] == "db-0"
+    assert "PersistentVolumeClaim data-db-0 does not exist" in failed.message
+    assert out.status["unschedulablePods"] == 1
+
+
+def test_a_node_that_attaches_no_more_volumes_leaves_the_pod_a_new_machine():
+    running = _stateful("db-0", "data-db-0")
+    raw = with_node(raw_readings([_stateful("db-1", "data-db-1")]), "node-1", running)
+    csi_node = {"metadata": {"name": "node-1"}, "spec": {"drivers": [
+        {"name": provisioning_names.EBS_CSI_DRIVER, "allocatable": {"count": 1}}]}}
+    raw["storage"] = _storage(*_bound_claim("data-db-0", ZONES[0]), *_bound_claim("data-db-1", ZONES[0]),
+                              csi_nodes=(csi_node,))
+    out = run(raw)
+    assert out.result.placed == {} and [(c.zone, c.pods) for c in out.claims] == [(ZONES[0], ("default/db-1",))]
+    csi_node["spec"]["drivers"][0]["allocatable"]["count"] = 2
+    assert run(raw).result.placed == {"default/db-1": "node-1"}
+
+
 def test_the_batch_window_holds_a_round_while_pods_keep_arriving():
     pods = [raw_pod("web-0", since=5), raw_pod("web-1", since=0.2)]
     out = run(raw_readings(pods))
     assert not out.ready and out.claims == [] and 0 < out.wait <= 1.0
+
+
+def test_a_rollout_beside_a_pod_pending_for_an_hour_is_decided_in_one_batch():
+    """A pod no pool can run has been pending for an hour; a rollout of 20 pods then turns unschedulable two
+    every poll (0.5 s). The rounds, each seeing the Machines of the earlier ones and the pool's status as the
+    API server holds it, launch what one round over the 20 pods launches."""
+    stuck = raw_pod("odd-0", since=3600, nodeSelector={provisioning_names.INSTANCE_FAMILY_LABEL: "x9"})
+    rollout = [raw_pod(f"web-{i}", cpu="1", memory="1Gi", since=-(i // 2) * 0.5) for i in range(20)]
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    machines: list[dict] = []
+    for poll in range(40):
+        now = NOW + dt.timedelta(seconds=poll * 0.5)
+        arrived = [p for i, p in enumerate(rollout) if (i // 2) * 0.5 <= poll * 0.5]
+        out = rounds.provision(POOL, spec.pool(pool), rounds.readings(raw_readings([stuck, *arrived], [pool],
+                                                                                   machines)), now)
+        machines += as_machines(out, start=len(machines))
+        pool["status"] = {"provisioning": out.status}
+    at_once = run(raw_readings([stuck, *rollout]))
+    assert len(machines) == len(at_once.claims)
+    assert sorted(p for m in machines for p in json.loads(
+        m["metadata"]["annotations"][provisioning_names.PROVISIONED_FOR])["pods"]) == \
+        sorted(f"default/{p['metadata']['name']}" for p in rollout)
+
+
+def test_a_round_that_waits_keeps_the_last_rounds_time():
+    pool = pool_object()
+    pool["status"] = {"provisioning": {"lastRound": stamp(30)}}
+    out = run(raw_readings([raw_pod("web-0", since=0.2)], [pool]))
+    assert not out.ready and out.status["lastRound"] == stamp(30)
+    decided = run(raw_readings([raw_pod("web-0", since=2)], [pool]))
+    assert decided.ready and decided.status["lastRound"] == "2026-11-27T13:00:00Z"
 
 
 def test_a_pod_no_pool_can_run_is_reported_once_and_launches_nothing():
@@ -169,6 +306,130 @@ def test_a_machine_that_cannot_launch_is_no_capacity_and_its_types_are_avoided()
     for machine in stuck:
         machine["metadata"]["creationTimestamp"] = stamp(300)
     assert run(raw_readings(pods, machines=stuck)).failed == sorted(m["metadata"]["name"] for m in stuck)
+
+
+def mixed_readings(pods: list[dict], machines: list[dict] | None = None, pools: list[dict] | None = None) -> dict:
+    pools = [pool_object(requirements=BOTH_ARCHITECTURES)] if pools is None else pools
+    return raw_readings(pods, pools, machines, MIXED, arm64=frozenset(GRAVITON))
+
+
+def rounds_until_quiet(pods: list[dict], readings_of, repeats: int = 3) -> list[dict]:
+    """The first round's Machines, after ``repeats`` more rounds over them in flight, not launched: each of
+    those rounds must create nothing."""
+    machines = as_machines(run(readings_of(pods, [])))
+    for _ in range(repeats):
+        again = run(readings_of(pods, machines))
+        assert again.claims == [], f"a second Machine for {[c.pods for c in again.claims]}"
+        nominated = {e.about["name"] for e in again.events if e.reason == events.NOMINATED}
+        assert nominated == {p["metadata"]["name"] for p in pods}
+    return machines
+
+
+def test_zone_pinned_pods_get_one_machine_per_zone_while_those_launch():
+    pods = [raw_pod("east-0", nodeSelector={ZONE: ZONES[0]}), raw_pod("west-0", nodeSelector={ZONE: ZONES[1]})]
+    machines = rounds_until_quiet(pods, lambda p, m: mixed_readings(p, m))
+    assert sorted(m["spec"]["subnets"][0] for m in machines) == ["subnet-a", "subnet-b"]
+    assert all(len(m["spec"]["subnets"]) == 1 for m in machines), "each in its pod's zone only"
+
+
+def test_a_pod_whose_affinity_names_instance_types_fits_the_machine_made_for_it():
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": provisioning_names.INSTANCE_TYPE_LABEL, "operator": "In",
+                               "values": ["c5.large", "c5.xlarge"]}]}]}}}
+    pods = [raw_pod("compute-0", cpu="1", affinity=affinity)]
+    (machine,) = rounds_until_quiet(pods, lambda p, m: mixed_readings(p, m))
+    assert sorted(machine["spec"]["instanceTypes"]) == ["c5.large", "c5.xlarge"]
+    assert machine["spec"]["subnets"] == ["subnet-a", "subnet-b"], "either zone: the pod names none"
+
+
+def test_a_zone_spread_counts_each_machine_in_the_zone_of_its_subnets():
+    spread = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "web"}}}]
+    pods = [raw_pod(f"web-{i}", cpu="1", labels={"app": "web"}, topologySpreadConstraints=spread) for i in range(4)]
+    machines = rounds_until_quiet(pods, lambda p, m: mixed_readings(p, m))
+    by_zone = sorted(m["spec"]["subnets"] for m in machines)
+    assert by_zone == [["subnet-a"], ["subnet-b"]]
+
+
+def test_a_pod_pinned_to_one_zone_does_not_take_a_machine_of_two():
+    unpinned = [raw_pod("any-0", cpu="1")]
+    (machine,) = as_machines(run(raw_readings(unpinned)))
+    assert machine["spec"]["subnets"] == ["subnet-a", "subnet-b"]
+    pinned = [raw_pod("east-0", cpu="100m", nodeSelector={ZONE: ZONES[0]})]
+    out = run(raw_readings(unpinned + pinned, machines=[machine]))
+    assert [c.pods for c in out.claims] == [("default/east-0",)], "its launch may pick the other zone"
+    assert out.claims[0].zone == ZONES[0]
+    launched = copy.deepcopy(machine)
+    launched["status"].update(instanceID="i-1", instanceType=machine["spec"]["instanceTypes"][0], zone=ZONES[0])
+    assert run(raw_readings(unpinned + pinned, machines=[launched])).claims == [], "launched: what it recorded"
+
+
+def gpu_readings(pods: list[dict], machines: list[dict], nodes: list[dict] | None = None) -> dict:
+    raw = raw_readings(pods, machines=machines, types={**TYPES, "g4dn.xlarge": (4, 16, 0.526)},
+                       gpus={"g4dn.xlarge": 1})
+    raw["nodes"] = nodes or []
+    return raw
+
+
+def test_a_gpu_machine_whose_node_does_not_report_its_gpu_yet_still_takes_its_pod():
+    pods = [raw_pod("train-0", cpu="1", memory="2Gi")]
+    pods[0]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"},
+                                                    "limits": {"nvidia.com/gpu": "1"}}
+    (machine,) = as_machines(run(gpu_readings(pods, [])))
+    assert machine["spec"]["instanceTypes"] == ["g4dn.xlarge"]
+    _, allocatable = capacity.resources(facts(4, 16, gpus=1))
+    machine["status"].update(instanceID="i-gpu", instanceType="g4dn.xlarge", zone=ZONES[0], allocatable=allocatable,
+                             nodeName="ip-10-0-0-1.ec2.internal",
+                             conditions=[{"type": machine_names.REGISTERED, "status": "True"}])
+    # Registered before its device plugin started: no nvidia.com/gpu in the Node's allocatable yet.
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "ip-10-0-0-1.ec2.internal", "labels": {
+                machine_names.POOL_LABEL: POOL, ZONE: ZONES[0],
+                provisioning_names.INSTANCE_TYPE_LABEL: "g4dn.xlarge"}},
+            "spec": {}, "status": {"allocatable": {k: v for k, v in allocatable.items() if k != "nvidia.com/gpu"}}}
+    again = run(gpu_readings(pods, [machine], [node]))
+    assert again.claims == [], "the Machine's GPU stands until its Node reports it"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    assert run(gpu_readings(pods, [machine], [node])).claims == [], "reported as 0 before the plugin counts"
+    machine["status"]["conditions"].append({"type": machine_names.INITIALIZED, "status": "True"})
+    assert run(gpu_readings(pods, [machine], [node])).claims, "Initialized: its Node's figure is the truth"
+
+
+def arch_of(name: str) -> str:
+    return "arm64" if name in GRAVITON else "amd64"
+
+
+def test_a_claims_types_share_one_architecture():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(2)]
+    (claim,) = run(mixed_readings(pods)).claims
+    assert claim.instance_types[0] == "m6g.xlarge", "the cheapest that fits both is Graviton"
+    assert {arch_of(t) for t in claim.instance_types} == {"arm64"}, "one image runs one architecture"
+
+
+def test_machines_launch_only_types_of_their_images_architecture():
+    pods = [raw_pod(f"web-{i}", cpu="1", memory="1Gi") for i in range(2)]
+    for ec2_name, kube_name in (("x86_64", "amd64"), ("arm64", "arm64")):
+        raw = mixed_readings(pods)
+        raw["images"] = {POOL: {"id": "ami-1", "architecture": ec2_name}}
+        out = run(raw)
+        (claim,) = out.claims
+        assert {arch_of(t) for t in claim.instance_types} == {kube_name}
+        assert out.status["image"] == {"id": "ami-1", "architecture": ec2_name}
+    raw = mixed_readings(pods)
+    raw["images"] = {POOL: {"id": "ami-1", "architecture": "x86_64"}}
+    assert run(raw).claims[0].instance_types[0] == "c5.xlarge", "the cheapest of the image's architecture"
+
+
+def test_an_image_whose_architecture_is_not_known_launches_nothing_and_says_why():
+    pods = [raw_pod("web-0", cpu="1", memory="1Gi")]
+    raw = mixed_readings(pods)
+    raw["images"] = {POOL: {"id": "ami-1", "error": "InvalidAMIID.NotFound: The image id '[ami-1]' does not exist"}}
+    out = run(raw)
+    assert out.claims == [] and out.machines == []
+    assert out.status["image"]["error"].startswith("InvalidAMIID.NotFound")
+    said = {(e.reason, (e.about or {}).get("name")): e.message for e in out.events}
+    assert "image ami-1" in said[(events.FAILED_PROVISIONING, None)], "on the pool"
+    assert "kubernetes.io/arch" in said[(events.FAILED_PROVISIONING, "web-0")], "and on the pod"
 
 
 def test_the_pools_rounds_over_readings_read_apart_compute_one_placement(monkeypatch):

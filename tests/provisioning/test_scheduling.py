@@ -305,6 +305,160 @@ def test_hostname_spread_at_most_max_skew_per_node():
     assert [len(c.pods) for c in result.claims] == [2, 2, 1]
 
 
+# --- host ports
+
+
+def _serving(port: int, protocol: str = "TCP", host_ip: str | None = None, **container) -> dict:
+    entry = {"containerPort": 8080, "hostPort": port, "protocol": protocol, **container}
+    if host_ip is not None:
+        entry["hostIP"] = host_ip
+    return {"name": "main", "ports": [entry], "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}
+
+
+def _holding(*containers: dict, **spec) -> pods.Resident:
+    return pods.resident({"metadata": {"name": "holder", "namespace": "default", "labels": {"app": "holder"}},
+                          "spec": {"containers": list(containers), **spec}})
+
+
+def test_a_pod_goes_only_where_its_host_ports_are_free():
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(8080)),))
+    result = schedule([pod("web-1", containers=[_serving(8080)])], [pool()], [node], CATALOG)
+    assert result.placed == {} and [c.pods for c in result.claims] == [("default/web-1",)]
+    # Another protocol, or another port, is free there.
+    for other in (_serving(8080, "UDP"), _serving(8081)):
+        assert schedule([pod("web-1", containers=[other])], [pool()], [node], CATALOG).placed == {"default/web-1": "n1"}
+
+
+def test_host_ports_on_one_address_conflict_with_the_same_address_or_every_address():
+    on_a = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(53, "UDP", "10.0.0.1")),))
+    elsewhere = pod("dns-1", containers=[_serving(53, "UDP", "10.0.0.2")])
+    same = pod("dns-2", containers=[_serving(53, "UDP", "10.0.0.1")])
+    everywhere = pod("dns-3", containers=[_serving(53, "UDP")])
+    assert schedule([elsewhere], [pool()], [on_a], CATALOG).placed == {"default/dns-1": "n1"}
+    assert schedule([same], [pool()], [on_a], CATALOG).placed == {}
+    assert schedule([everywhere], [pool()], [on_a], CATALOG).placed == {}
+    on_every = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(_serving(53, "UDP", "0.0.0.0")),))
+    assert schedule([elsewhere], [pool()], [on_every], CATALOG).placed == {}
+
+
+def test_a_host_network_pods_container_ports_are_host_ports():
+    exporter = {"name": "main", "ports": [{"containerPort": 9100}]}
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(exporter, hostNetwork=True),))
+    result = schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [node], CATALOG)
+    assert result.placed == {} and len(result.claims) == 1
+    # Without hostNetwork a container port binds nothing on the Node.
+    node = node_slot("n1", cpu="8", memory="32Gi", residents=(_holding(exporter),))
+    assert schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [node], CATALOG).placed
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_pods_alike_with_a_host_port_take_one_per_node_and_per_claim(group):
+    pair = [pod(f"proxy-{i}", labels={"app": "proxy"}, containers=[_serving(443)]) for i in range(3)]
+    result = schedule(pair, [pool()], [node_slot("n1", cpu="8", memory="32Gi")], CATALOG, group_identical=group)
+    assert list(result.placed.values()) == ["n1"]
+    assert [len(c.pods) for c in result.claims] == [1, 1]
+
+
+def test_a_daemonset_holding_the_port_on_every_new_node_leaves_the_pod_unplaced():
+    agent = daemonset("agent", hostNetwork=True, containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    result = schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [], CATALOG, [agent])
+    assert result.claims == []
+    assert "host port 9100/TCP held by a DaemonSet on every instance type that fits" in \
+        result.unschedulable["default/scrape-1"]
+    # Where it would not run, its port is free.
+    arm_only = daemonset("agent", hostNetwork=True, nodeSelector={names.ARCH_LABEL: "arm64"},
+                         containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    assert schedule([pod("scrape-1", containers=[_serving(9100)])], [pool()], [], CATALOG, [arm_only]).claims
+
+
+def test_daemonset_ports_of_an_in_flight_machine():
+    agent = daemonset("agent", hostNetwork=True, containers=[{"name": "main", "ports": [{"containerPort": 9100}]}])
+    assert scheduling.daemonset_ports({names.ARCH_LABEL: "amd64"}, (), [agent]) == {pods.HostPort("0.0.0.0", "TCP", 9100)}
+    assert scheduling.daemonset_ports({}, (taint("x"),), [agent]) == frozenset()
+
+
+# --- volumes
+
+EBS = "ebs.csi.aws.com"  # the AWS EBS CSI driver, as StorageClasses and PersistentVolumes name it
+
+
+def _zone(zone: str) -> requirements.Requirements:
+    return requirements.Requirements({names.ZONE_LABEL: requirements.Rule.of(names.IN, (zone,))})
+
+
+def _with_volumes(view: pods.PodView, *claims: str, zone: str | None = None, driver: str = EBS) -> pods.PodView:
+    return pods.with_volumes(view, (_zone(zone),) if zone else (), frozenset((driver, c) for c in claims), None)
+
+
+def test_a_pod_goes_only_where_its_volume_is():
+    there = node_slot("n1", cpu="8", memory="32Gi", zone=ZONES[0])
+    result = schedule([_with_volumes(pod("db-0"), "default/data-0", zone=ZONES[1])], [pool()], [there], CATALOG)
+    assert result.placed == {}
+    assert [(c.zone, c.pods) for c in result.claims] == [(ZONES[1], ("default/db-0",))]
+    assert schedule([_with_volumes(pod("db-0"), "default/data-0", zone=ZONES[0])], [pool()], [there],
+                    CATALOG).placed == {"default/db-0": "n1"}
+
+
+def test_a_zone_spread_counts_the_zones_the_pod_itself_may_use_not_its_volumes():
+    spread = [{"maxSkew": 1, "topologyKey": names.ZONE_LABEL, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app": "db"}}}]
+    running = node_slot("n1", cpu="8", memory="32Gi", zone=ZONES[1], residents=(pods.Resident("default", {"app": "db"}),))
+    # Zone a has none of the pods yet: one more in zone b breaks the skew, so the pod waits.
+    db = _with_volumes(pod("db-1", labels={"app": "db"}, topologySpreadConstraints=spread), "default/data-1",
+                       zone=ZONES[1])
+    result = schedule([db], [pool()], [running], CATALOG)
+    assert result.placed == {} and result.claims == []
+    assert "topology spread" in result.unschedulable["default/db-1"]
+
+
+def test_volumes_that_contradict_the_pods_node_selector_leave_it_unplaced():
+    db = _with_volumes(pod("db-0", nodeSelector={names.ZONE_LABEL: ZONES[0]}), "default/data-0", zone=ZONES[1])
+    result = schedule([db], [pool()], [], CATALOG)
+    assert result.claims == []
+    assert result.unschedulable["default/db-0"] == \
+        "its node selector and required node affinity allow no topology its volumes allow"
+
+
+def test_a_node_attaches_no_more_volumes_than_its_limit():
+    full = scheduling.Slot(**{**node_slot("n1", cpu="8", memory="32Gi").__dict__,
+                              "attached": frozenset({(EBS, "default/a"), (EBS, "default/b")}),
+                              "attach_limits": {EBS: 2}})
+    result = schedule([_with_volumes(pod("db-0"), "default/c")], [pool()], [full], CATALOG)
+    assert result.placed == {} and len(result.claims) == 1
+    # A volume it holds already, or one of a driver without a limit, needs no more room.
+    assert schedule([_with_volumes(pod("db-0"), "default/a")], [pool()], [full], CATALOG).placed
+    assert schedule([_with_volumes(pod("db-0"), "default/c", driver="efs.csi.aws.com")], [pool()], [full],
+                    CATALOG).placed
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_a_new_claim_takes_no_more_volumes_than_its_types_attach(group):
+    few = options({"m5.xlarge": (4, 16, 0.192)})
+    assert dict(few[0].volume_limits) == {EBS: 26}
+    db = [_with_volumes(pod(f"db-{i}", "100m", "128Mi", labels={"app": "db"}), f"default/data-{i}") for i in range(30)]
+    result = schedule(db, [pool()], [], few, group_identical=group)
+    assert sorted(len(c.pods) for c in result.claims) == [4, 26]
+    shared = [_with_volumes(pod(f"web-{i}", "100m", "128Mi", labels={"app": "web"}), "default/shared", driver=EBS)
+              for i in range(30)]
+    assert [len(c.pods) for c in schedule(shared, [pool()], [], few, group_identical=group).claims] == [30], \
+        "one volume shared by every pod attaches once"
+
+
+def test_a_pod_with_more_volumes_than_any_type_attaches_is_unplaced():
+    many = _with_volumes(pod("db-0"), *(f"default/data-{i}" for i in range(30)))
+    result = schedule([many], [pool()], [], CATALOG)
+    assert result.claims == []
+    assert "no instance type that fits attaches 30 volumes of ebs.csi.aws.com (at most 26)" in \
+        result.unschedulable["default/db-0"]
+
+
+def test_a_pod_kube_scheduler_runs_nowhere_is_unschedulable_with_its_reason():
+    waiting = pods.with_volumes(pod("db-0"), (), frozenset(), "volume 'data': PersistentVolumeClaim data does not exist")
+    result = schedule([waiting], [pool()], [node_slot("n1")], CATALOG)
+    assert result.placed == {} and result.claims == []
+    assert result.unschedulable == {"default/db-0": "volume 'data': PersistentVolumeClaim data does not exist"}
+
+
 # --- DaemonSets
 
 
@@ -403,3 +557,21 @@ def test_placing_alike_pods_together_decides_as_one_by_one():
     grouped = schedule(batch, pools, slots, CATALOG, [daemonset("agent")])
     assert grouped == schedule(batch, pools, slots, CATALOG, [daemonset("agent")], group_identical=False)
     assert len(placements(grouped)) == len(batch) - len(grouped.unschedulable)
+
+
+# --- architectures, and a pool that cannot launch
+
+
+def test_a_claims_types_are_of_the_cheapest_ones_architecture():
+    mixed = options({"m5.large": (2, 8, 0.096), "m6g.large": (2, 8, 0.077), "c6g.large": (2, 4, 0.068),
+                     "c5.large": (2, 4, 0.085)}, arm64=frozenset({"m6g.large", "c6g.large"}))
+    (claim,) = schedule([pod("a-1")], [pool()], [], mixed).claims
+    assert claim.instance_types == ("c6g.large", "m6g.large")
+
+
+def test_a_pool_that_cannot_launch_says_why_and_the_next_takes_the_pod():
+    blocked = pool("mixed", weight=10, cannot_launch="the architecture of image ami-1 is not known")
+    result = schedule([pod("a-1")], [blocked, pool("other")], [], CATALOG)
+    assert [c.pool for c in result.claims] == ["other"]
+    alone = schedule([pod("a-1")], [blocked], [], CATALOG)
+    assert "image ami-1" in alone.unschedulable["default/a-1"]

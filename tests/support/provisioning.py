@@ -53,9 +53,16 @@ TYPES = {
 }
 
 
-def options(types: dict | None = None, zones: tuple = ZONES, spot: dict | None = None) -> list[catalog.InstanceOption]:
+def type_facts(types: dict, *, arm64: frozenset = frozenset(), gpus: dict | None = None) -> dict[str, dict]:
+    """``facts`` of each of ``types`` (TYPES' shape); ``arm64`` names the Graviton ones, ``gpus`` a type's GPUs."""
+    return {n: facts(v, m, arch="arm64" if n in arm64 else "x86_64", gpus=(gpus or {}).get(n, 0))
+            for n, (v, m, _) in types.items()}
+
+
+def options(types: dict | None = None, zones: tuple = ZONES, spot: dict | None = None, *,
+            arm64: frozenset = frozenset(), gpus: dict | None = None) -> list[catalog.InstanceOption]:
     types = TYPES if types is None else types
-    return catalog.options({n: facts(v, m) for n, (v, m, _) in types.items()}, {n: list(zones) for n in types},
+    return catalog.options(type_facts(types, arm64=arm64, gpus=gpus), {n: list(zones) for n in types},
                            {"on-demand": {n: p for n, (_, _, p) in types.items() if p is not None},
                             "spot": dict(spot or {})})
 
@@ -71,7 +78,8 @@ def node_slot(name: str, cpu: str = "2", memory: str = "8Gi", *, pool_name: str 
     return scheduling.Slot(name=name, pool=pool_name, labels=all_labels, taints=tuple(taints),
                            allocatable=resources.parse({"cpu": cpu, "memory": memory, "pods": "110"}),
                            requested=resources.parse(requested or {}), pods=tuple(residents),
-                           machine=name, in_flight=in_flight, provisioned_for=tuple(provisioned_for))
+                           machine=name, in_flight=in_flight, provisioned_for=tuple(provisioned_for),
+                           host_ports=frozenset(p for r in residents for p in r.host_ports))
 
 
 def taint(key: str, value: str | None = None, effect: str = "NoSchedule") -> Taint:
