@@ -257,11 +257,6 @@ def _disrupt(request: HookRequest, settings: Settings, now: dt.datetime, observe
         out.leaving = {n for n in out.leaving if by_name[n]["reason"] != signals.REPAIR}
     size = disruption.budget_size(current, out.records)
     _consolidate(request.name, pool_spec, current, provisioned, out, size, now, status, said)
-    for name in provisioned.failed if provisioned is not None else ():
-        # Never launched: nothing runs there, and its types were avoided for as long as it stayed.
-        out.leaving.add(name)
-        said.append(events.warning(events.FAILED_PROVISIONING, f"Machine {name} found no capacity for any of its "
-                                   "instance types: removed"))
     scale_down = budgets.allowed(pool_spec.budgets, signals.SCALE_DOWN, size, now)
     children, created, removed = pool.desired(
         request.name, str(request.meta.get("uid") or ""), pool_spec, machines, fresh_list, held=out.held,
