@@ -21,6 +21,7 @@ from hooks import ec2_names, machine_names, timefmt
 from hooks.aws.clients import error_code
 
 NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
+_ANSWERED_AT_ONCE = "nodewarden-run-instances-answered-at-once"
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,16 @@ def client_token(uid: str, launch_request: str, candidate: Candidate) -> str:
     return f"{uid[:36]}-{digest}"[:64]
 
 
+def _answered_at_once(response=None, operation=None, **_):
+    """botocore's needs-retry for RunInstances: EC2's error answers the call at once, never after botocore's
+    retries (capacity errors and throttling included, with their backoff sleeps): the launch's next candidate,
+    or a later hook call, is the retry, and a call stays within its time. A connection error is retried as
+    usual (the ClientToken makes that the same launch)."""
+    if response is not None and response[1].get("Error"):
+        raise ClientError(response[1], operation.name)
+    return None
+
+
 def run_instance(ec2, *, uid: str, launch_request: str, candidate: Candidate, tag_list: list[dict],
                  image_id: str | None, launch_template: dict | None, security_groups: list[str],
                  instance_profile: str | None, user_data: str, spot: bool = False) -> dict:
@@ -219,6 +230,7 @@ def run_instance(ec2, *, uid: str, launch_request: str, candidate: Candidate, ta
         # A one-time spot request: EC2 reclaims it with a two-minute warning, never restarts it.
         request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
             "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+    ec2.meta.events.register("needs-retry.ec2.RunInstances", _answered_at_once, unique_id=_ANSWERED_AT_ONCE)
     try:
         response = ec2.run_instances(**request)
     except ClientError as exc:

@@ -13,6 +13,7 @@ import copy
 import datetime as dt
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from hooks import machine_names
 from hooks.dispatch import serve
@@ -276,6 +277,34 @@ def test_refused_everywhere_is_no_capacity_asks_nothing_more_and_is_deleted_once
     world.call(after=31)  # the last refusal is three minutes old
     assert world.gone, "deleted: its pool replaces it"
     assert not machine_instances(world.ec2, world.uid)
+
+
+def test_a_refusal_answers_at_once_without_botocore_retries(aws, make_ctx):
+    """EC2 answers a capacity error with HTTP 500, which botocore's standard mode retries with a backoff sleep;
+    a launch's RunInstances is answered at once instead (the answer is injected at before-send, so it goes
+    through botocore's retry handling)."""
+    world = MachineWorld(make_ctx, aws)
+    sends: list[str] = []
+
+    def no_capacity(request=None, **_):
+        sends.append(request.url)
+        body = (b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+                b"<Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient capacity"
+                b"</Message></Error></Errors><RequestID>injected</RequestID></Response>")
+        return AWSResponse(request.url, 500, {}, _Raw(body))
+    world.ctx.aws.client("ec2", "us-east-1").meta.events.register("before-send.ec2.RunInstances", no_capacity)
+    world.call()
+    world.call(after=1)
+    assert len(sends) == 2, "one send per candidate"
+    assert [r["instanceType"] for r in world.status["launchRefusals"]] == ["m5.large", "c5.large"]
+
+
+class _Raw:
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def stream(self, **_):
+        yield self.body
 
 
 def test_user_data_that_would_not_register_is_refused_before_launch(aws, make_ctx):
