@@ -146,7 +146,7 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
                                                            a.params["namespace"], a.params["resourceVersion"],
                                                            a.params["controller"]),
     "kube.remove-finalizers": lambda ctx, a: handover.remove_finalizers(ctx.kube, a.target, a.params["patch"]),
-    # Machines: launch (tagged at creation), terminate, and what they do to their Node.
+    # Machines: launch (one candidate, tagged at creation), terminate, and what they do to their Node.
     "ec2.launch": lambda ctx, a: _launch(ctx, a),
     "ec2.terminate": lambda ctx, a: instances.terminate(ctx.aws.client("ec2", a.params.get("region") or None),
                                                         a.target),
@@ -229,9 +229,10 @@ def _count_owner_replacement(a: Action) -> None:
 
 def _launch(ctx: runtime.Context, a: Action) -> dict:
     p = a.params
-    return instances.launch(
+    candidate = p["candidate"]
+    return instances.run_instance(
         ctx.aws.client("ec2", p.get("region") or None), uid=p["uid"], launch_request=p["launchRequestedAt"],
-        candidates=[instances.Candidate(c["instanceType"], c.get("subnetID")) for c in p["candidates"]],
+        candidate=instances.Candidate(candidate["instanceType"], candidate.get("subnetID")),
         tag_list=p["tags"], image_id=p.get("imageId"), launch_template=p.get("launchTemplate"),
         security_groups=p.get("securityGroups") or [], instance_profile=p.get("instanceProfile"),
         user_data=p["userData"], spot=p.get("capacityType") == "spot")

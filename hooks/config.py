@@ -102,6 +102,7 @@ class Settings:
     # machine, nodepool
     machine_poll_seconds: float = 2
     machine_launch_visibility_seconds: float = 60
+    machine_launch_budget_seconds: float = 1.0  # past it, a call asks for no further launch candidate
     machine_detach_wait_seconds: float = 330
     machine_volume_detach_timeout_seconds: float = 360
     machine_terminate_retry_seconds: float = 60
@@ -193,6 +194,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         replacement_timeout_seconds=_number(env, "NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS", 1800, minimum=1),
         machine_poll_seconds=_number(env, "NODEWARDEN_MACHINE_POLL_SECONDS", 2, minimum=0.1),
         machine_launch_visibility_seconds=_number(env, "NODEWARDEN_MACHINE_LAUNCH_VISIBILITY_SECONDS", 60),
+        machine_launch_budget_seconds=min(1.5, _number(env, "NODEWARDEN_MACHINE_LAUNCH_BUDGET_SECONDS", 1.0)),
         machine_detach_wait_seconds=_number(env, "NODEWARDEN_MACHINE_DETACH_WAIT_SECONDS", 330),
         machine_volume_detach_timeout_seconds=_number(env, "NODEWARDEN_MACHINE_VOLUME_DETACH_TIMEOUT_SECONDS", 360),
         machine_terminate_retry_seconds=_number(env, "NODEWARDEN_MACHINE_TERMINATE_RETRY_SECONDS", 60, minimum=1),

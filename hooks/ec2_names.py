@@ -26,6 +26,14 @@ LEAVING_STATES = (STOPPING, STOPPED, SHUTTING_DOWN, TERMINATED)
 # Every state but the gone ones.
 KEPT_STATES = (PENDING, RUNNING, STOPPING, STOPPED)
 
+# RunInstances errors that say EC2 cannot give this instance type, in this subnet, at this capacity type,
+# now: a refusal for capacity, after which another instance type or subnet may still launch.
+CAPACITY_ERRORS = frozenset({
+    "InsufficientInstanceCapacity", "Unsupported", "InsufficientCapacity", "UnsupportedOperation",
+    "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity", "VcpuLimitExceeded",
+    "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
+})
+
 
 def cluster_tag(cluster_name: str) -> str:
     return f"{CLUSTER_TAG_PREFIX}{cluster_name}"

@@ -73,6 +73,7 @@ LAUNCH_REQUESTED = "LaunchRequested"
 INSTANCE_LAUNCHED = "InstanceLaunched"
 INSTANCE_FOUND = "InstanceFound"
 LAUNCH_FAILED = "LaunchFailed"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # EC2 refused every instance type and subnet of a Machine
 DUPLICATE_INSTANCE = "DuplicateInstanceTerminated"
 NODE_REGISTERED = "NodeRegistered"
 NODE_PROVIDER_ID_MISMATCH = "NodeProviderIDMismatch"

@@ -77,7 +77,7 @@ OWNER_REPLACEMENTS = Counter(
 )
 MACHINE_EVENTS = Counter(
     "nodewarden_machine_events_total",
-    "Machine lifecycle events by node pool: launched, registration-timeout, leaked-instance-terminated,"
+    "Machine lifecycle events by node pool: launched, registration-timeout, no-capacity, leaked-instance-terminated,"
     " instance-gone, node-gone, terminated.",
     ["nodepool", "event"],
 )

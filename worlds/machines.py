@@ -16,7 +16,10 @@ Shared by tests/machines/test_machines_moto.py and bench/machines.py:
 - ``NotShownYet``: EC2's eventual consistency, which moto does not have: for
   a while after RunInstances, DescribeInstances does not list an instance
   and names it InvalidInstanceID.NotFound (injected through botocore's
-  before-call event, without calling moto).
+  before-call event, without calling moto);
+- ``NoCapacityFor``: EC2 out of capacity for some instance types, which moto
+  never is: RunInstances of one of them answers InsufficientInstanceCapacity
+  (injected the same way).
 """
 from __future__ import annotations
 
@@ -62,6 +65,11 @@ class CrashAfter:
             raise Crash(f"crashed after AWS call {self.n} ({model.name})")
 
 
+def _remember_params(params=None, context=None, **_):
+    if context is not None:
+        context["api_params"] = dict(params or {})  # before-call sees only the serialized request
+
+
 class _Answer:
     def __init__(self, status: int):
         self.status_code, self.headers, self.content, self.text = status, {}, b"", ""
@@ -82,19 +90,14 @@ class NotShownYet:
 
     def attach(self, aws, region: str = REGION) -> "NotShownYet":
         events = aws.client("ec2", region).meta.events
-        events.register("before-parameter-build", self._remember)
+        events.register("before-parameter-build", _remember_params)
         events.register("before-call", self._before_call)
         return self
 
     def detach(self, aws, region: str = REGION) -> None:
         events = aws.client("ec2", region).meta.events
-        events.unregister("before-parameter-build", self._remember)
+        events.unregister("before-parameter-build", _remember_params)
         events.unregister("before-call", self._before_call)
-
-    @staticmethod
-    def _remember(params=None, context=None, **_):
-        if context is not None:
-            context["api_params"] = dict(params or {})  # before-call sees only the serialized request
 
     def hide(self, *instance_ids: str) -> None:
         self.hidden.update(instance_ids)
@@ -119,6 +122,31 @@ class NotShownYet:
             listed["Reservations"] = [r for r in listed.get("Reservations") or [] if r["Instances"]]
             return _Answer(200), listed
         return None
+
+
+class NoCapacityFor:
+    """RunInstances of the listed instance types answers InsufficientInstanceCapacity, as EC2 does when it has
+    none, without calling moto; ``refused`` counts the answers per (instance type, subnet)."""
+
+    def __init__(self, *instance_types: str):
+        self.types = set(instance_types)
+        self.refused: dict[tuple, int] = {}
+
+    def attach(self, aws, region: str = REGION) -> "NoCapacityFor":
+        events = aws.client("ec2", region).meta.events
+        events.register("before-parameter-build.ec2.RunInstances", _remember_params)
+        events.register("before-call.ec2.RunInstances", self._before_call)
+        return self
+
+    def _before_call(self, context=None, **_):
+        params = (context or {}).get("api_params") or {}
+        if params.get("InstanceType") not in self.types:
+            return None
+        key = (params["InstanceType"], params.get("SubnetId"))
+        self.refused[key] = self.refused.get(key, 0) + 1
+        return _Answer(500), {"Error": {"Code": "InsufficientInstanceCapacity",
+                                        "Message": f"injected: no {params['InstanceType']} capacity"},
+                              "ResponseMetadata": {"HTTPStatusCode": 500}}
 
 
 def fmt(moment: dt.datetime) -> str:

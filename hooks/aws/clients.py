@@ -47,7 +47,8 @@ def _count_call(service: str):
         AWS_CALLS.labels(service, model.name if model else "?", code).inc()
 
     def after_call_error(exception=None, model=None, **_):
-        AWS_CALLS.labels(service, model.name if model else "?", type(exception).__name__).inc()
+        code = error_code(exception) if isinstance(exception, ClientError) else type(exception).__name__
+        AWS_CALLS.labels(service, model.name if model else "?", code).inc()
 
     return after_call, after_call_error
 

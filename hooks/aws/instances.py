@@ -20,15 +20,8 @@ from botocore.exceptions import ClientError
 from hooks import ec2_names, machine_names, timefmt
 from hooks.aws.clients import error_code
 
-# A launch that fails with one of these tries the next instance type or subnet.
-CAPACITY_ERRORS = frozenset({
-    "InsufficientInstanceCapacity", "Unsupported", "InsufficientCapacity", "UnsupportedOperation",
-    "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity", "VcpuLimitExceeded",
-    "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
-})
-# Most RunInstances calls one launch makes before it gives up until the next hook call.
-MAX_LAUNCH_ATTEMPTS = 8
 NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
+_ANSWERED_AT_ONCE = "nodewarden-run-instances-answered-at-once"
 
 
 @dataclass(frozen=True)
@@ -39,10 +32,15 @@ class Candidate:
     subnet_id: str | None
 
 
-class LaunchFailed(RuntimeError):
-    def __init__(self, message: str, code: str):
-        super().__init__(message)
-        self.code = code
+class Refused(ClientError):
+    """RunInstances refused one candidate for capacity (ec2_names.CAPACITY_ERRORS): EC2's error, with the
+    candidate named in its message (EC2's own message may name neither the type nor the subnet)."""
+
+    def __init__(self, refused: ClientError, candidate: Candidate):
+        error = dict(refused.response.get("Error") or {})
+        where = f"{candidate.instance_type} in {candidate.subnet_id or 'the default subnet'}"
+        error["Message"] = f"no capacity for {where}: {error.get('Message') or ''}".rstrip(": ")
+        super().__init__({**refused.response, "Error": error}, refused.operation_name)
 
 
 def summary(instance: dict) -> dict:
@@ -191,54 +189,58 @@ def client_token(uid: str, launch_request: str, candidate: Candidate) -> str:
     return f"{uid[:36]}-{digest}"[:64]
 
 
-def launch(ec2, *, uid: str, launch_request: str, candidates: list[Candidate], tag_list: list[dict],
-           image_id: str | None, launch_template: dict | None, security_groups: list[str],
-           instance_profile: str | None, user_data: str, spot: bool = False) -> dict:
-    """RunInstances for the first candidate with capacity; the instance's summary.
+def _answered_at_once(response=None, operation=None, **_):
+    """botocore's needs-retry for RunInstances: EC2's error answers the call at once, never after botocore's
+    retries (capacity errors and throttling included, with their backoff sleeps): the launch's next candidate,
+    or a later hook call, is the retry, and a call stays within its time. A connection error is retried as
+    usual (the ClientToken makes that the same launch)."""
+    if response is not None and response[1].get("Error"):
+        raise ClientError(response[1], operation.name)
+    return None
+
+
+def run_instance(ec2, *, uid: str, launch_request: str, candidate: Candidate, tag_list: list[dict],
+                 image_id: str | None, launch_template: dict | None, security_groups: list[str],
+                 instance_profile: str | None, user_data: str, spot: bool = False) -> dict:
+    """RunInstances for one candidate; the instance's summary.
 
     Instance and volumes are tagged at creation, in the same call, so no
-    instance of ours ever exists untagged. Raises LaunchFailed when every
-    candidate tried was out of capacity, or on any other error.
+    instance of ours ever exists untagged. Raises Refused when EC2 refused
+    the candidate for capacity, and any other error as it came.
     """
-    last = ("", "")
-    for candidate in candidates[:MAX_LAUNCH_ATTEMPTS]:
-        request: dict = {
-            "MinCount": 1, "MaxCount": 1,
-            "InstanceType": candidate.instance_type,
-            "ClientToken": client_token(uid, launch_request, candidate),
-            "UserData": user_data,  # botocore base64-encodes it for RunInstances
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
-                                  {"ResourceType": "volume", "Tags": tag_list}],
-            "MetadataOptions": {"HttpTokens": "required"},
-        }
-        if image_id:
-            request["ImageId"] = image_id
-        if launch_template:
-            request["LaunchTemplate"] = {k: v for k, v in (
-                ("LaunchTemplateId", launch_template.get("id")), ("LaunchTemplateName", launch_template.get("name")),
-                ("Version", launch_template.get("version") or "$Default")) if v}
-        if candidate.subnet_id:
-            request["SubnetId"] = candidate.subnet_id
-        if security_groups:
-            request["SecurityGroupIds"] = list(security_groups)
-        if instance_profile:
-            request["IamInstanceProfile"] = {"Name": instance_profile}
-        if spot:
-            # A one-time spot request: EC2 reclaims it with a two-minute warning, never restarts it.
-            request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
-                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
-        try:
-            response = ec2.run_instances(**request)
-        except ClientError as exc:
-            code = error_code(exc)
-            if code in CAPACITY_ERRORS:
-                last = (code, f"{candidate.instance_type} in {candidate.subnet_id or 'the default subnet'}: {code}")
-                continue
-            raise
-        return summary(response["Instances"][0])
-    tried = min(len(candidates), MAX_LAUNCH_ATTEMPTS)
-    raise LaunchFailed(f"no capacity in the {tried} instance type/subnet choices tried; last: {last[1]}",
-                       last[0] or "InsufficientInstanceCapacity")
+    request: dict = {
+        "MinCount": 1, "MaxCount": 1,
+        "InstanceType": candidate.instance_type,
+        "ClientToken": client_token(uid, launch_request, candidate),
+        "UserData": user_data,  # botocore base64-encodes it for RunInstances
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list},
+                              {"ResourceType": "volume", "Tags": tag_list}],
+        "MetadataOptions": {"HttpTokens": "required"},
+    }
+    if image_id:
+        request["ImageId"] = image_id
+    if launch_template:
+        request["LaunchTemplate"] = {k: v for k, v in (
+            ("LaunchTemplateId", launch_template.get("id")), ("LaunchTemplateName", launch_template.get("name")),
+            ("Version", launch_template.get("version") or "$Default")) if v}
+    if candidate.subnet_id:
+        request["SubnetId"] = candidate.subnet_id
+    if security_groups:
+        request["SecurityGroupIds"] = list(security_groups)
+    if instance_profile:
+        request["IamInstanceProfile"] = {"Name": instance_profile}
+    if spot:
+        # A one-time spot request: EC2 reclaims it with a two-minute warning, never restarts it.
+        request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+            "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+    ec2.meta.events.register("needs-retry.ec2.RunInstances", _answered_at_once, unique_id=_ANSWERED_AT_ONCE)
+    try:
+        response = ec2.run_instances(**request)
+    except ClientError as exc:
+        if error_code(exc) in ec2_names.CAPACITY_ERRORS:
+            raise Refused(exc, candidate) from exc
+        raise
+    return summary(response["Instances"][0])
 
 
 def terminate(ec2, instance_id: str) -> str:

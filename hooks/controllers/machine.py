@@ -10,7 +10,8 @@ in the order of a Machine's life:
   launch          find the instances by the Machine's UID tag, else launch one
   registration    join the Node whose providerID names the instance, mirror labels
   initialization  Node Ready, startup taints gone, extended resources there
-  liveness        never registered within registrationTTL, Node or instance gone: delete
+  liveness        never registered within registrationTTL, no capacity anywhere, Node or instance
+                  gone: delete
   drift           the pool's template changed since the Machine was made
   disrupted       why it is going (the pool's choice, or EC2's notice); a spot
                   warning or a stop outside fencing deletes it at once, a stop
@@ -25,6 +26,7 @@ by a 404 or another uid, never by not being seen.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import sys
@@ -41,7 +43,7 @@ from hooks.machines import (disrupted, drift, initialization, launch, liveness, 
                             termination, userdata)
 from hooks.machines.pool import machines_of
 from hooks.machines.view import MachineView, Progress, own_status
-from hooks.plan import Outcome, Plan, error_text
+from hooks.plan import GATED, Outcome, Plan, error_text
 
 NAME = "machine"
 FAILURE_REASON = events.MACHINE_ACTION_FAILED
@@ -248,7 +250,7 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         status.pop("lastError", None)
     response = composite_response(status=status, resync_after=progress.resync,
                                   finalized=progress.finalized if request.finalizing else None)
-    return Plan(response, progress.actions, progress.events, verify=progress.verify)
+    return Plan(response, progress.actions, progress.events, verify=progress.verify, gate=progress.gate)
 
 
 # --------------------------------------------------------------------------- verify, settle
@@ -270,9 +272,19 @@ unverified = pipeline.in_status
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
            now: dt.datetime) -> Plan:
-    """A failed step is retried after a backoff; its error is the Machine's lastError, and nothing is finalized."""
+    """The launch's refused candidates recorded; a failed step is retried after a backoff, its error the
+    Machine's lastError, and nothing is finalized. A launch whose candidates were only refused goes on with
+    the next ones at once."""
+    status = launch.record_refusals(plan.response["status"], outcomes, now)
+    plan = dataclasses.replace(plan, response={**plan.response, "status": status})
+    failed = [o for o in outcomes if not o.ok and o.code not in GATED]
+    if not failed:
+        return plan  # only put off: a launch's other candidates, or past the call's time
     blocked_by_budget = all(o.ok or (o.action.kind == "kube.evict" and "429" in o.error) for o in outcomes)
-    retry = settings.machine_poll_seconds if blocked_by_budget else settings.error_backoff_seconds
+    if all(launch.refused(o) for o in failed):
+        retry = launch.NEXT_CALL_SECONDS
+    else:
+        retry = settings.machine_poll_seconds if blocked_by_budget else settings.error_backoff_seconds
     settled = pipeline.failed_in_status(plan, outcomes, retry)
     if settled.response.get("finalized"):
         settled.response["finalized"] = False

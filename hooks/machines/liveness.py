@@ -1,8 +1,13 @@
 """Liveness: a Machine that cannot become (or stay) a Node is deleted, so its pool replaces it (pure).
 
 - Never registered within ``registrationTTL`` of its launch (or of its
-  creation, when the launch never succeeded). Registered means joined to the
-  Node that names its instance; Initialized is not part of it.
+  creation, when the launch never succeeded: a launch that is only slow, or
+  that keeps failing for another reason than capacity, ends there).
+  Registered means joined to the Node that names its instance; Initialized
+  is not part of it.
+- EC2 refused every candidate of its launch for capacity (hooks.machines.launch),
+  once its refusals are forgotten: until then they kept its offerings from
+  the pool's new Machines.
 - Registered once, and the API server says its recorded Node is gone (a 404,
   or another uid under that name) with no Node naming its instance in its
   place: deleting the Node deletes the Machine, as with Karpenter. A Node
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from hooks import conditions, events, machine_names, timefmt
 from hooks.ec2_names import GONE_STATES
+from hooks.machines import launch
 from hooks.machines.registration import Sight
 from hooks.machines.view import MachineView, Progress
 from hooks.plan import Action, SameObject
@@ -46,6 +52,14 @@ def step(view: MachineView, progress: Progress, seen: Sight, settings) -> None:
                 f"no Node registered within the registrationTTL of {ttl:g}s: deleting the Machine",
                 "registration-timeout")
         return
+    if launch.no_capacity(view.status):
+        left = launch.forgotten_in(view.status, view.now)
+        if left <= 0:
+            _delete(view, progress, events.INSUFFICIENT_CAPACITY,
+                    "EC2 had no capacity for any of its instance types and subnets: deleting the Machine so its "
+                    "pool replaces it", "no-capacity")
+            return
+        progress.again_in(left)
     progress.again_in(max(0.5, ttl - age))
     _instance_gone(view, progress, settings)
 

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from hooks import conditions, fields, machine_names, providerid, timefmt
 from hooks.events import Event
 from hooks.machines.spec import MachineSpec
-from hooks.plan import Action
+from hooks.plan import Action, Gate
 
 # Status fields of ours and the type each must have; a wrong one is dropped, never trusted.
 _STATUS_TYPES = {
     "providerID": str, "instanceID": str, "instanceType": str, "zone": str, "nodeName": str, "nodeUID": str,
     "imageId": str, "launchRequestedAt": str, "launchedAt": str, "lastError": str,
-    "capacity": dict, "allocatable": dict, "termination": dict, "conditions": list,
+    "capacity": dict, "allocatable": dict, "termination": dict, "conditions": list, "launchRefusals": list,
 }
 
 
@@ -83,6 +83,7 @@ class Progress:
     resync: float | None = None
     finalized: bool = False
     verify: bool = False  # a conclusion that only the API server can confirm (see pipeline.by_plan)
+    gate: Gate | None = None  # sequencing for the actions (a launch's candidates)
 
     def condition(self, ctype: str, value: str, reason: str, message: str) -> bool:
         """Set a condition; True when its status changed (a transition worth an Event)."""

@@ -125,11 +125,6 @@ def _disrupt(request: HookRequest, pool_spec: spec.PoolSpec, settings: Settings,
     if out.consolidation is not None:
         status["consolidation"] = out.consolidation
     said.extend(events.normal(events.CONSOLIDATION, text) for text in out.messages + consolidation.report(state, out))
-    for name in provisioned.failed if provisioned is not None else ():
-        # Never launched: nothing runs there, and its types were avoided for as long as it stayed.
-        out.leaving.add(name)
-        said.append(events.warning(events.FAILED_PROVISIONING, f"Machine {name} found no capacity for any of its "
-                                   "instance types: removed"))
     replacing = replacements.plan(state, out, said)
     if provisioned is not None and provisioned.status:
         provisioned = provisioning.within_limits(state, provisioned, out.needs, replacing)

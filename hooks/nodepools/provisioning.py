@@ -43,7 +43,7 @@ def within_limits(state: PoolState, provisioned: rounds.Round, needs: list[dict]
     if provisioned.view is None or provisioned.readings is None:
         return provisioned
     catalog = {o.name: o for o in provisioned.readings.catalog}
-    counted = {m["metadata"]["uid"] for m in state.live if not inputs.launch_failing(m, state.now)}
+    counted = {m["metadata"]["uid"] for m in state.live if not inputs.out_of_capacity(m)}
     reserved, machines = ZERO, 0
     for entry, (machine_spec, _) in zip(needs, made):
         if entry["uid"] in counted:

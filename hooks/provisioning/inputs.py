@@ -9,7 +9,8 @@ Node exists, where an extended resource the Node does not report yet (a
 device plugin not started) stands at the Machine's figure. Before its
 launch, its labels are those every (instance type, zone) it may launch with
 gives, and the others vary (Slot.varying). A Machine being deleted or chosen
-to go is no capacity.
+to go is no capacity, nor is one EC2 refused every candidate of for capacity
+(on its record: a launch that is only slow is still capacity).
 """
 from __future__ import annotations
 
@@ -18,19 +19,14 @@ import datetime as dt
 import json
 from typing import Iterable, Mapping
 
-from hooks import machine_names, provisioning_names, timefmt
+from hooks import machine_names, provisioning_names
 from hooks.contract import RequestError
-from hooks.machines import pool, signals, spec
+from hooks.machines import launch, pool, signals, spec
 from hooks.provisioning import pods, requirements, resources, slots, volumes
 from hooks.provisioning.catalog import InstanceOption
 from hooks.provisioning.pods import PodView
 from hooks.provisioning.resources import Resources, ZERO
 from hooks.provisioning.scheduling import Limits, PoolView, Slot, daemonset_overhead, daemonset_ports
-
-# A launch records its instance within seconds; a Machine without one after this long is not launching.
-LAUNCH_GRACE_SECONDS = 60.0
-# How long a Machine that could not launch stays, so its types are avoided for that long, before it goes.
-LAUNCH_FAILURE_MEMORY_SECONDS = 180.0
 
 # Taints a Node carries only while it starts: the pods the round places will not need to tolerate them.
 _PASSING_TAINTS = frozenset({machine_names.UNREGISTERED_TAINT, *machine_names.EPHEMERAL_TAINTS})
@@ -122,12 +118,12 @@ def image_architecture(image: Mapping | None) -> tuple[str | None, str | None]:
 
 
 def pool_view(name: str, parsed: spec.PoolSpec, machines: list[dict], catalog: Mapping[str, InstanceOption],
-              zones: frozenset | None, now: dt.datetime, image: Mapping | None = None) -> PoolView:
+              zones: frozenset | None, image: Mapping | None = None) -> PoolView:
     """The pool as the scheduler weighs it; ``machines`` are its own, as the API server lists them. A Machine
-    that cannot launch holds nothing of the limits. ``image``: its image's architecture as gather read it
+    with no capacity holds nothing of the limits. ``image``: its image's architecture as gather read it
     (when its types mix architectures), to which its requirements are narrowed."""
     provisioning = parsed.provisioning
-    live = [m for m in machines if not m["metadata"]["deletionTimestamp"] and not launch_failing(m, now)]
+    live = [m for m in machines if not m["metadata"]["deletionTimestamp"] and not out_of_capacity(m)]
     used = ZERO
     for machine in live:
         used += machine_capacity(machine, catalog)
@@ -225,13 +221,10 @@ def _startup_keys(machine: dict) -> set[str]:
     return {t.get("key") for t in raw if isinstance(t, dict)} if isinstance(raw, list) else set()
 
 
-def launch_failing(machine: dict, now: dt.datetime) -> bool:
-    """Created ``LAUNCH_GRACE_SECONDS`` ago and still no instance: EC2 had no capacity for any of its types
-    (each call tries them again). Not capacity any pod can count on, and its types are avoided."""
-    if machine["status"].get("instanceID") or machine["metadata"]["deletionTimestamp"]:
-        return False
-    age = timefmt.seconds_since(machine["metadata"]["creationTimestamp"], now)
-    return age is not None and age >= LAUNCH_GRACE_SECONDS
+def out_of_capacity(machine: dict) -> bool:
+    """EC2 refused every instance type and subnet of the Machine for capacity, on its record: no capacity any
+    pod can count on."""
+    return not machine["metadata"]["deletionTimestamp"] and launch.no_capacity(machine["status"])
 
 
 def _going(machine: dict) -> bool:
@@ -296,7 +289,7 @@ def _with_volumes(slot: Slot, machine: dict, node: dict | None, bound: list[dict
 
 
 def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bound: Mapping[str, list[dict]],
-         catalog: Mapping[str, InstanceOption], daemonsets: list[PodView], now: dt.datetime,
+         catalog: Mapping[str, InstanceOption], daemonsets: list[PodView],
          subnet_zones: Mapping[str, str] | None = None,
          pool_zones: Mapping[str, frozenset | None] | None = None,
          storage: volumes.Storage | None = None) -> list[Slot]:
@@ -314,7 +307,7 @@ def room(pool_names: Iterable[str], machines: list[dict], nodes: list[dict], bou
     existing, coming = [], []
     for machine in sorted(machines, key=lambda m: m["metadata"]["name"]):
         pool_name = machine["metadata"]["labels"].get(machine_names.POOL_LABEL)
-        if pool_name not in names or _going(machine) or launch_failing(machine, now):
+        if pool_name not in names or _going(machine) or out_of_capacity(machine):
             continue
         node = nodes_by_name.get(machine["status"].get("nodeName") or "")
         in_flight = pool.phase(machine) != "Initialized"
@@ -408,19 +401,18 @@ def spot_candidates(specs: Mapping[str, spec.PoolSpec], type_facts: Mapping[str,
 
 
 def unavailable(options: list[InstanceOption], machines: list[dict], now: dt.datetime) -> list[InstanceOption]:
-    """The catalog with the offerings of Machines that cannot launch marked unavailable (their instance
-    types at their capacity type), so no new claim waits on the same empty capacity."""
-    failed = {(t, m["spec"].get("capacityType") or spec.ON_DEMAND) for m in machines if launch_failing(m, now)
-              for t in _instance_types(m)}
-    if not failed:
+    """The catalog with the offerings EC2 refused a Machine's launch for marked unavailable (the instance type
+    in that zone at that capacity type, every zone when the zone is not known), for as long as the Machine
+    remembers the refusal, so no new claim waits on the same empty capacity."""
+    refused = {(r["instanceType"], r["zone"], r["capacityType"]) for m in machines
+               for r in launch.remembered(m["status"], now)}
+    if not refused:
         return options
+    names = {name for name, _, _ in refused}
+
+    def gone(name: str, offering) -> bool:
+        return (name, offering.zone, offering.capacity_type) in refused or \
+            (name, "", offering.capacity_type) in refused
     return [dataclasses.replace(o, offerings=tuple(
-        dataclasses.replace(f, available=False) if (o.name, f.capacity_type) in failed else f
-        for f in o.offerings)) if any(o.name == t for t, _ in failed) else o for o in options]
-
-
-def failed_launches(machines: list[dict], now: dt.datetime) -> list[str]:
-    """A pool's Machines that could not launch for long enough: they go (no instance to terminate)."""
-    return sorted(m["metadata"]["name"] for m in machines if launch_failing(m, now)
-                  and (timefmt.seconds_since(m["metadata"]["creationTimestamp"], now) or 0)
-                  >= LAUNCH_GRACE_SECONDS + LAUNCH_FAILURE_MEMORY_SECONDS)
+        dataclasses.replace(f, available=False) if gone(o.name, f) else f for f in o.offerings))
+        if o.name in names else o for o in options]

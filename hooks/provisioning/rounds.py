@@ -86,7 +86,6 @@ class Round:
     events: list[Event] = field(default_factory=list)
     status: dict = field(default_factory=dict)
     placed_slots: set[str] = field(default_factory=set)  # Slots this round put pending pods on
-    failed: list[str] = field(default_factory=list)  # its Machines that could not launch, to remove
     pending_pods: int = 0  # provisionable pods found
     pod_uids: dict[str, str] = field(default_factory=dict)  # pod key -> uid, for the Events
     ratios: list[dict[str, float]] = field(default_factory=list)  # per claim: requested / allocatable
@@ -130,7 +129,7 @@ def _last_round(pools: list[dict], name: str) -> str | None:
 
 def _status(name: str, parsed: spec.PoolSpec, pool_machines: list[dict], types: Mapping[str, InstanceOption],
             result: Result | None, claims: list[NewClaim], last: str | None, image: Mapping | None) -> dict:
-    live = [m for m in pool_machines if not m["metadata"]["deletionTimestamp"]]
+    live = [m for m in pool_machines if not m["metadata"]["deletionTimestamp"] and not inputs.out_of_capacity(m)]
     flying = [m for m in live if pool.phase(m) != "Initialized"]
     total, coming = ZERO, ZERO
     for machine in live:
@@ -177,7 +176,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     for machine in readings.machines:
         by_pool.setdefault(machine["metadata"]["labels"].get(machine_names.POOL_LABEL) or "", []).append(machine)
     views = [inputs.pool_view(pool_name, specs[pool_name], by_pool.get(pool_name, []), types,
-                              readings.zones.get(pool_name), now, readings.images.get(pool_name))
+                              readings.zones.get(pool_name), readings.images.get(pool_name))
              for pool_name in sorted(specs)]
     daemonsets = [pods.from_daemonset(d) for d in readings.daemonsets]
     # The pending pods are read before the bound ones: a pod bound in between is in both lists, and holds
@@ -185,7 +184,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     bound_uids = {(p.get("metadata") or {}).get("uid") for p in readings.bound}
     pending = [p for p in inputs.pending(readings.pending, readings.storage) if p.uid not in bound_uids]
     slots = inputs.room(specs, readings.machines, readings.nodes, inputs.pods_by_node(readings.bound), types,
-                        daemonsets, now, readings.subnet_zones, readings.zones, readings.storage)
+                        daemonsets, readings.subnet_zones, readings.zones, readings.storage)
     offered = inputs.unavailable(readings.catalog, readings.machines, now)
     result = placements.PLACEMENTS.schedule(pending, views, slots, offered, daemonsets)
     out = Round(True, 0.0, result=result, pending_pods=len(pending), pod_uids={p.key: p.uid for p in pending},
@@ -199,7 +198,6 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
         annotations = {provisioning_names.PROVISIONED_FOR: inputs.provisioned_for_annotation(claim.pods)}
         out.machines.append((machine_spec(parsed, claim, readings.subnets), annotations))
     out.placed_slots = set(result.placed.values())
-    out.failed = inputs.failed_launches(own_machines, now)
     out.status = _status(name, parsed, own_machines, types, result, out.claims, timefmt.fmt(now),
                          readings.images.get(name))
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})

@@ -175,9 +175,14 @@ def test_the_machine_status_has_the_contract_fields(machine):
     status = _schema(machine)["properties"]["status"]["properties"]
     assert set(status) == {
         "observedGeneration", "providerID", "instanceID", "instanceType", "zone", "nodeName", "nodeUID",
-        "capacity", "allocatable", "launchRequestedAt", "launchedAt", "imageId", "termination", "lastError",
-        "conditions",
+        "capacity", "allocatable", "launchRequestedAt", "launchRefusals", "launchedAt", "imageId", "termination",
+        "lastError", "conditions",
     }
+    # The API server prunes what the schema lacks: every field of a refusal must be in it.
+    from hooks.machines import launch
+    refusal = status["launchRefusals"]["items"]
+    assert tuple(refusal["properties"]) == launch.REFUSAL_KEYS and refusal["required"] == list(launch.REFUSAL_KEYS)
+    assert refusal["properties"]["at"]["format"] == "date-time"
     for field in ("capacity", "allocatable"):
         assert status[field]["additionalProperties"]["type"] == "string"
     for field in ("launchRequestedAt", "launchedAt"):

@@ -13,14 +13,15 @@ import copy
 import datetime as dt
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from hooks import machine_names
 from hooks.dispatch import serve
 from hooks.machines import signals
 from worlds.cluster_gc import Calls, Faults
 from worlds.envelope import hook_request
-from worlds.machines import (T0, Crash, CrashAfter, MachineWorld, NotShownYet, boot, default_subnet, fmt,
-                           machine_instances, machine_object, machine_spec)
+from worlds.machines import (T0, Crash, CrashAfter, MachineWorld, NoCapacityFor, NotShownYet, boot, default_subnet,
+                           fmt, machine_instances, machine_object, machine_spec)
 
 pytestmark = pytest.mark.moto
 
@@ -87,20 +88,22 @@ def _launch_to_capacity(world: MachineWorld) -> None:
     world.until(lambda: world.condition(machine_names.LAUNCHED) == "True" and "capacity" in world.status, calls=20)
 
 
-def test_a_crash_after_any_aws_call_leaves_exactly_one_instance(aws, make_ctx):
-    """Every AWS call of a launch, in turn, is the last thing the hook does before dying."""
+def _crash_after_every_call(make_ctx, aws, uid_prefix: str, prepare=lambda world: None) -> tuple[list, list]:
+    """A launch with its AWS calls counted, then one launch per call that crashes right after it: each ends
+    with exactly one instance. (the calls counted, the worlds of the crashed launches)."""
     from hooks.aws import instances
 
     instances.TYPES.clear()
-    clean = MachineWorld(make_ctx, aws, name="web-clean", uid="uid-clean")
+    clean = MachineWorld(make_ctx, aws, name="web-clean", uid=f"{uid_prefix}-clean")
+    prepare(clean)
     counting = CrashAfter(0).attach(clean.ctx.aws)
     _launch_to_capacity(clean)
     counting.detach(clean.ctx.aws)
-    operations = counting.operations
-    assert {"DescribeInstances", "DescribeSubnets", "RunInstances", "DescribeInstanceTypes"} <= set(operations)
-    for n, operation in enumerate(operations, start=1):
+    crashed = []
+    for n, operation in enumerate(counting.operations, start=1):
         instances.TYPES.clear()
-        world = MachineWorld(make_ctx, aws, name=f"web-{n}", uid=f"uid-crash-{n}", kube=clean.kube)
+        world = MachineWorld(make_ctx, aws, name=f"web-{n}", uid=f"{uid_prefix}-{n}", kube=clean.kube)
+        prepare(world)
         crash = CrashAfter(n).attach(world.ctx.aws)
         try:
             _launch_to_capacity(world)
@@ -108,6 +111,14 @@ def test_a_crash_after_any_aws_call_leaves_exactly_one_instance(aws, make_ctx):
             crash.detach(world.ctx.aws)
         assert crash.seen >= n
         assert len(machine_instances(world.ec2, world.uid)) == 1, f"crash after call {n} ({operation})"
+        crashed.append(world)
+    return counting.operations, crashed
+
+
+def test_a_crash_after_any_aws_call_leaves_exactly_one_instance(aws, make_ctx):
+    """Every AWS call of a launch, in turn, is the last thing the hook does before dying."""
+    operations, _ = _crash_after_every_call(make_ctx, aws, "uid-crash")
+    assert {"DescribeInstances", "DescribeSubnets", "RunInstances", "DescribeInstanceTypes"} <= set(operations)
 
 
 def test_a_crash_right_after_run_instances_is_found_by_tag(aws, make_ctx):
@@ -155,6 +166,145 @@ def test_no_capacity_anywhere_is_an_error_and_no_instance(aws, make_ctx):
     world.call()
     world.call(after=1)
     assert "no capacity" in world.status["lastError"] and not machine_instances(world.ec2, world.uid)
+
+
+# Twenty instance types of moto's, most preferred first: EC2 has capacity only for the last two.
+TWENTY_TYPES = ["m5.large", "m5.xlarge", "m5.2xlarge", "m5.4xlarge", "c5.large", "c5.xlarge", "c5.2xlarge",
+                "c5.4xlarge", "r5.large", "r5.xlarge", "r5.2xlarge", "r5.4xlarge", "m6i.large", "m6i.xlarge",
+                "c6i.large", "c6i.xlarge", "r6i.large", "r6i.xlarge", "t3.large", "t3.xlarge"]
+
+
+def _two_subnets(ec2) -> list[str]:
+    by_zone = {s["AvailabilityZone"]: s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]}
+    return [by_zone[z] for z in sorted(by_zone)[:2]]
+
+
+@pytest.fixture
+def calls_never_run_out(monkeypatch):
+    """The launch's time allowance on a stopped clock: only the candidates a call plans bound it (the allowance
+    itself is covered by a budget of 0 below, and by tests/machines/test_launch_gate.py)."""
+    from hooks.machines import launch
+
+    gate = launch.Candidates
+    monkeypatch.setattr(launch, "Candidates", lambda seconds: gate(seconds, clock=lambda: 0.0))
+
+
+def _tokens(world: MachineWorld) -> dict[str, set]:
+    """ClientToken -> the (launch request, instance type, subnet) it was sent for."""
+    sent: dict[str, set] = {}
+
+    def record(params=None, **_):
+        launch = (world.status.get("launchRequestedAt"), params["InstanceType"], params.get("SubnetId"))
+        sent.setdefault(params["ClientToken"], set()).add(launch)
+    world.ctx.aws.client("ec2", "us-east-1").meta.events.register("before-parameter-build.ec2.RunInstances", record)
+    return sent
+
+
+def test_every_type_in_every_subnet_is_tried_until_one_launches(aws, make_ctx, calls_never_run_out):
+    """20 types in 2 subnets, capacity only for the last two types (InsufficientInstanceCapacity injected
+    through botocore's before-call event: moto never runs out). Each call asks for at most 8 candidates and
+    records those refused; the next goes on with the rest, so the 37th candidate launches on the 6th call."""
+    subnets = _two_subnets(aws("ec2"))
+    world = MachineWorld(make_ctx, aws, spec=machine_spec(subnets[0], instanceTypes=TWENTY_TYPES, subnets=subnets))
+    refusing = NoCapacityFor(*TWENTY_TYPES[:-2]).attach(world.ctx.aws)
+    sent = _tokens(world)
+    world.until(lambda: "instanceID" in world.status, calls=6)
+    assert world.status["instanceType"] == "t3.large"
+    (instance,) = machine_instances(world.ec2, world.uid)
+    assert instance["SubnetId"] == subnets[0]
+    # Every refused candidate was asked once, in order, and is on the record with its zone.
+    assert sorted(refusing.refused) == sorted((t, s) for t in TWENTY_TYPES[:-2] for s in subnets)
+    assert set(refusing.refused.values()) == {1}
+    refusals = world.status["launchRefusals"]
+    assert {(r["instanceType"], r["subnetID"]) for r in refusals} == set(refusing.refused)
+    zones = {s["SubnetId"]: s["AvailabilityZone"] for s in world.ec2.describe_subnets(SubnetIds=subnets)["Subnets"]}
+    assert all(r["zone"] == zones[r["subnetID"]] and r["capacityType"] == "on-demand"
+               and r["code"] == "InsufficientInstanceCapacity" for r in refusals)
+    assert len(sent) == 37 and all(len(launches) == 1 for launches in sent.values())
+
+
+def test_a_call_past_its_time_leaves_the_rest_to_the_next_and_a_throttle_is_no_refusal(aws, make_ctx):
+    """With no time to spare (NODEWARDEN_MACHINE_LAUNCH_BUDGET_SECONDS=0) each call makes one RunInstances.
+    m5.large has no capacity anywhere; c5.large's first ask is throttled (RequestLimitExceeded, injected):
+    not a refusal, so it is not recorded and the next call asks for it again, with the same token."""
+    subnets = _two_subnets(aws("ec2"))
+    world = MachineWorld(make_ctx, aws, spec=machine_spec(subnets[0], subnets=subnets),
+                         env={"NODEWARDEN_MACHINE_LAUNCH_BUDGET_SECONDS": "0"})
+    NoCapacityFor("m5.large").attach(world.ctx.aws)
+    Faults().add("RunInstances", "RequestLimitExceeded", times=1).attach(world.ctx.aws, services=("ec2",))
+    sent = _tokens(world)
+    world.call()  # the launch request
+    asked = []
+    for _ in range(3):
+        before = sum(len(v) for v in sent.values())
+        world.call(after=1)
+        asked.append(sum(len(v) for v in sent.values()) - before)
+        assert world.condition(machine_names.LAUNCHED) != "True"
+    assert asked == [1, 1, 1], "one RunInstances a call"
+    refused = [(r["instanceType"], r["subnetID"]) for r in world.status["launchRefusals"]]
+    assert refused == [("m5.large", subnets[0]), ("m5.large", subnets[1])], "the throttled ask is no refusal"
+    assert "RequestLimitExceeded" in world.status["lastError"]
+    world.call(after=1)
+    assert world.status["instanceType"] == "c5.large" and len(machine_instances(world.ec2, world.uid)) == 1
+    throttled_and_retried = [t for t, launches in sent.items() if ("c5.large", subnets[0]) in
+                             {(i, s) for _, i, s in launches}]
+    assert len(throttled_and_retried) == 1 and len(sent) == 3, "the same candidate, the same request: the same token"
+
+
+def test_a_crash_after_any_aws_call_of_a_launch_that_falls_back_leaves_exactly_one_instance(aws, make_ctx):
+    """m5.large refused (injected), c5.large launches: every AWS call of that launch in turn is the last thing
+    the hook does before dying, a refusal included (it is then not recorded, and asked again)."""
+    operations, crashed = _crash_after_every_call(make_ctx, aws, "uid-fallback-crash",
+                                                  lambda world: NoCapacityFor("m5.large").attach(world.ctx.aws))
+    assert operations.count("RunInstances") == 2
+    assert all(world.status["instanceType"] == "c5.large" for world in crashed)
+
+
+def test_refused_everywhere_is_no_capacity_asks_nothing_more_and_is_deleted_once_forgotten(aws, make_ctx):
+    world = MachineWorld(make_ctx, aws)
+    NoCapacityFor("m5.large", "c5.large").attach(world.ctx.aws)
+    sent = _tokens(world)
+    world.call()
+    world.call(after=1)  # both refused
+    assert len(world.status["launchRefusals"]) == 2 and world.responses[-1]["resyncAfterSeconds"] <= 0.2
+    world.call(after=0.2)
+    launched = next(c for c in world.status["conditions"] if c["type"] == machine_names.LAUNCHED)
+    assert (launched["status"], launched["reason"]) == ("False", "InsufficientCapacity")
+    assert "InsufficientCapacity" in world.kube.reasons() and "no capacity" in world.status["lastError"]
+    world.call(after=60)
+    world.call(after=90)
+    assert len(sent) == 2 and not world.gone, "nothing is asked for again"
+    world.call(after=31)  # the last refusal is three minutes old
+    assert world.gone, "deleted: its pool replaces it"
+    assert not machine_instances(world.ec2, world.uid)
+
+
+def test_a_refusal_answers_at_once_without_botocore_retries(aws, make_ctx):
+    """EC2 answers a capacity error with HTTP 500, which botocore's standard mode retries with a backoff sleep;
+    a launch's RunInstances is answered at once instead (the answer is injected at before-send, so it goes
+    through botocore's retry handling)."""
+    world = MachineWorld(make_ctx, aws)
+    sends: list[str] = []
+
+    def no_capacity(request=None, **_):
+        sends.append(request.url)
+        body = (b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
+                b"<Code>InsufficientInstanceCapacity</Code><Message>We currently do not have sufficient capacity"
+                b"</Message></Error></Errors><RequestID>injected</RequestID></Response>")
+        return AWSResponse(request.url, 500, {}, _Raw(body))
+    world.ctx.aws.client("ec2", "us-east-1").meta.events.register("before-send.ec2.RunInstances", no_capacity)
+    world.call()
+    world.call(after=1)
+    assert len(sends) == 2, "one send per candidate"
+    assert [r["instanceType"] for r in world.status["launchRefusals"]] == ["m5.large", "c5.large"]
+
+
+class _Raw:
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def stream(self, **_):
+        yield self.body
 
 
 def test_user_data_that_would_not_register_is_refused_before_launch(aws, make_ctx):
@@ -337,9 +487,10 @@ def test_a_client_token_is_never_sent_for_another_launch(aws, make_ctx):
         launch = (world.status.get("launchRequestedAt"), params["InstanceType"], params.get("SubnetId"))
         sent.setdefault(params["ClientToken"], set()).add(launch)
     world.ctx.aws.client("ec2", "us-east-1").meta.events.register("before-parameter-build.ec2.RunInstances", record)
-    Faults().add("RunInstances", "InsufficientInstanceCapacity", times=2).attach(world.ctx.aws, services=("ec2",))
+    Faults().add("RunInstances", "InsufficientInstanceCapacity", times=1).add(
+        "RunInstances", "RequestLimitExceeded", times=1).attach(world.ctx.aws, services=("ec2",))
     world.call()
-    world.call(after=1)  # no capacity for either type
+    world.call(after=1)  # no capacity for m5.large; c5.large throttled, so it is asked again later
     assert "no capacity" in world.status["lastError"]
     world.call(after=31)  # the request is stale: stamped again
     world.call(after=1)

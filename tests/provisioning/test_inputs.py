@@ -7,7 +7,7 @@ import copy
 from hooks import machine_names, provisioning_names as names
 from hooks.machines import capacity, spec
 from hooks.provisioning import inputs, resources, scheduling
-from tests.support.provisioning import NOW, ZONES, daemonset, facts, options, pod, stamp
+from tests.support.provisioning import ZONES, daemonset, facts, options, pod, stamp
 
 CATALOG = {o.name: o for o in options()}
 SUBNET_ZONES = {"subnet-a": ZONES[0], "subnet-b": ZONES[1]}
@@ -22,7 +22,7 @@ def machine(name: str = "general-0", types=("m5.large", "c5.large"), **spec_fiel
 
 
 def slot_of(obj: dict, daemonsets=(), catalog=None) -> scheduling.Slot:
-    (found,) = inputs.room(["general"], [obj], [], {}, catalog or CATALOG, list(daemonsets), NOW, SUBNET_ZONES,
+    (found,) = inputs.room(["general"], [obj], [], {}, catalog or CATALOG, list(daemonsets), SUBNET_ZONES,
                            POOL_ZONES)
     return found
 
@@ -83,12 +83,12 @@ def test_a_node_that_does_not_report_its_gpu_yet_offers_its_machines():
                               nodeName="n1")
     node = {"metadata": {"name": "n1", "labels": {machine_names.POOL_LABEL: "general"}}, "spec": {},
             "status": {"allocatable": {k: v for k, v in allocatable.items() if k != "nvidia.com/gpu"}}}
-    (slot,) = inputs.room(["general"], [starting], [node], {}, gpu_catalog, [], NOW)
+    (slot,) = inputs.room(["general"], [starting], [node], {}, gpu_catalog, [])
     assert slot.allocatable.get("nvidia.com/gpu") == 1
     assert slot.allocatable.cpu == resources.parse(node["status"]["allocatable"]).cpu, "the Node's own otherwise"
     initialized = copy.deepcopy(starting)
     initialized["status"]["conditions"] = [{"type": machine_names.INITIALIZED, "status": "True"}]
-    (slot,) = inputs.room(["general"], [initialized], [node], {}, gpu_catalog, [], NOW)
+    (slot,) = inputs.room(["general"], [initialized], [node], {}, gpu_catalog, [])
     assert slot.allocatable.get("nvidia.com/gpu") == 0
 
 
@@ -118,14 +118,14 @@ def test_a_pools_requirements_are_narrowed_to_its_images_architecture():
     parsed = spec.pool({"apiVersion": machine_names.API_VERSION, "kind": "NodePool",
                         "metadata": {"name": "general"},
                         "spec": {"template": {"spec": {"subnets": ["subnet-a"], "imageId": "ami-1"}}}})
-    view = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "architecture": "arm64"})
+    view = inputs.pool_view("general", parsed, [], CATALOG, None, {"id": "ami-1", "architecture": "arm64"})
     assert view.requirements.get(names.ARCH_LABEL).allows("arm64")
     assert not view.requirements.get(names.ARCH_LABEL).allows("amd64") and view.cannot_launch is None
-    unread = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "error": "Throttling"})
+    unread = inputs.pool_view("general", parsed, [], CATALOG, None, {"id": "ami-1", "error": "Throttling"})
     assert "ami-1" in unread.cannot_launch and "Throttling" in unread.cannot_launch
-    odd = inputs.pool_view("general", parsed, [], CATALOG, None, NOW, {"id": "ami-1", "architecture": "i386"})
+    odd = inputs.pool_view("general", parsed, [], CATALOG, None, {"id": "ami-1", "architecture": "i386"})
     assert "i386" in odd.cannot_launch
-    assert inputs.pool_view("general", parsed, [], CATALOG, None, NOW).cannot_launch is None
+    assert inputs.pool_view("general", parsed, [], CATALOG, None).cannot_launch is None
 
 
 def test_a_pool_mixes_architectures_when_its_requirements_allow_types_of_several():
