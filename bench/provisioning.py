@@ -551,25 +551,26 @@ def _as_read(raw: dict) -> dict:
     return {**json.loads(json.dumps({k: v for k, v in raw.items() if k not in kept})), **{k: raw[k] for k in kept}}
 
 
+def _placement_inputs(name: str, parsed: spec.PoolSpec, raw: dict) -> tuple:
+    """What the round of ``name`` over ``raw`` gives the scheduler to place, as rounds.provision builds it."""
+    given = []
+    schedule = scheduling.schedule
+    scheduling.schedule = lambda *args, **kwargs: given.append(args) or schedule(*args, **kwargs)
+    try:
+        placements.PLACEMENTS.clear()
+        rounds.provision(name, parsed, rounds.readings(raw), NOW)
+    finally:
+        scheduling.schedule = schedule
+    return given[0]
+
+
 def storm(args) -> dict:
     raw = storm_world(args)
-    pools_raw = raw["pools"]
-    parsed = {p["metadata"]["name"]: spec.pool(p) for p in pools_raw}
+    parsed = {p["metadata"]["name"]: spec.pool(p) for p in raw["pools"]}
     reads = [_as_read(raw) for _ in range(len(parsed) * (args.repeat + 2))]
-    rounds.readings(raw)  # the catalog built once, as in every round but a process's first
-    gc.freeze()
-    ready = rounds.readings(raw)
-    types = {o.name: o for o in ready.catalog}
     names = sorted(parsed)
-    world = (
-        inputs.pending(ready.pending),
-        [inputs.pool_view(n, parsed[n], [m for m in ready.machines
-                                         if m["metadata"]["labels"].get(machine_names.POOL_LABEL) == n],
-                          types, ready.zones.get(n), NOW) for n in names],
-        inputs.room(parsed, ready.machines, ready.nodes, inputs.pods_by_node(ready.bound), types,
-                    [pods.from_daemonset(d) for d in ready.daemonsets], NOW),
-        inputs.unavailable(ready.catalog, ready.machines, NOW),
-        [pods.from_daemonset(d) for d in ready.daemonsets])
+    world = _placement_inputs(names[0], parsed[names[0]], raw)  # the catalog built too, as in every later round
+    gc.freeze()
     afresh = scheduling.schedule(*world)
 
     def every_pool() -> list[rounds.Round]:
