@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from hooks.contract import RequestError
-from hooks.provisioning import requirements
+from hooks.fencing import selectors
 
 
 def _mapping(value: Any) -> dict:
@@ -24,18 +24,18 @@ class Budgets:
     """The budgets of a cluster, indexed by namespace; build once per call, ask per pod."""
 
     def __init__(self, budgets: Iterable[Any]):
-        self._by_namespace: dict[str, list[tuple[str, Any, int]]] = {}
+        self._by_namespace: dict[str, list[tuple[str, dict, int]]] = {}
         for raw in budgets:
             meta, spec, status = (_mapping(_mapping(raw).get(k)) for k in ("metadata", "spec", "status"))
             namespace, name = meta.get("namespace"), meta.get("name")
             if not isinstance(namespace, str) or not isinstance(name, str):
                 continue
+            if spec.get("selector") is None:
+                continue  # a missing selector selects no pod
             try:
-                selector = requirements.from_label_selector(spec.get("selector"), "spec.selector")
+                selector = selectors.validate(spec["selector"], "spec.selector")
             except RequestError:
-                selector = requirements.EVERYTHING  # unreadable: taken to select every pod, never none
-            if selector is None:
-                continue
+                selector = {}  # unreadable: taken to select every pod, never none
             allowed, observed = status.get("disruptionsAllowed"), status.get("observedGeneration")
             generation = meta.get("generation") if isinstance(meta.get("generation"), int) else 0
             judged = isinstance(observed, int) and observed >= generation
@@ -48,7 +48,7 @@ class Budgets:
         labels = {k: v for k, v in _mapping(meta.get("labels")).items() if isinstance(v, str)}
         namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
         matching = [(name, allowed) for name, selector, allowed in self._by_namespace.get(namespace, ())
-                    if selector.allows(labels)]
+                    if selectors.matches(selector, labels)]
         if len(matching) > 1:
             return sorted(name for name, _ in matching)
         return [name for name, allowed in matching if allowed < 1]
