@@ -193,6 +193,10 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.decision_seconds = time.process_time() - started
     # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
     out.claims = [c for c in out.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
+    arriving = batching.still_arriving(readings.pending, now, idle, timefmt.parse(previous))
+    held = set(batching.held_back(out.claims, {i: fill(c, types) for i, c in enumerate(out.claims)}, arriving))
+    waiting = sum(len(c.pods) for i, c in enumerate(out.claims) if i in held)
+    out.claims = [c for i, c in enumerate(out.claims) if i not in held]
     for claim in out.claims:
         out.ratios.append(request_ratios(claim, types))
         annotations = {provisioning_names.PROVISIONED_FOR: inputs.provisioned_for_annotation(claim.pods)}
@@ -200,6 +204,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.placed_slots = set(result.placed.values())
     out.status = _status(name, parsed, own_machines, types, result, out.claims, timefmt.fmt(now),
                          readings.images.get(name))
+    out.status["pendingPods"] += waiting
     out.events = _pod_events(name, specs, slots, result, {p.key: p for p in pending})
     _, unknown = inputs.image_architecture(readings.images.get(name))
     if unknown is not None:
@@ -247,6 +252,17 @@ def within(out: Round, reserved: Resources, machines: int) -> Round:
     return replace(
         out, claims=[out.claims[i] for i in kept], machines=[out.machines[i] for i in kept],
         ratios=[out.ratios[i] for i in kept], status={**out.status, "pendingPods": out.status["pendingPods"] - dropped})
+
+
+def fill(claim: NewClaim, types: Mapping[str, InstanceOption]) -> float:
+    """How full the claim's pods make the largest Machine it may be (of cpu or memory, the fuller)."""
+    largest = ZERO
+    for name in claim.instance_types:
+        if name in types:
+            largest = largest.maximum(types[name].allocatable)
+    shares = [asked / room for asked, room in ((claim.requests.cpu, largest.cpu),
+                                               (claim.requests.memory, largest.memory)) if room > 0]
+    return max(shares, default=1.0)
 
 
 def request_ratios(claim: NewClaim, types: Mapping[str, InstanceOption]) -> dict[str, float]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from hooks import machine_names, provisioning_names
 from hooks.machines.spec import ON_DEMAND, SPOT
@@ -856,7 +856,7 @@ class _Scheduler:
             else:
                 supported.append(pod)
         self.track(supported, residents)
-        ordered = placement_order(supported)
+        ordered = placement_order(supported, self.preferred_slot)
         start = 0
         while start < len(ordered):
             end = start + 1
@@ -977,13 +977,18 @@ def _describe(asked: Resources) -> str:
     return ", ".join(f"{k} {v}" for k, v in quantities.items())
 
 
-def placement_order(pods: Iterable[PodView]) -> list[PodView]:
-    """The order pods are placed in: cpu, then memory, descending; then alike pods together, by key."""
+def placement_order(pods: Iterable[PodView], made_for: Collection[str] = ()) -> list[PodView]:
+    """The order pods are placed in: those a Machine in flight was made for (``made_for``: their keys) first,
+    then the others; each part by cpu, then memory, descending, then alike pods together, by key.
+
+    A pod a Machine was made for takes its room there before any other pod is placed: a larger pod placed
+    first could take it, leaving the pod to a new Machine while that room waits for nobody."""
     by_key = sorted(pods, key=lambda p: p.key)
     groups: dict = {}
     for pod in by_key:
         groups.setdefault(pod.signature, len(groups))
-    return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
+    return sorted(by_key, key=lambda p: (p.key not in made_for, -p.requests.cpu, -p.requests.memory,
+                                         groups[p.signature], p.key))
 
 
 def _running_on(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],

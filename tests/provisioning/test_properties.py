@@ -240,7 +240,8 @@ def _check_round(cluster: Cluster, views: list[pods.PodView], result: scheduling
         free = {s.name: s.allocatable - s.requested for s in slots}
         by_key = {v.key: v for v in views}
         claimed = set(on_claims)
-        for view in scheduling.placement_order(v for v in views if v.unsupported is None):
+        made_for = {key for slot in slots for key in slot.provisioned_for}
+        for view in scheduling.placement_order((v for v in views if v.unsupported is None), made_for):
             if view.key in claimed:
                 assert _fits_somewhere(view, slots, free) is None, view.key
             elif view.key in result.placed:

@@ -492,3 +492,53 @@ def test_the_pools_rounds_over_readings_read_apart_compute_one_placement(monkeyp
     more = raw_readings(pods + [spread(6)], pools)
     assert sum(len(c.pods) for c in run(more, "light").claims) == 7
     assert computed == [1, 1], "other readings, another placement"
+
+
+def test_the_pods_a_machine_in_flight_was_made_for_keep_their_room_when_larger_pods_arrive():
+    """Three small pods get a Machine; in the next round a larger pod arrives. It is placed after them, so
+    they stay on the Machine made for them (a round again places the same pods the same way) and the newcomer
+    takes whatever room is left or a Machine of its own."""
+    small = [raw_pod(f"small-{i}", cpu="1", memory="1Gi") for i in range(3)]
+    (machine,) = as_machines(run(raw_readings(small)))
+    large = raw_pod("large-0", cpu="2", memory="2Gi", labels={"app": "large"})
+    again = run(raw_readings(small + [large], machines=[machine]))
+    assert {p: again.result.placed.get(p) for p in ("default/small-0", "default/small-1", "default/small-2")} == \
+        dict.fromkeys(("default/small-0", "default/small-1", "default/small-2"), machine["metadata"]["name"])
+    assert all("default/small-" not in key for claim in again.claims for key in claim.pods)
+
+
+def _arriving(name: str, since: float, **kwargs) -> dict:
+    return raw_pod(name, **kwargs, since=since)
+
+
+def _last_round(pool: dict, seconds_ago: float) -> dict:
+    pool["status"] = {"provisioning": {"lastRound": stamp(seconds_ago)}}
+    return pool
+
+
+def test_while_pods_still_arrive_a_small_new_machine_waits_for_those_that_follow():
+    """The window closed on its maximum (the oldest newcomer turned unschedulable 10 s ago, the newest just
+    now): a full Machine launches, one its pods would fill only a little is planned again next round with
+    the pods that follow them, instead of launching small beside the larger ones they will need."""
+    pods = [_arriving(f"big-{i}", 10.5 - 2.5 * i, cpu="1800m", memory="6Gi") for i in range(5)]
+    pods[-1] = _arriving("big-4", 0.2, cpu="1800m", memory="6Gi")
+    out = run(raw_readings(pods, [_last_round(pool_object(), 12)]))
+    assert [len(c.pods) for c in out.claims] == [4], [c.pods for c in out.claims]
+    assert out.status["pendingPods"] == len(pods), "the pods waiting for the next round are still the pool's"
+    # Stopped arriving (the newest a second ago and more): everything launches.
+    calm = pods[:-1] + [_arriving("big-4", 1.5, cpu="1800m", memory="6Gi")]
+    assert sorted(len(c.pods) for c in run(raw_readings(calm, [_last_round(pool_object(), 12)])).claims) == [1, 4]
+
+
+def test_a_pod_is_held_back_once_at_most():
+    """Pods still arriving, and a Machine its pods would fill only a little: held back if its pod is new,
+    launched if the pod was already there at the last round (it was held back then)."""
+    def readings_for(tail_since: float) -> dict:
+        full = [_arriving(f"big-{i}", 10.5, cpu="1950m", memory="6Gi") for i in range(4)]
+        tail = _arriving("tail-0", tail_since, cpu="1", memory="1Gi", labels={"app": "tail"})
+        newest = _arriving("big-9", 0.2, cpu="1950m", memory="6Gi")
+        return raw_readings(full + [tail, newest], [_last_round(pool_object(), 11)])
+    fresh = run(readings_for(5))
+    assert not any("default/tail-0" in c.pods for c in fresh.claims), [c.pods for c in fresh.claims]
+    again = run(readings_for(12))
+    assert any("default/tail-0" in c.pods for c in again.claims), [c.pods for c in again.claims]
