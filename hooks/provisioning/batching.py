@@ -8,6 +8,10 @@ but never longer than ``maximum`` after the oldest, so a steady trickle
 cannot hold it back. Only the pods that arrived since the last round count:
 those still pending from before were decided then, and a pod pending for an
 hour must not close the window at once for every newcomer.
+
+A round the maximum closed while pods still arrive holds back the new
+Machines its newest pods would fill only a little (``held_back``): those pods
+are planned again with the ones that follow, once at most.
 """
 from __future__ import annotations
 

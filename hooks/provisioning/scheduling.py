@@ -1,10 +1,12 @@
 """Where pending pods go: existing capacity first, then new Machines of the pools that can take them (pure).
 
-Pods are placed one at a time, largest first (cpu, then memory). Each goes
-on the first Slot that takes it (existing Nodes, then in-flight Machines; a
-Machine created for the pod is tried first, so a repeated round places the
-same pods the same way), else on a claim planned earlier this round, else
-on a new claim of the highest-weight pool that admits it within its limits.
+Pods are placed one at a time: those an in-flight Machine was made for
+first, then the others, each part largest first (cpu, then memory). Each
+goes on the first Slot that takes it (existing Nodes, then in-flight
+Machines; a Machine created for the pod is tried first, so a repeated round
+places the same pods the same way), else on a claim planned earlier this
+round, else on a new claim of the highest-weight pool that admits it within
+its limits.
 A Machine not launched yet takes a pod only if the pod's constraints hold
 whichever of its instance types and zones the launch picks (Slot.varying).
 
