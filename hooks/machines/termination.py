@@ -34,7 +34,7 @@ the Node cannot be read, nothing goes on: a Node not seen is not a Node gone.
 """
 from __future__ import annotations
 
-from hooks import events, machine_names, objects, timefmt
+from hooks import conditions, events, machine_names, objects, timefmt
 from hooks.detacher import shutdown
 from hooks.detacher_names import DETACHED_AT
 from hooks.ec2_names import SHUTTING_DOWN, TERMINATED
@@ -142,7 +142,7 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
             return False
         left = evictable(observed.get("pods") or [])
         drained_for = view.since("startedAt", term) or 0.0
-        held = bool(left) and drained_for >= drain_limit and _held_by_budgets(view, progress, settings, name,
+        held = bool(left) and drained_for >= drain_limit and _held_by_budgets(view, progress, settings, node,
                                                                                left, drain_limit)
         if held or _still_waiting(progress, settings, left, drained_for, drain_limit,
                                   events.warning(events.DRAIN_TIMED_OUT,
@@ -171,7 +171,7 @@ def _node_phase(view: MachineView, progress: Progress, node: dict, settings, ter
     return True
 
 
-def _held_by_budgets(view: MachineView, progress: Progress, settings, node: str, left: list[dict],
+def _held_by_budgets(view: MachineView, progress: Progress, settings, node: dict, left: list[dict],
                      drain_limit: float) -> bool:
     """Past the drain's bound, a Machine its pool chose to disrupt (nothing forces it) keeps draining while
     a PodDisruptionBudget refuses the eviction of a pod still there: True while it waits, with a Warning
@@ -179,6 +179,8 @@ def _held_by_budgets(view: MachineView, progress: Progress, settings, node: str,
     then whatever we do."""
     if not disrupted.keeps_to_pod_budgets(view.obj) or drain_limit < view.spec.drain_timeout:
         return False
+    if not conditions.is_true(node.get("status"), "Ready"):
+        return False  # its pods serve nothing a budget protects: waiting would only keep a dead Machine
     if view.observed.get("disruptionBudgetsError"):
         progress.error(f"PodDisruptionBudgets: {view.observed['disruptionBudgetsError']}",
                        settings.error_backoff_seconds)
@@ -188,7 +190,7 @@ def _held_by_budgets(view: MachineView, progress: Progress, settings, node: str,
         return False
     names = sorted({b for found in held.values() for b in found})
     progress.events.append(events.warning(events.DRAIN_BLOCKED, (
-        f"{len(held)} pods on {node} still wait for their PodDisruptionBudget ({', '.join(names[:5])}) after "
+        f"{len(held)} pods on {node['metadata']['name']} still wait for their PodDisruptionBudget ({', '.join(names[:5])}) after "
         f"{drain_limit:g}s: the Machine goes only once they are evicted")))
     progress.again_in(settings.machine_poll_seconds)
     return True

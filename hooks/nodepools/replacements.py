@@ -6,7 +6,8 @@ for the pods the old Machine runs: the claim the scheduler makes for them
 alone (hooks.provisioning.rounds.replacement), so a change of requirements
 or subnets takes effect with the replacement. A Machine that runs no pod
 that would move (DaemonSet and static pods go with their Node) needs no
-replacement: it leaves now, and the round provisions for whatever is pending.
+replacement: it leaves now (a repaired one once its Node's recovery is
+done, as always), and the round provisions for whatever is pending.
 When the pool as it is now cannot run its pods at all, the replacement keeps
 the old Machine's instance types, capacity type and subnets (with the
 template now), so its pods keep running, and a Warning says so. A
@@ -16,6 +17,7 @@ replacements on the next call that has.
 from __future__ import annotations
 
 from hooks import events
+from hooks.machines import signals
 from hooks.events import Event
 from hooks.nodepools import consolidation, records
 from hooks.nodepools.state import Pass, PoolState
@@ -38,9 +40,10 @@ def plan(state: PoolState, progress: Pass, said: list[Event]) -> list[tuple[dict
         machine = state.by_uid.get(entry["uid"])
         moving = consolidation.moving_from(machine, state) if machine is not None else []
         if not moving:
-            if machine is not None and not machine["metadata"]["deletionTimestamp"]:
+            if machine is not None and not machine["metadata"]["deletionTimestamp"] \
+                    and entry["reason"] != signals.REPAIR:
                 progress.leaving.add(entry["machine"])  # nothing runs there that needs a new Machine
-            continue
+            continue  # a repaired Machine still waits for its Node's recovery: it never goes before that
         planned = rounds.replacement(state.spec, state.provisioned, moving, state.now)
         if planned is None:
             planned = _like(machine, state)

@@ -126,3 +126,30 @@ def test_consolidation_never_chooses_a_machine_whose_pod_a_disruption_budget_kee
     plan = world.call()
     assert "web-b" not in removed(plan, world)
     assert "web-b" not in {r["machine"] for r in plan.response["status"]["consolidation"]}
+
+
+def _fenced(machine: dict, *, recovered: bool = False) -> dict:
+    """Our FencingRequest that powered off exactly the Machine's instance behind its Node, confirmed."""
+    status = machine["status"]
+    conds = [{"type": "FencingSucceeded", "status": "True", "lastTransitionTime": stamp(60)}]
+    if recovered:
+        conds.append({"type": "Recovered", "status": "True", "lastTransitionTime": stamp(1)})
+    return {"metadata": {"name": f"{status['nodeName']}-fence", "namespace": "nodewarden-system"},
+            "spec": {"nodeRef": {"name": status["nodeName"]}, "action": "Off"},
+            "status": {"phase": "Recovering", "conditions": conds,
+                       "providerStatus": {"instanceID": status["instanceID"], "nodeUID": status["nodeUID"]}}}
+
+
+def test_a_fenced_machine_running_no_pod_needs_no_replacement_but_stays_until_its_recovery():
+    """Its pods already gone (recovery force-deleted them, and they are pending elsewhere): nothing needs a
+    replacement for it, but the Machine is not let go before the FencingRequest says recovery is done."""
+    world = World(pool(budgets=[{"nodes": "100%"}]))
+    found = world.add("web-a")
+    world.fencing_requests = [_fenced(found)]
+    plan = world.call()
+    assert created(plan, world) == [] and removed(plan, world) == set()
+    [record] = plan.response["status"]["disruptions"]
+    assert record["reason"] == signals.REPAIR
+    world.fencing_requests = [_fenced(found, recovered=True)]
+    world.obj["status"] = plan.response["status"]
+    assert removed(world.call(), world) == {"web-a"}

@@ -110,6 +110,7 @@ class World:
     bound: list = dataclasses.field(default_factory=list)
     pending: list = dataclasses.field(default_factory=list)
     extra: dict = dataclasses.field(default_factory=dict)  # more readings (PodDisruptionBudgets, ...)
+    fencing_requests: list = dataclasses.field(default_factory=list)  # ours, as the API server lists them
 
     def add(self, name: str, *pods_on: tuple, node: bool = True, **kwargs) -> dict:
         """A Machine (and its Node, with the pods given as (name, cpu, memory) on it)."""
@@ -137,7 +138,8 @@ class World:
         shown = json.loads(json.dumps(self.machines))
         body = hook_request("nodepool", copy.deepcopy(self.obj), children=shown)
         request = dataclasses.replace(parse_request(body, kind, "sync"), verified=True)
-        observed = {"machines": json.loads(json.dumps(self.machines)), "fencingRequests": [],
+        observed = {"machines": json.loads(json.dumps(self.machines)),
+                    "fencingRequests": json.loads(json.dumps(self.fencing_requests)),
                     "provisioning": json.loads(json.dumps(self.readings()))}
         env = {"NODEWARDEN_CLUSTER_NAME": "test-cluster", **(settings or {})}
         return module.decide(request, load_settings(env), now, observed)
