@@ -6,6 +6,7 @@ pending-to-Machine latency and Karpenter's basic performance workload.
     .venv/bin/python bench/provisioning.py storm [--deployments 500] [--replicas 10] [--slots 40] [--repeat 5]
     .venv/bin/python bench/provisioning.py consolidation [--machines 100] [--pods 20] [--repeat 5]
     .venv/bin/python bench/provisioning.py arrivals [--sequences 20] [--pods 300] [--rounds 5]
+    .venv/bin/python bench/provisioning.py stream [--small 500] [--large 500] [--rate 40]
     .venv/bin/python bench/provisioning.py latency [--batches 5] [--pods 20]
     .venv/bin/python bench/provisioning.py workload [--small 500] [--large 500] [--scale-to 350]
 
@@ -72,6 +73,16 @@ flight means launched (its instance type, zone and allocatable recorded, the
 common case a round later) or not yet (only its ranked types known: the
 least allocatable of them counts). One pool: m5, c5, r5 without metal, three
 zones, every type moto's catalog has with the bundled on-demand prices.
+
+``stream`` (the venv): the arrival of ``workload``'s pods replayed in
+process, every pod bound where its round planned it: --small pods of 900m /
+3100Mi and --large of 3500m / 28Gi turn Unschedulable at --rate a second,
+one Deployment's pod after the other's ("interleaved", as two ReplicaSets
+scaled at once create them) or one Deployment's after the other's
+("blocks"); the pool polls every 0.5 s with the real batch window (its last
+round in its status), and each round's Machines are in flight in the next,
+launched. The Machines per round and in all, against one round over every
+pod and the lower bound.
 
 ``latency`` (the local stack): --batches batches of --pods bare pods created
 at once for a provisioning pool of their own (created and idle before the
@@ -809,6 +820,42 @@ def arrivals(args) -> dict:
     return {"largest_allocatable": planner.largest.to_quantities(), **results}
 
 
+def stream(args) -> dict:
+    planner = Planner()
+    specs = [("small", 900, 3100), ("large", 3500, 28 * 1024)]
+    results: dict = {}
+    for order in ("interleaved", "blocks"):
+        kinds = ([specs[0], specs[1]] * max(args.small, args.large))[:args.small + args.large] \
+            if order == "interleaved" else [specs[0]] * args.small + [specs[1]] * args.large
+        start = NOW - dt.timedelta(seconds=600)
+        arrival = [(start + dt.timedelta(seconds=i / args.rate), kind) for i, kind in enumerate(kinds)]
+        machines: list[dict] = []
+        made: dict[str, int] = {}
+        last: dt.datetime | None = None
+        clock = start
+        end = arrival[-1][0] + dt.timedelta(seconds=30)
+        while clock < end:
+            clock += dt.timedelta(seconds=0.5)
+            arrived = [_pending(f"{app}-{i}", app, cpu, memory, {}, timefmt.fmt(when))
+                       for i, (when, (app, cpu, memory)) in enumerate(arrival) if when <= clock]
+            pool_obj = copy.deepcopy(planner.pool_obj)
+            if last is not None:
+                pool_obj["status"] = {"provisioning": {"lastRound": timefmt.fmt(last)}}
+            out = rounds.provision("general", planner.parsed, rounds.readings(
+                {**planner.base, "pools": [pool_obj], "pending": arrived, "machines": list(machines)}), clock)
+            if not out.ready:
+                continue
+            last = clock
+            if out.claims:
+                made[f"{(clock - start).total_seconds():.1f}"] = len(out.claims)
+                machines += _in_flight(out.machines, out.claims, len(machines), planner.types, True)
+        everything = [_pending(f"{app}-{i}", app, cpu, memory, {}, FIVE_SECONDS_AGO)
+                      for i, (_, (app, cpu, memory)) in enumerate(arrival)]
+        results[order] = {"machines": len(machines), "machines_by_round_s": made,
+                          "one_round": len(planner.round(everything).claims), "bound": planner.bound(everything)}
+    return {"small": args.small, "large": args.large, "rate": args.rate, **results}
+
+
 # =========================================================================== the local stack
 
 # The hook server's settings for the local-stack sub-commands: the defaults, but moto shows an instance the
@@ -1348,6 +1395,10 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--sequences", type=int, default=20)
     a.add_argument("--pods", type=int, default=300)
     a.add_argument("--rounds", type=int, default=5)
+    sr = sub.add_parser("stream", help="workload's arrival replayed in process, pods bound as planned (the venv)")
+    sr.add_argument("--small", type=int, default=500, help="pods of 900m / 3100Mi")
+    sr.add_argument("--large", type=int, default=500, help="pods of 3500m / 28Gi")
+    sr.add_argument("--rate", type=float, default=40.0, help="pods turning Unschedulable a second")
     lat = sub.add_parser("latency", help="pending pods to their Machine (the local stack)")
     lat.add_argument("--batches", type=int, default=5)
     lat.add_argument("--pods", type=_batch_size, default=20,
@@ -1366,18 +1417,18 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--timeout", type=float, default=900.0, help="deadline of each phase, seconds")
     w.add_argument("--scheduler-scoring", choices=("LeastAllocated", "MostAllocated"), default="LeastAllocated",
                    help="kube-scheduler's NodeResourcesFit scoring (MostAllocated: the bin-packing profile)")
-    for each in (d, st, c, a, lat, w):
+    for each in (d, st, c, a, sr, lat, w):
         each.add_argument("--seed", type=int, default=7)
         each.add_argument("--json", type=pathlib.Path)
     for each in (lat, w):
         each.add_argument("--hook-env", action="append", metavar="NODEWARDEN_NAME=VALUE",
                           help="a setting for the hook server, over BENCH_HOOK_ENV's")
     args = parser.parse_args(argv)
-    if args.mode in ("decision", "storm", "consolidation", "arrivals"):
+    if args.mode in ("decision", "storm", "consolidation", "arrivals", "stream"):
         import logging
         logging.disable(logging.WARNING)
         results = {"decision": decision, "storm": storm, "consolidation": consolidation_bench,
-                   "arrivals": arrivals}[args.mode](args)
+                   "arrivals": arrivals, "stream": stream}[args.mode](args)
     else:
         from devcluster.cluster import configure_logging
         configure_logging()
