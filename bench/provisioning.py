@@ -148,7 +148,7 @@ from measure import percentile, write_json  # noqa: E402
 from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
 from hooks.machines.budgets import Budget  # noqa: E402
-from hooks.machines.spec import ProvisioningSpec, Taint  # noqa: E402
+from hooks.machines.spec import Taint  # noqa: E402
 from hooks.provisioning import (catalog, inputs, placements, pods, requirements, resources, rounds,  # noqa: E402
                                 scheduling, slots)
 from worlds import pool_inputs  # noqa: E402
