@@ -15,6 +15,7 @@ import argparse
 import io
 import json
 import re
+import subprocess
 import sys
 import urllib.request
 import zipfile
@@ -22,7 +23,6 @@ from pathlib import Path
 
 MODULE = "github.com/aws/karpenter-provider-aws"
 DEFAULT_VERSION = "v1.15.2"
-PROXY = "https://proxy.golang.org"
 PRICING_FILES = re.compile(r"/pkg/providers/pricing/zz_generated\.pricing_aws[a-z_]*\.go$")
 OUTPUT = Path(__file__).resolve().parents[1] / "hooks" / "aws" / "on_demand_prices.json"
 DOWNLOAD_TIMEOUT_SECONDS = 120
@@ -57,7 +57,20 @@ def generated_at(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def download(version: str, proxy: str = PROXY) -> bytes:
+def go_proxy() -> str:
+    """The first module proxy the go tool is configured with (``go env GOPROXY``), not "direct" or "off"."""
+    try:
+        configured = subprocess.run(["go", "env", "GOPROXY"], capture_output=True, text=True, timeout=30,
+                                    check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SystemExit(f"generate_prices: no module proxy: `go env GOPROXY` failed ({exc}); pass --proxy") from None
+    for entry in re.split(r"[,|]", configured.strip()):
+        if entry.startswith(("https://", "http://")):
+            return entry.rstrip("/")
+    raise SystemExit(f"generate_prices: `go env GOPROXY` names no proxy ({configured.strip()!r}); pass --proxy")
+
+
+def download(version: str, proxy: str) -> bytes:
     url = f"{proxy}/{MODULE}/@v/{version}.zip"
     with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response:
         data = response.read(MAX_ZIP_BYTES + 1)
@@ -96,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default=DEFAULT_VERSION, help=f"the module version (default {DEFAULT_VERSION})")
     parser.add_argument("--zip", type=Path, help="a module zip already downloaded, instead of the proxy's")
-    parser.add_argument("--proxy", default=PROXY, help=f"the Go module proxy (default {PROXY})")
+    parser.add_argument("--proxy", help="the Go module proxy (default: the first `go env GOPROXY` names)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
-    data = args.zip.read_bytes() if args.zip else download(args.version, args.proxy)
+    data = args.zip.read_bytes() if args.zip else download(args.version, args.proxy or go_proxy())
     table = table_from_zip(data, args.version)
     args.output.write_text(json.dumps(table, indent=1) + "\n")
     count = sum(len(p) for p in table["regions"].values())

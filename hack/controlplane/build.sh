@@ -36,7 +36,7 @@ module_dir="$here/$component"
 # a toolchain download is never wanted, binaries must be static, and they must
 # not carry this repository's git state (the wrappers live inside it).
 export GOTOOLCHAIN=local GOSUMDB=off GONOSUMDB='*' GOFLAGS='-mod=readonly -buildvcs=false' CGO_ENABLED=0
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+export GOPROXY="${GOPROXY:-$(go env GOPROXY)}"  # the go tool's own configuration
 
 version_of() { (cd "$module_dir" && go list -m -f '{{if .Replace}}{{.Replace.Version}}{{else}}{{.Version}}{{end}}' "$1"); }
 time_of() { (cd "$module_dir" && go list -m -f '{{if .Replace}}{{.Replace.Time}}{{else}}{{.Time}}{{end}}' "$1"); }
@@ -89,7 +89,7 @@ mc_probe() {
   err="$(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | sed 's/\\n\\t/ /g; s/\\n/ /g; s/\\t/ /g; s/\\"/"/g')"
   [[ -n "$err" ]] || err="$(printf '%s' "$out" | tr '\n' ' ' | cut -c1-400)"
   if [[ "$err" == *" 403 "* || "$err" == *"403 Forbidden"* ]]; then
-    mc_why="$(mc_release "$mc_v4") ($module) is refused by the module proxy $GOPROXY: ${err#*: }"
+    mc_why="$(mc_release "$mc_v4") ($module) is refused by the module proxy (go env GOPROXY): ${err#*: }"
   else
     mc_why="$(mc_release "$mc_v4") ($module) could not be downloaded: $err"
   fi

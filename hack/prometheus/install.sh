@@ -22,7 +22,12 @@ bin_dir="$(mkdir -p "${1:-$repo/.bin}" && cd "${1:-$repo/.bin}" && pwd)"
 
 VERSION="2.42.0+ds-5+deb12u1"          # Debian 12 (bookworm)
 SHA256_AMD64="81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The fallback download comes from the first Debian mirror apt's own sources name.
+apt_mirror() {
+  sed -n -E 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([a-z]+:\/\/[^[:space:]]+).*/\2/p; s/^URIs:[[:space:]]*([^[:space:]]+).*/\1/p' \
+    /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | grep -v security | head -n1
+}
+MIRROR="${DEBIAN_MIRROR:-$(apt_mirror)}"
 record="$bin_dir/prometheus.version"
 say() { echo "prometheus: $*"; }
 
@@ -38,7 +43,7 @@ arch="$(dpkg --print-architecture 2>/dev/null || echo amd64)"
 how=""
 if (cd "$work" && apt-get download -q "prometheus=$VERSION") >"$work/apt.log" 2>&1; then
   how="apt-get download prometheus=$VERSION"
-elif [[ "$arch" == amd64 ]]; then
+elif [[ "$arch" == amd64 && -n "$MIRROR" ]]; then
   url="$MIRROR/pool/main/p/prometheus/prometheus_${VERSION}_amd64.deb"
   say "apt-get download failed ($(tail -n1 "$work/apt.log")); fetching $url"
   if python3 - "$url" "$work/prometheus_${VERSION}_amd64.deb" <<'PY'
