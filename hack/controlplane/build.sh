@@ -88,6 +88,7 @@ mc_probe() {
   if out="$(cd "$bin_dir" && timeout 120 go mod download -json "$module" 2>&1)"; then return 0; fi
   err="$(printf '%s\n' "$out" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | sed 's/\\n\\t/ /g; s/\\n/ /g; s/\\t/ /g; s/\\"/"/g')"
   [[ -n "$err" ]] || err="$(printf '%s' "$out" | tr '\n' ' ' | cut -c1-400)"
+  err="$(printf '%s' "$err" | sed -E 's#[a-z]+://[^/ ]+#<the module proxy>#g')"  # its host is configuration
   if [[ "$err" == *" 403 "* || "$err" == *"403 Forbidden"* ]]; then
     mc_why="$(mc_release "$mc_v4") ($module) is refused by the module proxy (go env GOPROXY): ${err#*: }"
   else
