@@ -38,27 +38,35 @@ def _arrived_after(last_round: dt.datetime | None, now: dt.datetime) -> dt.datet
     return last_round.replace(microsecond=0)
 
 
-def _newcomers(pods: Iterable[dict], now: dt.datetime, last_round: dt.datetime | None) -> dict[str, float]:
-    """The provisionable pods that arrived since the last round ("namespace/name") -> seconds since they turned
-    unschedulable."""
+def _newcomers(pods: Iterable[dict], now: dt.datetime, last_round: dt.datetime | None,
+               displaced: Mapping[str, dt.datetime]) -> dict[str, float]:
+    """The provisionable pods that arrived since the last round ("namespace/name") -> seconds since they did.
+
+    A pod arrives when it turns unschedulable, or again when the Machine made for it became ready and it is
+    still pending (``displaced``: kube-scheduler bound others into its room): such pods are decided together
+    too, not one round each as each Machine becomes ready."""
     after = _arrived_after(last_round, now)
     found = {}
     for pod in pods:
         if is_provisionable(pod):
             since = unschedulable_since(pod)
+            meta = pod.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            again = displaced.get(key)
+            if since is not None and again is not None and again > since:
+                since = again
             if since is not None and (after is None or since >= after):
-                meta = pod.get("metadata") or {}
-                key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
                 found[key] = max(0.0, (now - since).total_seconds())  # a clock ahead of ours: just now
     return found
 
 
 def window(pods: Iterable[dict], now: dt.datetime, idle: float = IDLE_SECONDS,
-           maximum: float = MAXIMUM_SECONDS, last_round: dt.datetime | None = None) -> tuple[bool, float]:
+           maximum: float = MAXIMUM_SECONDS, last_round: dt.datetime | None = None,
+           displaced: Mapping[str, dt.datetime] | None = None) -> tuple[bool, float]:
     """(ready, seconds to wait before asking again) from the raw pods and the time of the last round; ready
     with nothing to wait for when no provisionable pod arrived since then (or says when it turned
     unschedulable)."""
-    ages = list(_newcomers(pods, now, last_round).values())
+    ages = list(_newcomers(pods, now, last_round, displaced or {}).values())
     if not ages:
         return True, 0.0
     newest, oldest = min(ages), max(ages)
@@ -68,11 +76,12 @@ def window(pods: Iterable[dict], now: dt.datetime, idle: float = IDLE_SECONDS,
 
 
 def still_arriving(pods: Iterable[dict], now: dt.datetime, idle: float = IDLE_SECONDS,
-                   last_round: dt.datetime | None = None) -> frozenset[str]:
+                   last_round: dt.datetime | None = None,
+                   displaced: Mapping[str, dt.datetime] | None = None) -> frozenset[str]:
     """When pods are still arriving as a round starts (the window closed on its maximum: the newest turned
     unschedulable less than ``idle`` ago), the pods that arrived since the last round, which the next round
     will see again with those that follow them; empty otherwise."""
-    ages = _newcomers(pods, now, last_round)
+    ages = _newcomers(pods, now, last_round, displaced or {})
     if not ages or min(ages.values()) >= idle:
         return frozenset()
     return frozenset(ages)

@@ -19,7 +19,7 @@ import datetime as dt
 import json
 from typing import Iterable, Mapping
 
-from hooks import machine_names, provisioning_names
+from hooks import conditions, machine_names, provisioning_names, timefmt
 from hooks.contract import RequestError
 from hooks.machines import launch, pool, signals, spec
 from hooks.provisioning import pods, requirements, resources, slots, volumes
@@ -241,6 +241,23 @@ def provisioned_for(machine: dict) -> tuple[str, ...]:
     except (ValueError, AttributeError):
         names = None
     return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+
+def ready_since(machines: Iterable[dict]) -> dict[str, dt.datetime]:
+    """The pods each Initialized Machine was made for ("namespace/name") -> when it became Initialized (the
+    latest, for a pod two name)."""
+    found: dict[str, dt.datetime] = {}
+    for machine in machines:
+        if machine["metadata"]["deletionTimestamp"]:
+            continue
+        ready = conditions.find(machine["status"], machine_names.INITIALIZED) or {}
+        at = timefmt.parse(ready.get("lastTransitionTime")) if ready.get("status") == "True" else None
+        if at is None:
+            continue
+        for key in provisioned_for(machine):
+            if key not in found or found[key] < at:
+                found[key] = at
+    return found
 
 
 def provisioned_for_annotation(pod_keys: Iterable[str]) -> str:

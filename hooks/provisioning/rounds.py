@@ -163,7 +163,8 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     types = {o.name: o for o in readings.catalog}
     own_machines = [m for m in readings.machines if m["metadata"]["labels"].get(machine_names.POOL_LABEL) == name]
     previous = _last_round(readings.pools, name)
-    ready, wait = batching.window(readings.pending, now, idle, maximum, timefmt.parse(previous))
+    displaced = inputs.ready_since(readings.machines)
+    ready, wait = batching.window(readings.pending, now, idle, maximum, timefmt.parse(previous), displaced)
     if not ready:
         # No round yet: the last one stays the last, so the pods waiting for this one stay new.
         out = Round(False, wait)
@@ -193,7 +194,7 @@ def provision(name: str, parsed: spec.PoolSpec, readings: Readings, now: dt.date
     out.decision_seconds = time.process_time() - started
     # A claim in a zone where the pool has no subnet could never launch (its zones are its subnets'): none.
     out.claims = [c for c in out.claims if c.zone is None or _own_subnets(readings.subnets, c.zone)]
-    arriving = batching.still_arriving(readings.pending, now, idle, timefmt.parse(previous))
+    arriving = batching.still_arriving(readings.pending, now, idle, timefmt.parse(previous), displaced)
     held = set(batching.held_back(out.claims, {i: fill(c, types) for i, c in enumerate(out.claims)}, arriving))
     waiting = sum(len(c.pods) for i, c in enumerate(out.claims) if i in held)
     out.claims = [c for i, c in enumerate(out.claims) if i not in held]

@@ -1,12 +1,11 @@
 """Where pending pods go: existing capacity first, then new Machines of the pools that can take them (pure).
 
-Pods are placed one at a time: those an in-flight Machine was made for
-first, then the others, each part largest first (cpu, then memory). Each
-goes on the first Slot that takes it (existing Nodes, then in-flight
-Machines; a Machine created for the pod is tried first, so a repeated round
-places the same pods the same way), else on a claim planned earlier this
-round, else on a new claim of the highest-weight pool that admits it within
-its limits.
+Pods are placed one at a time, largest first (cpu, then memory). Each goes
+on the first Slot that takes it (existing Nodes, then in-flight Machines; a
+Machine created for the pod is tried first, so a repeated round places the
+same pods the same way, and holds the room of the pods it was made for
+until they are placed), else on a claim planned earlier this round, else on
+a new claim of the highest-weight pool that admits it within its limits.
 A Machine not launched yet takes a pod only if the pod's constraints hold
 whichever of its instance types and zones the launch picks (Slot.varying).
 
@@ -37,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from hooks import machine_names, provisioning_names
 from hooks.machines.spec import ON_DEMAND, SPOT
@@ -463,6 +462,8 @@ class _Scheduler:
                 self.preferred_slot.setdefault(key, state)
         self.placed: dict[str, str] = {}
         self.unschedulable: dict[str, str] = {}
+        self.reserved: dict[int, Resources] = {}  # Slot id -> room held for the pending pods made for it
+        self._reserving: dict[str, _SlotState] = {}  # those pods -> the Slot holding room for them
         self._levels: dict = {}
         self._statics: dict = {}
         self._admitted: dict = {}
@@ -656,19 +657,41 @@ class _Scheduler:
 
     def slot_room(self, pod: PodView, level: _Level, state: _SlotState, zones: list[str] | None,
                   wanted: int) -> int:
-        """How many of ``wanted`` pods like ``pod`` the Slot takes now (0 or 1 for one pod)."""
+        """How many of ``wanted`` pods like ``pod`` the Slot takes now (0 or 1 for one pod), leaving the room
+        the pods it was made for still need (``_reserve``) to them."""
         asked = pod.requests
-        if not asked.fits(state.free) or not self.slot_admits(level, state):
+        free = state.free
+        promised = self.reserved.get(state.id)
+        if promised is not None:
+            mine = self._reserving.get(pod.key) is state
+            free = free - (promised - asked if mine else promised)
+        if not asked.fits(free) or not self.slot_admits(level, state):
             return 0
         if zones is not None and state.zone not in zones:
             return 0
         room = wanted if level.loose and not state.anti else min(wanted, self.host_room(pod, level, state))
         if room > 1:
-            room = min(room, asked.copies_in(state.free))
+            room = min(room, asked.copies_in(free))
         return int(room)
+
+    def _reserve(self, pods: Sequence[PodView]) -> None:
+        """The room each in-flight Machine holds for the pending pods it was made for: a larger pod placed
+        before them must not take it, leaving them to a new Machine while that room waits for nobody."""
+        for pod in pods:
+            state = self.preferred_slot.get(pod.key)
+            if state is not None:
+                self._reserving[pod.key] = state
+                self.reserved[state.id] = self.reserved.get(state.id, ZERO) + pod.requests
+
+    def _release(self, pod: PodView) -> None:
+        """The pod takes its place (or gives up the Machine made for it): its room is no longer held."""
+        state = self._reserving.pop(pod.key, None)
+        if state is not None:
+            self.reserved[state.id] = self.reserved[state.id] - pod.requests
 
     def put_on_slot(self, pods: Sequence[PodView], state: _SlotState) -> None:
         for pod in pods:
+            self._release(pod)
             state.free = state.free - pod.requests
             self.placed[pod.key] = state.name
             self._record(pod, state)
@@ -858,7 +881,8 @@ class _Scheduler:
             else:
                 supported.append(pod)
         self.track(supported, residents)
-        ordered = placement_order(supported, self.preferred_slot)
+        self._reserve(supported)
+        ordered = placement_order(supported)
         start = 0
         while start < len(ordered):
             end = start + 1
@@ -916,6 +940,7 @@ class _Scheduler:
             if self.slot_room(pod, level, preferred, zones, 1):
                 self.put_on_slot([pod], preferred)
                 return 1
+            self._release(pod)  # it goes elsewhere: the Machine's room for it is anyone's
         # Pods alike never have a zone spread (zones is None for more than one pod), and what did not take
         # one of them does not take the next: first fit goes down Slots, then claims, then new claims once.
         zones = self.admissible_zones(pod, level)
@@ -979,18 +1004,13 @@ def _describe(asked: Resources) -> str:
     return ", ".join(f"{k} {v}" for k, v in quantities.items())
 
 
-def placement_order(pods: Iterable[PodView], made_for: Collection[str] = ()) -> list[PodView]:
-    """The order pods are placed in: those a Machine in flight was made for (``made_for``: their keys) first,
-    then the others; each part by cpu, then memory, descending, then alike pods together, by key.
-
-    A pod a Machine was made for takes its room there before any other pod is placed: a larger pod placed
-    first could take it, leaving the pod to a new Machine while that room waits for nobody."""
+def placement_order(pods: Iterable[PodView]) -> list[PodView]:
+    """The order pods are placed in: cpu, then memory, descending; then alike pods together, by key."""
     by_key = sorted(pods, key=lambda p: p.key)
     groups: dict = {}
     for pod in by_key:
         groups.setdefault(pod.signature, len(groups))
-    return sorted(by_key, key=lambda p: (p.key not in made_for, -p.requests.cpu, -p.requests.memory,
-                                         groups[p.signature], p.key))
+    return sorted(by_key, key=lambda p: (-p.requests.cpu, -p.requests.memory, groups[p.signature], p.key))
 
 
 def _running_on(labels: Mapping[str, str], taints: tuple, daemonsets: Iterable[PodView],

@@ -234,16 +234,25 @@ def _check_round(cluster: Cluster, views: list[pods.PodView], result: scheduling
                                                      cluster.world["daemonsets"])
             assert (claim.requests + overhead).fits(BY_NAME[name].allocatable)
     # 1. no claim for a pod that fits a Slot at its turn (without spread, anti-affinity or preferences, where
-    # "fits" is requests, labels and taints alone).
+    # "fits" is requests, labels and taints alone), the room a Machine in flight holds for the pending pods it
+    # was made for and not placed yet not counting for others.
     if not topology:
         slots = cluster.slots()
         free = {s.name: s.allocatable - s.requested for s in slots}
         by_key = {v.key: v for v in views}
+        supported = [v for v in views if v.unsupported is None]
+        made_for = {key: slot.name for slot in slots for key in slot.provisioned_for if key in by_key}
+        held = {s.name: resources.ZERO for s in slots}
+        for view in supported:
+            if view.key in made_for:
+                held[made_for[view.key]] += view.requests
         claimed = set(on_claims)
-        made_for = {key for slot in slots for key in slot.provisioned_for}
-        for view in scheduling.placement_order((v for v in views if v.unsupported is None), made_for):
+        for view in scheduling.placement_order(supported):
+            own = made_for.get(view.key)
+            if own is not None:
+                held[own] -= view.requests  # its turn: its room is its own, then no one's to hold
             if view.key in claimed:
-                assert _fits_somewhere(view, slots, free) is None, view.key
+                assert _fits_somewhere(view, slots, {n: free[n] - held[n] for n in free}) is None, view.key
             elif view.key in result.placed:
                 free[result.placed[view.key]] -= by_key[view.key].requests
 

@@ -495,9 +495,9 @@ def test_the_pools_rounds_over_readings_read_apart_compute_one_placement(monkeyp
 
 
 def test_the_pods_a_machine_in_flight_was_made_for_keep_their_room_when_larger_pods_arrive():
-    """Three small pods get a Machine; in the next round a larger pod arrives. It is placed after them, so
-    they stay on the Machine made for them (a round again places the same pods the same way) and the newcomer
-    takes whatever room is left or a Machine of its own."""
+    """Three small pods get a Machine; in the next round a larger pod arrives and is placed first (largest
+    first), but the Machine holds their room for them: they stay on the Machine made for them (a round again
+    places the same pods the same way) and the newcomer takes whatever room is left or a Machine of its own."""
     small = [raw_pod(f"small-{i}", cpu="1", memory="1Gi") for i in range(3)]
     (machine,) = as_machines(run(raw_readings(small)))
     large = raw_pod("large-0", cpu="2", memory="2Gi", labels={"app": "large"})
@@ -542,3 +542,18 @@ def test_a_pod_is_held_back_once_at_most():
     assert not any("default/tail-0" in c.pods for c in fresh.claims), [c.pods for c in fresh.claims]
     again = run(readings_for(12))
     assert any("default/tail-0" in c.pods for c in again.claims), [c.pods for c in again.claims]
+
+
+def test_pods_left_pending_by_a_machine_made_for_them_that_became_ready_are_decided_together():
+    """A pod pending since long ago whose Machine just became Initialized, and it is still not bound there
+    (kube-scheduler put others into its room): it arrives again then, so the round waits for the idle window
+    as for a newcomer, instead of making a Machine for each such pod as each Machine becomes ready."""
+    pods = [raw_pod("web-0", cpu="1", memory="1Gi", since=300)]
+    (machine,) = as_machines(run(raw_readings(pods)))
+    machine["status"]["conditions"] = [{"type": machine_names.INITIALIZED, "status": "True",
+                                        "lastTransitionTime": stamp(0.3)}]
+    obj = _last_round(pool_object(), 60)
+    waiting = run(raw_readings(pods, [obj], machines=[machine]))
+    assert not waiting.ready and 0 < waiting.wait <= 1.0
+    machine["status"]["conditions"][0]["lastTransitionTime"] = stamp(2)
+    assert run(raw_readings(pods, [obj], machines=[machine])).ready
