@@ -85,27 +85,28 @@ def _underutilized_since(world: World, *names: str, seconds: float = 3600) -> No
         {"machine": n, "uid": f"uid-{n}", "reason": signals.UNDERUTILIZED, "since": stamp(seconds)} for n in names]
 
 
-def test_room_the_pods_of_a_machine_already_leaving_will_need_is_not_room_for_another_removal():
-    """web-a is being deleted (an earlier consolidation) with a pod still on it; web-b has room for one such
-    pod. web-c's pod would fit there too, but that room is web-a's pod's: web-c stays."""
+def _one_leaving_one_target_one_candidate(target_pod_cpu: str) -> World:
+    """web-a is being deleted (an earlier consolidation) with a pod of 1500m still on it; web-b runs a pod of
+    ``target_pod_cpu``; web-c's pod of 1500m has been Underutilized for an hour."""
     world = World(pool(budgets=[{"nodes": "100%"}]))
     world.add("web-a", ("a-1", "1500m", "1Gi"), deleting=True,
               annotations={signals.DISRUPTION_ANNOTATION: signals.Signal(signals.UNDERUTILIZED, NOW).encode()})
-    world.add("web-b", ("b-1", "2", "1Gi"))
+    world.add("web-b", ("b-1", target_pod_cpu, "1Gi"))
     world.add("web-c", ("c-1", "1500m", "1Gi"))
     _underutilized_since(world, "web-c")
+    return world
+
+
+def test_room_the_pods_of_a_machine_already_leaving_will_need_is_not_room_for_another_removal():
+    """web-b has room for one pod of 1500m: web-c's would fit there, but that room is web-a's pod's."""
+    world = _one_leaving_one_target_one_candidate("2")
     plan = world.call()
     assert removed(plan, world) == set()
     assert not any(r["reason"] == signals.UNDERUTILIZED for r in plan.response["status"]["disruptions"])
 
 
 def test_with_room_for_both_the_second_removal_goes():
-    world = World(pool(budgets=[{"nodes": "100%"}]))
-    world.add("web-a", ("a-1", "1500m", "1Gi"), deleting=True,
-              annotations={signals.DISRUPTION_ANNOTATION: signals.Signal(signals.UNDERUTILIZED, NOW).encode()})
-    world.add("web-b", ("b-1", "500m", "1Gi"))
-    world.add("web-c", ("c-1", "1500m", "1Gi"))
-    _underutilized_since(world, "web-c")
+    world = _one_leaving_one_target_one_candidate("500m")
     assert removed(world.call(), world) == {"web-c"}
 
 
