@@ -7,7 +7,8 @@ last few placements with what they were computed from: a round whose inputs
 are equal to one of them (the pending pods as the scheduler sees them, the
 pools, the Slots, the catalog, the DaemonSets) is answered that placement,
 which ``schedule`` would compute again. A round that asks while the same
-placement is being computed waits for it. Equal inputs, not the same
+placement is being computed waits for it (``WAIT_SECONDS`` at most, then it
+computes its own). Equal inputs, not the same
 objects: each call reads the API server and EC2 on its own.
 """
 from __future__ import annotations
@@ -25,6 +26,8 @@ from hooks.provisioning.scheduling import PoolView, Result, Slot
 MAX_PLACEMENTS = 4
 # A placement not asked for this long is dropped (at the next round that asks for any).
 KEEP_SECONDS = 60.0
+# A round waits this long at most for the same placement computed by another; then it computes its own.
+WAIT_SECONDS = 5.0
 
 
 def _pods_key(views: Sequence[PodView]) -> tuple:
@@ -76,8 +79,8 @@ class Placements:
                         with self._lock:
                             self._kept = [p for p in self._kept if p is not found]
                     found.done.set()
-            else:
-                found.done.wait()
+            elif not found.done.wait(WAIT_SECONDS):
+                return scheduling.schedule(pods, pools, slots, catalog, daemonsets)
             if found.result is not None:
                 result = found.result
                 return Result(dict(result.placed), list(result.claims), dict(result.unschedulable))

@@ -92,3 +92,28 @@ def test_a_placement_that_failed_is_computed_by_the_next_round(monkeypatch):
     with pytest.raises(RuntimeError):
         shared.schedule(*world())
     assert shared.schedule(*world()) == schedule(*world()) and len(calls) == 2
+
+
+def test_a_round_waits_for_another_rounds_placement_only_so_long(monkeypatch):
+    """The round computing the placement is held (here until the end of the test): the one asking for the same
+    waits WAIT_SECONDS, then computes its own, and answers the same."""
+    started, release = threading.Event(), threading.Event()
+    computed = []
+    schedule = scheduling.schedule
+
+    def held(*args):
+        computed.append(1)
+        if len(computed) == 1:
+            started.set()
+            assert release.wait(10)
+        return schedule(*args)
+    monkeypatch.setattr(scheduling, "schedule", held)
+    monkeypatch.setattr(placements, "WAIT_SECONDS", 0.05)
+    shared = placements.Placements()
+    first = threading.Thread(target=lambda: shared.schedule(*world()))
+    first.start()
+    assert started.wait(10)
+    assert shared.schedule(*world()) == schedule(*world())
+    assert len(computed) == 2, "the second round computed its own"
+    release.set()
+    first.join(10)
