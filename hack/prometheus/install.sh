@@ -24,8 +24,14 @@ VERSION="2.42.0+ds-5+deb12u1"          # Debian 12 (bookworm)
 SHA256_AMD64="81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55"
 # The fallback download comes from the first Debian mirror apt's own sources name.
 apt_mirror() {
-  sed -n -E 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([a-z]+:\/\/[^[:space:]]+).*/\2/p; s/^URIs:[[:space:]]*([^[:space:]]+).*/\1/p' \
-    /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null | grep -v security | head -n1
+  local sources=() found
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [[ -f "$f" ]] && sources+=("$f")
+  done
+  (( ${#sources[@]} )) || return 0
+  found="$(sed -n -E 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([a-z]+:\/\/[^[:space:]]+).*/\2/p; s/^URIs:[[:space:]]*([^[:space:]]+).*/\1/p' \
+    "${sources[@]}" || true)"
+  printf '%s\n' "$found" | grep -v -e security -e '^$' | head -n1 || true
 }
 MIRROR="${DEBIAN_MIRROR:-$(apt_mirror)}"
 record="$bin_dir/prometheus.version"
