@@ -1,0 +1,135 @@
+"""AWS's request rate limits: which token bucket each API call draws from, and how big each bucket is.
+
+AWS meters every account and region with token buckets: a call takes a
+token (and, for RunInstances and TerminateInstances, one more per instance
+from a resource bucket); a bucket refills at a steady rate up to its
+capacity; a call that finds its bucket empty is refused
+(``RequestLimitExceeded`` in EC2, ``Throttling`` elsewhere). Everything in
+the account shares them: the cloud controller manager, the VPC CNI, the EBS
+CSI driver, an autoscaler, and nodewarden.
+
+The EC2 and ELB figures are AWS's documented defaults ("Request throttling
+for the Amazon EC2 API", "Request throttling for the ELB API"). EC2 meters
+each API on its own, with a bucket of its category's size; ELB meters each
+category as one bucket. AWS publishes no default for the figures marked
+``assumed``: they are conservative guesses, there so that the local stack
+pushes back on those calls too.
+
+Both the local stack's throttling AWS (devcluster/throttling.py) and the
+hooks' own limiter (hooks/aws/rate_limits.py) read this table, so the two
+agree on what a call costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bucket:
+    name: str
+    capacity: float
+    refill_per_second: float
+    # One bucket per API of the category (EC2), or one for the whole category (ELB).
+    per_api: bool
+    # The error code AWS answers when it is empty.
+    throttle_code: str
+    documented: bool = True
+
+
+EC2_THROTTLED = "RequestLimitExceeded"
+THROTTLED = "Throttling"
+
+EC2_NON_MUTATING = Bucket("ec2-non-mutating", 100, 20, True, EC2_THROTTLED)
+EC2_UNFILTERED = Bucket("ec2-unfiltered-unpaginated", 50, 10, True, EC2_THROTTLED)
+EC2_MUTATING = Bucket("ec2-mutating", 50, 5, True, EC2_THROTTLED)
+RUN_INSTANCES = Bucket("ec2-run-instances", 5, 2, True, EC2_THROTTLED)
+RUN_INSTANCES_LAUNCHED = Bucket("ec2-run-instances-launched", 1000, 2, True, EC2_THROTTLED)
+TERMINATE_INSTANCES = Bucket("ec2-terminate-instances", 100, 5, True, EC2_THROTTLED)
+TERMINATE_INSTANCES_TERMINATED = Bucket("ec2-terminate-instances-terminated", 1000, 20, True, EC2_THROTTLED)
+EC2_TAGS = Bucket("ec2-tags", 100, 10, True, EC2_THROTTLED)
+ELB_DESCRIBE = Bucket("elb-describe", 40, 10, False, THROTTLED)
+ELB_MUTATING = Bucket("elb-mutating", 20, 4, False, THROTTLED, documented=False)
+AUTOSCALING = Bucket("autoscaling", 40, 10, False, THROTTLED, documented=False)
+TAGGING = Bucket("resource-tagging", 20, 5, False, THROTTLED, documented=False)
+SQS = Bucket("sqs", 300, 100, False, THROTTLED, documented=False)
+
+BUCKETS = (EC2_NON_MUTATING, EC2_UNFILTERED, EC2_MUTATING, RUN_INSTANCES, RUN_INSTANCES_LAUNCHED,
+           TERMINATE_INSTANCES, TERMINATE_INSTANCES_TERMINATED, EC2_TAGS, ELB_DESCRIBE, ELB_MUTATING,
+           AUTOSCALING, TAGGING, SQS)
+
+# Every Describe* that EC2 counts as unfiltered and unpaginated when asked with no filter, no id and no
+# page size (it then lists the whole region).
+_UNFILTERED_WHEN_BARE = frozenset({
+    "DescribeInstances", "DescribeInstanceStatus", "DescribeSubnets", "DescribeSecurityGroups",
+    "DescribeVolumes", "DescribeNetworkInterfaces", "DescribeImages", "DescribeSnapshots",
+    "DescribeSpotInstanceRequests", "DescribeLaunchTemplates", "DescribeVpcs",
+})
+_NON_MUTATING_PREFIXES = ("Describe", "Get", "List")
+_CATEGORY_SERVICES = {"elbv2": "elb", "elb": "elb", "autoscaling": "autoscaling",
+                      "resourcegroupstaggingapi": "tagging", "sqs": "sqs"}
+
+
+@dataclass(frozen=True)
+class Draw:
+    """Tokens one call takes from one bucket; ``key`` names the bucket's state (per region)."""
+
+    bucket: Bucket
+    key: str
+    tokens: float = 1.0
+
+
+def draws(service: str, operation: str, *, narrowed: bool = True, instances: int = 1) -> tuple[Draw, ...]:
+    """The buckets a call of ``operation`` on ``service`` takes tokens from.
+
+    ``narrowed``: the call names ids, a filter or a page size (only EC2's
+    bare Describe* calls count as unfiltered); ``instances``: how many
+    instances RunInstances asks for (MaxCount) or TerminateInstances names.
+    A service with no bucket here is never throttled: an empty tuple.
+    """
+    if service == "ec2":
+        return _ec2(operation, narrowed, instances)
+    category = _CATEGORY_SERVICES.get(service)
+    if category == "elb":
+        bucket = ELB_DESCRIBE if operation.startswith("Describe") else ELB_MUTATING
+        # Each ELB API version has buckets of its own.
+        return (Draw(bucket, f"{service}:{bucket.name}"),)
+    if category == "autoscaling":
+        return (Draw(AUTOSCALING, f"{service}:{AUTOSCALING.name}"),)
+    if category == "tagging":
+        return (Draw(TAGGING, f"{service}:{TAGGING.name}"),)
+    if category == "sqs":
+        return (Draw(SQS, f"{service}:{SQS.name}"),)
+    return ()
+
+
+def _ec2(operation: str, narrowed: bool, instances: int) -> tuple[Draw, ...]:
+    count = float(max(1, instances))
+    if operation == "RunInstances":
+        return (Draw(RUN_INSTANCES, f"ec2:{operation}"),
+                Draw(RUN_INSTANCES_LAUNCHED, f"ec2:{operation}:instances", count))
+    if operation == "TerminateInstances":
+        return (Draw(TERMINATE_INSTANCES, f"ec2:{operation}"),
+                Draw(TERMINATE_INSTANCES_TERMINATED, f"ec2:{operation}:instances", count))
+    if operation in ("CreateTags", "DeleteTags"):
+        return (Draw(EC2_TAGS, f"ec2:{operation}"),)
+    if operation.startswith(_NON_MUTATING_PREFIXES):
+        bucket = EC2_UNFILTERED if (not narrowed and operation in _UNFILTERED_WHEN_BARE) else EC2_NON_MUTATING
+        return (Draw(bucket, f"ec2:{operation}:{bucket.name}"),)
+    return (Draw(EC2_MUTATING, f"ec2:{operation}"),)
+
+
+def narrowed_params(params: dict) -> bool:
+    """Whether a call's parameters (botocore's names) name ids, filters or a page size."""
+    return any(params.get(key) for key in ("Filters", "InstanceIds", "MaxResults", "SubnetIds", "GroupIds",
+                                            "VolumeIds", "ImageIds", "NetworkInterfaceIds", "SpotInstanceRequestIds",
+                                            "LaunchTemplateIds", "LaunchTemplateNames", "VpcIds", "SnapshotIds",
+                                            "Owners", "NextToken"))
+
+
+def instance_count(operation: str, params: dict) -> int:
+    """The instances a RunInstances (MaxCount) or TerminateInstances (its ids) call is for."""
+    if operation == "RunInstances":
+        return int(params.get("MaxCount") or 1)
+    if operation == "TerminateInstances":
+        return len(params.get("InstanceIds") or []) or 1
+    return 1
