@@ -29,8 +29,6 @@ class Bucket:
     name: str
     capacity: float
     refill_per_second: float
-    # One bucket per API of the category (EC2), or one for the whole category (ELB).
-    per_api: bool
     # The error code AWS answers when it is empty.
     throttle_code: str
     documented: bool = True
@@ -39,19 +37,19 @@ class Bucket:
 EC2_THROTTLED = "RequestLimitExceeded"
 THROTTLED = "Throttling"
 
-EC2_NON_MUTATING = Bucket("ec2-non-mutating", 100, 20, True, EC2_THROTTLED)
-EC2_UNFILTERED = Bucket("ec2-unfiltered-unpaginated", 50, 10, True, EC2_THROTTLED)
-EC2_MUTATING = Bucket("ec2-mutating", 50, 5, True, EC2_THROTTLED)
-RUN_INSTANCES = Bucket("ec2-run-instances", 5, 2, True, EC2_THROTTLED)
-RUN_INSTANCES_LAUNCHED = Bucket("ec2-run-instances-launched", 1000, 2, True, EC2_THROTTLED)
-TERMINATE_INSTANCES = Bucket("ec2-terminate-instances", 100, 5, True, EC2_THROTTLED)
-TERMINATE_INSTANCES_TERMINATED = Bucket("ec2-terminate-instances-terminated", 1000, 20, True, EC2_THROTTLED)
-EC2_TAGS = Bucket("ec2-tags", 100, 10, True, EC2_THROTTLED)
-ELB_DESCRIBE = Bucket("elb-describe", 40, 10, False, THROTTLED)
-ELB_MUTATING = Bucket("elb-mutating", 20, 4, False, THROTTLED, documented=False)
-AUTOSCALING = Bucket("autoscaling", 40, 10, False, THROTTLED, documented=False)
-TAGGING = Bucket("resource-tagging", 20, 5, False, THROTTLED, documented=False)
-SQS = Bucket("sqs", 300, 100, False, THROTTLED, documented=False)
+EC2_NON_MUTATING = Bucket("ec2-non-mutating", 100, 20, EC2_THROTTLED)
+EC2_UNFILTERED = Bucket("ec2-unfiltered-unpaginated", 50, 10, EC2_THROTTLED)
+EC2_MUTATING = Bucket("ec2-mutating", 50, 5, EC2_THROTTLED)
+RUN_INSTANCES = Bucket("ec2-run-instances", 5, 2, EC2_THROTTLED)
+RUN_INSTANCES_LAUNCHED = Bucket("ec2-run-instances-launched", 1000, 2, EC2_THROTTLED)
+TERMINATE_INSTANCES = Bucket("ec2-terminate-instances", 100, 5, EC2_THROTTLED)
+TERMINATE_INSTANCES_TERMINATED = Bucket("ec2-terminate-instances-terminated", 1000, 20, EC2_THROTTLED)
+EC2_TAGS = Bucket("ec2-tags", 100, 10, EC2_THROTTLED)
+ELB_DESCRIBE = Bucket("elb-describe", 40, 10, THROTTLED)
+ELB_MUTATING = Bucket("elb-mutating", 20, 4, THROTTLED, documented=False)
+AUTOSCALING = Bucket("autoscaling", 40, 10, THROTTLED, documented=False)
+TAGGING = Bucket("resource-tagging", 20, 5, THROTTLED, documented=False)
+SQS = Bucket("sqs", 300, 100, THROTTLED, documented=False)
 
 BUCKETS = (EC2_NON_MUTATING, EC2_UNFILTERED, EC2_MUTATING, RUN_INSTANCES, RUN_INSTANCES_LAUNCHED,
            TERMINATE_INSTANCES, TERMINATE_INSTANCES_TERMINATED, EC2_TAGS, ELB_DESCRIBE, ELB_MUTATING,
@@ -71,7 +69,8 @@ _CATEGORY_SERVICES = {"elbv2": "elb", "elb": "elb", "autoscaling": "autoscaling"
 
 @dataclass(frozen=True)
 class Draw:
-    """Tokens one call takes from one bucket; ``key`` names the bucket's state (per region)."""
+    """Tokens one call takes from one bucket. ``key`` names the bucket's state within a region: one per API
+    for EC2, one per category for the others."""
 
     bucket: Bucket
     key: str
