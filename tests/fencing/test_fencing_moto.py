@@ -1161,3 +1161,18 @@ def test_a_forged_node_body_taints_nothing_and_orders_nothing(make_ctx, kube):
     assert not any(c[0] in ("json_patch", "merge_patch") and c[1] == "Node" for c in kube.calls)
     assert kube.taints("node-a") == [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
     assert not any(c[0] == "list" and c[1] == "Pod" for c in kube.calls), "no pods listed for a body alone"
+
+
+def test_the_power_off_skips_the_os_shutdown(aws):
+    """StopInstances with Force alone first attempts a graceful OS shutdown and forces the stop only after
+    EC2's timeout: the fence sends SkipOsShutdown too. moto ignores both flags, so the request as serialised
+    for the wire is what is checked."""
+    from hooks.aws import ec2_power
+
+    ec2 = aws("ec2")
+    instance = _launch(ec2)
+    sent = []
+    ec2.meta.events.register("before-call.ec2.StopInstances", lambda params=None, **_: sent.append(params["body"]))
+    ec2_power.stop(ec2, instance)
+    assert sent and sent[0].get("SkipOsShutdown") == "true" and sent[0].get("Force") == "true"
+    assert _state(ec2, instance) == "stopped"
