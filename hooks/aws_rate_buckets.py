@@ -22,6 +22,7 @@ agree on what a call costs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -117,18 +118,28 @@ def _ec2(operation: str, narrowed: bool, instances: int) -> tuple[Draw, ...]:
     return (Draw(EC2_MUTATING, f"ec2:{operation}"),)
 
 
-def narrowed_params(params: dict) -> bool:
-    """Whether a call's parameters (botocore's names) name ids, filters or a page size."""
-    return any(params.get(key) for key in ("Filters", "InstanceIds", "MaxResults", "SubnetIds", "GroupIds",
-                                            "VolumeIds", "ImageIds", "NetworkInterfaceIds", "SpotInstanceRequestIds",
-                                            "LaunchTemplateIds", "LaunchTemplateNames", "VpcIds", "SnapshotIds",
-                                            "Owners", "NextToken"))
+# Parameters that do not narrow what a Describe* call lists.
+_NOT_NARROWING = frozenset({"Action", "Version", "DryRun", "IncludeAllInstances"})
 
 
-def instance_count(operation: str, params: dict) -> int:
-    """The instances a RunInstances (MaxCount) or TerminateInstances (its ids) call is for."""
+def request_draws(service: str, operation: str, form: Mapping[str, str]) -> tuple[Draw, ...]:
+    """``draws`` of a call as it goes on the wire, ``form`` being its query-protocol parameters
+    (``Filter.1.Name``, ``InstanceId.1``, ``MaxCount``; a JSON-protocol call may pass an empty form).
+
+    A Describe* call is narrowed by any parameter beyond the action (ids, a filter, a page size or token).
+    """
+    narrowed = any(key not in _NOT_NARROWING for key in form)
     if operation == "RunInstances":
-        return int(params.get("MaxCount") or 1)
-    if operation == "TerminateInstances":
-        return len(params.get("InstanceIds") or []) or 1
-    return 1
+        instances = _whole(form.get("MaxCount"))
+    elif operation == "TerminateInstances":
+        instances = sum(1 for key in form if key.startswith("InstanceId."))
+    else:
+        instances = 1
+    return draws(service, operation, narrowed=narrowed, instances=instances)
+
+
+def _whole(raw) -> int:
+    try:
+        return max(1, int(raw))
+    except (TypeError, ValueError):
+        return 1
