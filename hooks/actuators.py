@@ -346,7 +346,7 @@ def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str
 
 def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
     try:
-        found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+        found = ctx.instances.fresh_by_id(requirement.region or "", requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable proves nothing
         return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
     if found is None:
@@ -359,7 +359,7 @@ def _instance_of(ctx: runtime.Context, requirement: InstanceOf) -> str:
 def _orphaned(ctx: runtime.Context, requirement: Orphaned) -> str:
     """A leak only if the instance's tags, its age and the API server's Machines all say so, read now."""
     try:
-        found = instances.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+        found = ctx.instances.fresh_by_id(requirement.region or "", requirement.instance_id)
     except Exception as exc:  # noqa: BLE001
         return f"instance {requirement.instance_id} not confirmed: {error_text(exc)}"
     if found is None or found["state"] in GONE_STATES:

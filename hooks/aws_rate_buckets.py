@@ -21,6 +21,7 @@ agree on what a call costs.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -143,3 +144,28 @@ def _whole(raw) -> int:
         return max(1, int(raw))
     except (TypeError, ValueError):
         return 1
+
+
+def parse_shares(raw: str) -> dict[str, float]:
+    """``name=share,...`` (or a JSON object) by bucket name; ValueError naming what is wrong."""
+    raw = (raw or "").strip()
+    if not raw:
+        return {}
+    if raw.startswith("{"):
+        pairs = json.loads(raw).items()
+    else:
+        pairs = [item.split("=", 1) if "=" in item else (item, "") for item in raw.split(",") if item.strip()]
+    known = {bucket.name for bucket in BUCKETS}
+    shares = {}
+    for name, value in pairs:
+        name = str(name).strip()
+        if name not in known:
+            raise ValueError(f"no bucket {name!r}; known: {', '.join(sorted(known))}")
+        try:
+            share = float(value)
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is not a number") from None
+        if not 0 <= share <= 1:
+            raise ValueError(f"{name}: a share is from 0 to 1, got {value!r}")
+        shares[name] = share
+    return shares

@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from hooks import aws_rate_buckets
+
 
 class ConfigError(ValueError):
     pass
@@ -39,6 +41,20 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
     return value
 
 
+def _share(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if value > 1:
+        raise ConfigError(f"{name}={env.get(name)!r}: a share is from 0 to 1")
+    return value
+
+
+def _shares(env: Mapping[str, str], name: str) -> tuple[tuple[str, float], ...]:
+    try:
+        return tuple(sorted(aws_rate_buckets.parse_shares(env.get(name) or "").items()))
+    except (ValueError, AttributeError) as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
 def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = env.get(name) or ""
     return tuple(item.strip() for item in raw.replace("\n", ",").split(",") if item.strip())
@@ -61,6 +77,15 @@ class Settings:
     # How long the server waits on a client (hooks/serving.py): for a connection's TLS handshake and request
     # head together, and for each read of a body or write of an answer.
     client_timeout_seconds: float = 5
+    # This deployment's share of each of the account's AWS request buckets (hooks/aws/rate_limits.py), split
+    # over its processes; per bucket name, shares that override it; what one hook call's AWS calls may wait.
+    aws_rate_share: float = 0.5
+    aws_rate_processes: int = 4
+    aws_rate_shares: tuple[tuple[str, float], ...] = ()
+    aws_rate_wait_seconds: float = 2.0
+    # How old the process's view of the cluster's instances may be; how long a fresh read waits for others.
+    instance_view_seconds: float = 10.0
+    instance_read_window_seconds: float = 0.02
     require_auth: bool = False
     # node-detacher
     detach_taint_keys: tuple[str, ...] = ()
@@ -156,6 +181,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         tls_client_ca_file=env.get("NODEWARDEN_TLS_CLIENT_CA_FILE", "").strip(),
         tls_client_names=_list(env, "NODEWARDEN_TLS_CLIENT_NAMES"),
         client_timeout_seconds=_number(env, "NODEWARDEN_CLIENT_TIMEOUT_SECONDS", 5, minimum=0.1),
+        aws_rate_share=_share(env, "NODEWARDEN_AWS_RATE_SHARE", 0.5),
+        aws_rate_processes=int(_number(env, "NODEWARDEN_AWS_RATE_PROCESSES", 4, minimum=1)),
+        aws_rate_shares=_shares(env, "NODEWARDEN_AWS_RATE_SHARES"),
+        aws_rate_wait_seconds=_number(env, "NODEWARDEN_AWS_RATE_WAIT_SECONDS", 2.0),
+        instance_view_seconds=_number(env, "NODEWARDEN_INSTANCE_VIEW_SECONDS", 10.0),
+        instance_read_window_seconds=min(1.0, _number(env, "NODEWARDEN_INSTANCE_READ_WINDOW_SECONDS", 0.02)),
         require_auth=_bool(env, "NODEWARDEN_REQUIRE_AUTH", False),
         detach_taint_keys=_list(env, "NODEWARDEN_DETACH_TAINT_KEYS"),
         detach_control_plane=_bool(env, "NODEWARDEN_DETACH_CONTROL_PLANE", False),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from hooks import controllers, runtime
+from hooks.aws import rate_limits
 from hooks.contract import HOOKS, RequestError, parse_customize, parse_request, shape_response
 
 
@@ -23,9 +24,10 @@ def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = N
     kind, fn = resolved or resolve(controller_name, hook)
     ctx = ctx or runtime.current()
     try:
-        if hook == "customize":
-            return fn(parse_customize(body), ctx=ctx)
-        response = fn(parse_request(body, kind, hook), ctx=ctx)
+        with rate_limits.hook_call(ctx.settings.aws_rate_wait_seconds):
+            if hook == "customize":
+                return fn(parse_customize(body), ctx=ctx)
+            response = fn(parse_request(body, kind, hook), ctx=ctx)
     except RecursionError:
         # No Kubernetes object nests this deep; copying or walking one would not end well.
         raise RequestError("request", "nested too deeply to be a Kubernetes object") from None

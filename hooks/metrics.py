@@ -38,6 +38,17 @@ AWS_CALLS = Counter(
     "AWS API calls by service, operation and outcome (ok, or the error code).",
     ["service", "operation", "outcome"],
 )
+AWS_RATE_LIMITED = Counter(
+    "nodewarden_aws_rate_limited_total",
+    "AWS calls not sent: this process's share of the bucket had no token within the hook call's wait.",
+    ["bucket", "operation"],
+)
+AWS_RATE_WAIT_SECONDS = Histogram(
+    "nodewarden_aws_rate_wait_seconds",
+    "Seconds an AWS call waited for a token of this process's share of its bucket.",
+    ["bucket", "operation"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5),
+)
 BACKGROUND_READS = Counter(
     "nodewarden_aws_background_reads_total",
     "AWS reads made on a thread of their own while the last answer serves the hooks, by read"

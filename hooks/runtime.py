@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hooks.aws.clients import AwsClients
+from hooks.aws.instance_view import ClusterInstances
 from hooks.config import Settings, load_settings
 from hooks.kube.client import Kube
 from hooks.kube.event_recorder import Recorder
@@ -29,12 +30,22 @@ class Context:
     # Events are sent by a background thread; inline sends them in the caller's (tests, CLI).
     events_inline: bool = False
     _events: Recorder | None = field(default=None, repr=False)
+    _instances: ClusterInstances | None = field(default=None, repr=False)
 
     @property
     def aws(self):
         if self._aws is None:
             self._aws = AwsClients(self.settings)
         return self._aws
+
+    @property
+    def instances(self) -> ClusterInstances:
+        """The process's view of the cluster's instances, and its batched fresh reads."""
+        if self._instances is None:
+            self._instances = ClusterInstances(lambda region: self.aws.client("ec2", region or None),
+                                               self.settings.cluster_name, self.settings.instance_view_seconds,
+                                               self.settings.instance_read_window_seconds)
+        return self._instances
 
     @property
     def kube(self):

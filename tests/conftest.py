@@ -58,7 +58,13 @@ def make_ctx():
         # No kube-controller-manager taints cordoned nodes here: never wait for it.
         base.update({"NODEWARDEN_CLUSTER_NAME": "test-cluster", "NODEWARDEN_UNSCHEDULABLE_TAINT_WAIT_SECONDS": "0",
                      # Every test its own policies: no copy kept from the last test's API server.
-                     "NODEWARDEN_FENCING_POLICY_CACHE_SECONDS": "0"})
+                     "NODEWARDEN_FENCING_POLICY_CACHE_SECONDS": "0",
+                     # Each call reads the cluster's instances again (tests/aws/test_instance_view.py: the
+                     # view kept for its age), so a test that changes an instance sees it on its next call.
+                     "NODEWARDEN_INSTANCE_VIEW_SECONDS": "0",
+                     # The test is the account's one AWS client: the whole of each bucket is its share
+                     # (tests/aws/test_rate_limits.py: smaller shares on the code's clock).
+                     "NODEWARDEN_AWS_RATE_SHARE": "1", "NODEWARDEN_AWS_RATE_PROCESSES": "1"})
         base.update(env or {})
         ctx = runtime.Context(load_settings(base), events_inline=True)
         if now is not None:

@@ -1,7 +1,8 @@
 """boto3 clients, one per (service, region) per process, with call metrics.
 
 The endpoint comes from boto3's own AWS_ENDPOINT_URL (moto in tests and the
-local stack); retries use botocore's standard mode.
+local stack); retries use botocore's standard mode; every attempt first takes
+its tokens from the process's share of AWS's buckets (hooks/aws/rate_limits.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from hooks.aws import rate_limits
 from hooks.config import Settings
 from hooks.metrics import AWS_CALLS
 
@@ -47,6 +49,8 @@ def _count_call(service: str):
         AWS_CALLS.labels(service, model.name if model else "?", code).inc()
 
     def after_call_error(exception=None, model=None, **_):
+        if isinstance(exception, rate_limits.Limited):
+            return  # never sent: nodewarden_aws_rate_limited_total counts it
         code = error_code(exception) if isinstance(exception, ClientError) else type(exception).__name__
         AWS_CALLS.labels(service, model.name if model else "?", code).inc()
 
@@ -56,9 +60,11 @@ def _count_call(service: str):
 class AwsClients:
     """Lazily built, cached clients. Thread-safe: gunicorn threads share them."""
 
-    def __init__(self, settings: Settings, session: boto3.session.Session | None = None):
+    def __init__(self, settings: Settings, session: boto3.session.Session | None = None,
+                 limiter: rate_limits.Limiter | None = None):
         self._settings = settings
         self._session = session or boto3.session.Session()
+        self.limiter = limiter or limiter_of(settings)
         self._clients: dict[tuple[str, str, float | None], object] = {}
         self._lock = threading.Lock()
 
@@ -81,5 +87,13 @@ class AwsClients:
                 after_call, after_call_error = _count_call(service)
                 client.meta.events.register("after-call", after_call)
                 client.meta.events.register("after-call-error", after_call_error)
+                rate_limits.meter(client, service, region, self.limiter)
                 self._clients[key] = client
             return client
+
+
+def limiter_of(settings: Settings) -> rate_limits.Limiter:
+    """The process's limiter: the deployment's shares split over its processes."""
+    processes = max(1, settings.aws_rate_processes)
+    return rate_limits.Limiter(settings.aws_rate_share / processes,
+                               {name: share / processes for name, share in settings.aws_rate_shares})

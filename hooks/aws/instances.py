@@ -1,8 +1,9 @@
-"""EC2 instances of Machines: find them by tag, launch one, describe types, terminate.
+"""EC2 instances of Machines: what a Machine needs of one, launch one, describe types, terminate.
 
 The Machine's UID, tagged on the instance at creation, is what makes a launch
-safe to repeat: a Machine looks for its instances by that tag on every call,
-so a crash after the launch and before the record finds the instance on the
+safe to repeat: a Machine with no instance recorded looks for its instances
+by that tag, read fresh, before it launches (hooks/aws/instance_view.py), so
+a crash after the launch and before the record finds the instance on the
 next call instead of launching another, and an instance of a launch EC2
 showed late is found as a second one. The ClientToken (one per Machine,
 launch request and candidate) makes a retried call idempotent on AWS within
@@ -61,44 +62,6 @@ def summary(instance: dict) -> dict:
         "privateDnsName": instance.get("PrivateDnsName") or "",
         "tags": tags,
     }
-
-
-def _instances(response: dict) -> list[dict]:
-    return [i for r in response.get("Reservations") or [] for i in r.get("Instances") or []]
-
-
-def by_machine_uid(ec2, uid: str) -> list[dict]:
-    """Every instance tagged for the Machine of ``uid`` that EC2 still lists (terminated ones too), oldest first."""
-    found = []
-    for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{machine_names.TAG_MACHINE_UID}", "Values": [uid]}]):
-        found.extend(summary(i) for i in _instances(page))
-    return sorted(found, key=lambda s: (s["launchTime"] or "", s["instanceID"]))
-
-
-def describe(ec2, instance_id: str) -> dict | None:
-    """The instance, or None when EC2 no longer knows it."""
-    try:
-        response = ec2.describe_instances(InstanceIds=[instance_id])
-    except ClientError as exc:
-        if error_code(exc) in NOT_FOUND:
-            return None
-        raise
-    for instance in _instances(response):
-        if instance.get("InstanceId") == instance_id:
-            return summary(instance)
-    return None
-
-
-def of_pool(ec2, cluster_name: str, pool: str) -> list[dict]:
-    """Instances tagged for this cluster and pool, not terminated."""
-    found = []
-    for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{ec2_names.cluster_tag(cluster_name)}", "Values": [ec2_names.OWNED]},
-                     {"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool]},
-                     {"Name": "instance-state-name", "Values": list(ec2_names.KEPT_STATES)}]):
-        found.extend(summary(i) for i in _instances(page))
-    return found
 
 
 def subnets(ec2, ids: list[str], selector: dict[str, str]) -> list[dict]:

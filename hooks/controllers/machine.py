@@ -89,14 +89,24 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     return observed
 
 
-def _instances(request: HookRequest, ec2, observed: dict) -> None:
-    """The instance the Machine keeps, and every other one tagged with its UID (its whole life long)."""
+def _instances(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
+    """The instance the Machine keeps, and every other one tagged with its UID (its whole life long).
+
+    With an instance recorded, both come from the process's view of the cluster's instances (at most
+    ``NODEWARDEN_INSTANCE_VIEW_SECONDS`` old), the recorded one read fresh when the view does not show it.
+    With none recorded, only a fresh read by the UID tag may say that no instance exists: this call may
+    launch one.
+    """
+    region = ctx.settings.aws_region
+    uid = request.meta.get("uid") or ""
     recorded = _status(request).get("instanceID")
-    tagged = instances.by_machine_uid(ec2, request.meta.get("uid") or "")
+    view = ctx.instances.view(region) if recorded else None
+    tagged = view.of_machine(uid) if view is not None else ctx.instances.fresh_by_uid(region, uid)
     if recorded:
-        kept = next((i for i in tagged if i["instanceID"] == recorded), None)
+        kept = next((i for i in tagged if i["instanceID"] == recorded), None) \
+            or (view.by_id.get(recorded) if view is not None else None)
         if kept is None:
-            kept = instances.describe(ec2, recorded)  # untagged since, or not shown yet
+            kept = ctx.instances.fresh_by_id(region, recorded)  # untagged since, or not shown yet
     else:
         alive = [i for i in tagged if i["state"] != TERMINATED]
         kept = next((i for i in alive if i["state"] not in GONE_STATES), alive[0] if alive else None)
@@ -108,7 +118,7 @@ def _instances(request: HookRequest, ec2, observed: dict) -> None:
 def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, observed: dict) -> None:
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        _instances(request, ec2, observed)
+        _instances(request, ctx, observed)
     except Exception as exc:  # noqa: BLE001 - recorded; nothing is decided on a failed look-up
         observed["instanceError"] = error_text(exc)
         return

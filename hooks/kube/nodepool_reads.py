@@ -42,8 +42,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     if not ctx.settings.cluster_name or not _leak_check_due(request, ctx.settings, now):
         return observed
     try:
-        ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        observed["instances"] = instances.of_pool(ec2, ctx.settings.cluster_name, request.name)
+        # The process's view: every leak it shows is proven again, read fresh, before it is terminated.
+        observed["instances"] = ctx.instances.view(ctx.settings.aws_region).of_pool(request.name)
     except Exception as exc:  # noqa: BLE001
         observed["instancesError"] = error_text(exc)
     return observed

@@ -1,0 +1,159 @@
+"""The process's own share of AWS's request buckets: every AWS call waits for a token here first.
+
+AWS's buckets are the account's (hooks/aws_rate_buckets.py), shared with
+every other tool in it. Each process keeps a copy of each bucket scaled to
+its share (``NODEWARDEN_AWS_RATE_SHARE`` of the account, split over
+``NODEWARDEN_AWS_RATE_PROCESSES`` processes), and every HTTP attempt a
+client makes (botocore's retries included) takes its tokens from it before
+it is sent. So the process spends its share and no more, whatever its
+threads do at once.
+
+A call that finds its bucket empty reserves the next tokens and waits for
+them, as long as the hook call it belongs to may still wait
+(``NODEWARDEN_AWS_RATE_WAIT_SECONDS`` a hook call, all its AWS calls
+together). A call that cannot get its tokens in that time is not sent: it
+fails at once with the service's own throttling error (``RequestLimitExceeded``
+or ``Throttling``), which every caller already treats as "try again later",
+so the hook answers and comes back.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping
+from urllib.parse import parse_qsl
+
+from botocore.exceptions import ClientError
+
+from hooks import aws_rate_buckets
+from hooks.metrics import AWS_RATE_LIMITED, AWS_RATE_WAIT_SECONDS
+
+# Seconds a call outside any hook call (warm-up, the CLI, a background refresh) may wait for its tokens.
+OUTSIDE_HOOK_WAIT_SECONDS = 5.0
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("aws_rate_deadline", default=None)
+
+
+class Limited(ClientError):
+    """No token within the time the hook call may wait: the call was not sent."""
+
+    def __init__(self, bucket: aws_rate_buckets.Bucket, key: str, operation: str, wait: float):
+        super().__init__({"Error": {"Code": bucket.throttle_code,
+                                    "Message": f"not sent: this process's share of {key} has no token for "
+                                               f"{wait:.1f} s (nodewarden's own rate limit)"},
+                          "ResponseMetadata": {"HTTPStatusCode": 0}}, operation)
+
+
+@contextlib.contextmanager
+def hook_call(wait_seconds: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+    """Within this block, AWS calls together wait at most ``wait_seconds`` for tokens (on the limiter's
+    ``clock``)."""
+    token = _deadline.set(clock() + wait_seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+@dataclass
+class _Tokens:
+    capacity: float
+    refill_per_second: float
+    level: float
+    at: float
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.at) * self.refill_per_second)
+        self.at = now
+
+
+class Limiter:
+    """Token buckets per (region, bucket key) at ``share`` of AWS's figures, shared by every thread.
+
+    ``shares`` overrides ``share`` for one bucket, by name (``ec2-run-instances``). A share of 0 turns
+    the limiter off for that bucket.
+    """
+
+    def __init__(self, share: float, shares: Mapping[str, float] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self._share = share
+        self._shares = dict(shares or {})
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, str], _Tokens] = {}
+
+    def share_of(self, bucket: aws_rate_buckets.Bucket) -> float:
+        return self._shares.get(bucket.name, self._share)
+
+    def acquire(self, region: str, operation: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> float:
+        """Take the call's tokens, waiting for them while the hook call may; the seconds waited.
+
+        Raises Limited, taking nothing, when they would come later than that.
+        """
+        now = self._clock()
+        deadline = _deadline.get()
+        allowed = max(0.0, deadline - now) if deadline is not None else OUTSIDE_HOOK_WAIT_SECONDS
+        with self._lock:
+            held = []
+            for draw in draws:
+                tokens = self._tokens(region, draw, now)
+                if tokens is not None:
+                    tokens.refill(now)
+                    want = min(draw.tokens, tokens.capacity)
+                    held.append(((want - tokens.level) / tokens.refill_per_second, draw, tokens, want))
+            if not held:
+                return 0.0
+            wait, slowest, _, _ = max(held, key=lambda h: h[0])
+            if wait > allowed:
+                AWS_RATE_LIMITED.labels(slowest.bucket.name, operation).inc()
+                raise Limited(slowest.bucket, slowest.key, operation, wait)
+            for _, _, tokens, want in held:
+                tokens.level -= want  # below zero: a reservation the next callers wait behind
+        if wait > 0:
+            AWS_RATE_WAIT_SECONDS.labels(slowest.bucket.name, operation).observe(wait)
+            self._sleep(wait)
+        return max(0.0, wait)
+
+    def _tokens(self, region: str, draw: aws_rate_buckets.Draw, now: float) -> _Tokens | None:
+        share = self.share_of(draw.bucket)
+        if share <= 0:
+            return None
+        key = (region, draw.key)
+        tokens = self._buckets.get(key)
+        if tokens is None:
+            capacity = max(1.0, draw.bucket.capacity * share)
+            tokens = self._buckets[key] = _Tokens(capacity, draw.bucket.refill_per_second * share, capacity, now)
+        return tokens
+
+    def levels(self) -> dict[tuple[str, str], float]:
+        """Tokens in each bucket now (for tests and the benchmarks)."""
+        now = self._clock()
+        with self._lock:
+            for tokens in self._buckets.values():
+                tokens.refill(now)
+            return {key: tokens.level for key, tokens in self._buckets.items()}
+
+
+def wire_form(body) -> dict[str, str]:
+    """The query-protocol parameters of a request body (empty for a JSON body or none)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str) or not body or body.lstrip().startswith("{"):
+        return {}
+    return dict(parse_qsl(body, keep_blank_values=True))
+
+
+def meter(client, service: str, region: str, limiter: Limiter) -> None:
+    """Make every HTTP attempt of ``client`` take its tokens from ``limiter`` before it is sent."""
+
+    def before_send(request=None, event_name: str = "", **_):
+        operation = event_name.rsplit(".", 1)[-1]
+        draws = aws_rate_buckets.request_draws(service, operation, wire_form(getattr(request, "body", None)))
+        if draws:
+            limiter.acquire(region, operation, draws)
+        return None  # botocore sends the request itself
+
+    client.meta.events.register("before-send", before_send)

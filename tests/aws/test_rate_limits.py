@@ -1,0 +1,169 @@
+"""The process's share of AWS's buckets, on the code's clock (no test sleeps for a refill)."""
+from __future__ import annotations
+
+import threading
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from hooks import aws_rate_buckets
+from hooks.aws import rate_limits
+from hooks.aws.clients import AwsClients, limiter_of
+from hooks.config import load_settings
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _limiter(share=1.0, shares=None):
+    clock = Clock()
+    return rate_limits.Limiter(share, shares, clock=clock, sleep=clock.sleep), clock
+
+
+def _describe(limiter, region="us-east-1"):
+    return limiter.acquire(region, "DescribeInstances",
+                           aws_rate_buckets.request_draws("ec2", "DescribeInstances", {"InstanceId.1": "i-1"}))
+
+
+def test_a_full_bucket_admits_its_capacity_at_once_then_waits_for_the_refill():
+    limiter, clock = _limiter()
+    with rate_limits.hook_call(10, clock):
+        assert [_describe(limiter) for _ in range(100)] == [0.0] * 100
+        assert _describe(limiter) == pytest.approx(1 / 20)  # EC2 non-mutating refills 20 a second
+    assert clock.slept == [pytest.approx(0.05)]
+
+
+def test_a_call_that_cannot_get_its_token_within_the_hook_calls_wait_is_not_sent_and_takes_nothing():
+    limiter, clock = _limiter()
+    run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})
+    with rate_limits.hook_call(0.4, clock):
+        for _ in range(5):
+            limiter.acquire("us-east-1", "RunInstances", run)
+        with pytest.raises(rate_limits.Limited) as raised:
+            limiter.acquire("us-east-1", "RunInstances", run)  # the next token in 0.5 s
+    assert raised.value.response["Error"]["Code"] == "RequestLimitExceeded"
+    assert clock.slept == []
+    clock.now += 0.5
+    with rate_limits.hook_call(0, clock):
+        assert limiter.acquire("us-east-1", "RunInstances", run) == 0.0, "the refused call took no token"
+
+
+def test_the_hook_calls_wait_is_shared_by_its_calls():
+    limiter, clock = _limiter(shares={"ec2-run-instances": 0.2})  # one token, one more every 2.5 s
+    run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})
+    with rate_limits.hook_call(3, clock):
+        limiter.acquire("us-east-1", "RunInstances", run)
+        assert limiter.acquire("us-east-1", "RunInstances", run) == pytest.approx(2.5)
+        with pytest.raises(rate_limits.Limited):
+            limiter.acquire("us-east-1", "RunInstances", run)  # 2.5 s more: past the 3 s the call had
+
+
+def test_waiting_callers_queue_behind_each_others_reservations():
+    clock = Clock()
+    # Two callers reserve before either has slept.
+    limiter = rate_limits.Limiter(1.0, {"ec2-run-instances": 0.2}, clock=clock, sleep=lambda seconds: None)
+    run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})
+    limiter.acquire("us-east-1", "RunInstances", run)
+    waits = [limiter.acquire("us-east-1", "RunInstances", run) for _ in range(2)]
+    assert waits == [pytest.approx(2.5), pytest.approx(5.0)]
+
+
+def test_buckets_are_per_api_in_ec2_per_category_in_elb_and_per_region():
+    limiter, clock = _limiter()
+    with rate_limits.hook_call(0, clock):
+        for _ in range(100):
+            _describe(limiter)
+        with pytest.raises(rate_limits.Limited):
+            _describe(limiter)
+        limiter.acquire("us-east-1", "DescribeSubnets",
+                        aws_rate_buckets.request_draws("ec2", "DescribeSubnets", {"SubnetId.1": "s"}))
+        _describe(limiter, region="eu-west-1")
+        for operation in ["DescribeTargetHealth"] * 20 + ["DescribeLoadBalancers"] * 20:
+            limiter.acquire("us-east-1", operation, aws_rate_buckets.request_draws("elbv2", operation, {}))
+        with pytest.raises(rate_limits.Limited) as raised:
+            limiter.acquire("us-east-1", "DescribeTargetGroups",
+                            aws_rate_buckets.request_draws("elbv2", "DescribeTargetGroups", {}))
+    assert raised.value.response["Error"]["Code"] == "Throttling"
+
+
+def test_a_launch_of_several_instances_draws_them_from_the_resource_bucket():
+    limiter, clock = _limiter(shares={"ec2-run-instances-launched": 0.01})  # 10 instances, 0.02 a second
+    with rate_limits.hook_call(0, clock):
+        limiter.acquire("us-east-1", "RunInstances",
+                        aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "8"}))
+        with pytest.raises(rate_limits.Limited):
+            limiter.acquire("us-east-1", "RunInstances",
+                            aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "3"}))
+
+
+def test_a_bare_describe_draws_from_the_unfiltered_bucket():
+    bare = aws_rate_buckets.request_draws("ec2", "DescribeInstances", {"Action": "DescribeInstances",
+                                                                       "Version": "2016-11-15"})
+    filtered = aws_rate_buckets.request_draws("ec2", "DescribeInstances", {"Filter.1.Name": "tag:x"})
+    assert [d.bucket for d in bare] == [aws_rate_buckets.EC2_UNFILTERED]
+    assert [d.bucket for d in filtered] == [aws_rate_buckets.EC2_NON_MUTATING]
+
+
+def test_a_share_of_zero_turns_the_bucket_off():
+    limiter, clock = _limiter(shares={"ec2-non-mutating": 0})
+    with rate_limits.hook_call(0, clock):
+        assert all(_describe(limiter) == 0.0 for _ in range(1000))
+
+
+def test_threads_together_take_no_more_than_the_share():
+    limiter, clock = _limiter(share=0.5)
+    lock = threading.Lock()
+    admitted, refused = [], []
+
+    def call():
+        try:
+            with rate_limits.hook_call(0, clock):
+                _describe(limiter)
+            with lock:
+                admitted.append(1)
+        except rate_limits.Limited:
+            with lock:
+                refused.append(1)
+
+    threads = [threading.Thread(target=call) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(admitted) == 50 and len(refused) == 150
+
+
+def test_the_deployment_share_is_split_over_its_processes():
+    settings = load_settings({"NODEWARDEN_AWS_RATE_SHARE": "0.5", "NODEWARDEN_AWS_RATE_PROCESSES": "4",
+                              "NODEWARDEN_AWS_RATE_SHARES": "ec2-run-instances=1"})
+    limiter = limiter_of(settings)
+    assert limiter.share_of(aws_rate_buckets.EC2_NON_MUTATING) == pytest.approx(0.125)
+    assert limiter.share_of(aws_rate_buckets.RUN_INSTANCES) == pytest.approx(0.25)
+
+
+def test_every_attempt_of_a_real_client_is_metered_and_a_limited_call_is_never_sent(aws):
+    """Through moto: the limiter sits in botocore's send path, so a call it refuses never reaches AWS."""
+    limiter, clock = _limiter(shares={"ec2-run-instances": 0.2})  # on the code's clock: moto may be slow
+    ec2 = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=limiter).client("ec2")
+    sent = []
+    ec2.meta.events.register("after-call.ec2.RunInstances", lambda **_: sent.append(1))
+    launch = {"ImageId": "ami-12c6146b", "MinCount": 1, "MaxCount": 1}
+    with rate_limits.hook_call(0, clock):
+        ec2.run_instances(**launch)
+        with pytest.raises(rate_limits.Limited):
+            ec2.run_instances(**launch)
+    assert sent == [1]
+    plain = boto3.client("ec2", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
+    count = sum(len(r["Instances"]) for r in plain.describe_instances()["Reservations"])
+    assert count == 1, "the refused launch reached nothing"
