@@ -333,6 +333,8 @@ class Cluster:
             # The hooks package from this checkout, installed or not.
             "PYTHONPATH": os.pathsep.join(filter(None, [str(self.layout.repo), os.environ.get("PYTHONPATH")])),
             "NODEWARDEN_METRICS_PORT": str(endpoint.metrics_port),
+            # The stack's one hook server is all the processes that share the account's buckets.
+            "NODEWARDEN_AWS_RATE_PROCESSES": os.environ.get("NODEWARDEN_WORKERS", "2"),
             **(endpoint.credentials.server_env() if endpoint.credentials else {}),
             **self.hook_env,
         }

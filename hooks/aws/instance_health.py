@@ -5,11 +5,10 @@ import re
 
 from botocore.exceptions import ClientError
 
-from hooks.aws import instances
+from hooks.aws import instance_view, instances
 from hooks.aws.clients import error_code
 
-# DescribeInstances takes at most 200 values per filter; DescribeInstanceStatus 100 ids per call.
-_FILTER_VALUES = 200
+# DescribeInstanceStatus takes at most 100 ids per call.
 _STATUS_IDS = 100
 _ID = re.compile(r"i-[0-9a-f]{8,17}")
 
@@ -18,24 +17,17 @@ def _filtered(paginator, key: str, instance_ids: list[str]):
     """Each item under ``key`` of the paginator's pages, asked for by an instance-id filter in batches (by
     InstanceIds, one id EC2 does not know fails the whole call), with the batch it belongs to."""
     ids = sorted(set(instance_ids))
-    for start in range(0, len(ids), _FILTER_VALUES):
-        batch = ids[start:start + _FILTER_VALUES]
+    for start in range(0, len(ids), instance_view.FILTER_VALUES):
+        batch = ids[start:start + instance_view.FILTER_VALUES]
         for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": batch}]):
             for item in page.get(key) or []:
                 yield batch, item
 
 
 def describe(ec2, instance_ids: list[str]) -> dict[str, dict]:
-    """The instances EC2 knows among ``instance_ids``, by id: ``instances.summary`` and ``lifecycle``;
-    an id EC2 does not know is simply absent."""
-    found: dict[str, dict] = {}
-    for batch, reservation in _filtered(ec2.get_paginator("describe_instances"), "Reservations", instance_ids):
-        for instance in reservation.get("Instances") or []:
-            if instance.get("InstanceId") in batch:
-                summary = instances.summary(instance)
-                summary["lifecycle"] = instance.get("InstanceLifecycle") or "on-demand"
-                found[summary["instanceID"]] = summary
-    return found
+    """The instances EC2 knows among ``instance_ids``, by id (``instances.summary``, its ``lifecycle``
+    included); an id EC2 does not know is simply absent."""
+    return instance_view.read_by_ids(ec2, instance_ids)
 
 
 def spot_requests(ec2, instance_ids: list[str]) -> dict[str, str]:

@@ -72,9 +72,7 @@ def read_cluster(ec2, cluster_name: str, clock: Callable[[], float] = time.monot
         uid = summary["tags"].get(machine_names.TAG_MACHINE_UID)
         if uid:
             by_uid.setdefault(uid, []).append(summary)
-    for found in by_uid.values():
-        found.sort(key=lambda s: (s["launchTime"] or "", s["instanceID"]))
-    return Snapshot(at, by_id, by_uid)
+    return Snapshot(at, by_id, _oldest_first(by_uid))
 
 
 class InstanceView:
@@ -169,40 +167,39 @@ class _Batch:
             self.done.set()
 
 
+def _listed(ec2, filter_name: str, values: Iterable[str]):
+    """Each instance (``instances.summary``) a DescribeInstances filter on ``values`` lists, in batches of
+    FILTER_VALUES, with the batch it was asked in."""
+    wanted = sorted(set(values))
+    for start in range(0, len(wanted), FILTER_VALUES):
+        batch = wanted[start:start + FILTER_VALUES]
+        for page in ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": filter_name, "Values": batch}]):
+            for reservation in page.get("Reservations") or []:
+                for instance in reservation.get("Instances") or []:
+                    yield batch, instances.summary(instance)
+
+
 def read_by_ids(ec2, instance_ids: Iterable[str]) -> dict[str, dict]:
     """The instances EC2 knows among ``instance_ids``, by id (an instance-id filter: an id EC2 does not know
     is absent, where InstanceIds would fail the whole call)."""
-    found: dict[str, dict] = {}
-    ids = sorted(set(instance_ids))
-    for start in range(0, len(ids), FILTER_VALUES):
-        batch = ids[start:start + FILTER_VALUES]
-        for page in ec2.get_paginator("describe_instances").paginate(
-                Filters=[{"Name": "instance-id", "Values": batch}]):
-            for reservation in page.get("Reservations") or []:
-                for instance in reservation.get("Instances") or []:
-                    if instance.get("InstanceId") in batch:
-                        summary = instances.summary(instance)
-                        found[summary["instanceID"]] = summary
-    return found
+    return {s["instanceID"]: s for batch, s in _listed(ec2, "instance-id", instance_ids) if s["instanceID"] in batch}
 
 
 def read_by_uids(ec2, uids: Iterable[str]) -> dict[str, list[dict]]:
     """Every instance tagged with each Machine UID (terminated ones too), by UID, oldest first."""
     found: dict[str, list[dict]] = {}
-    wanted = sorted(set(uids))
-    for start in range(0, len(wanted), FILTER_VALUES):
-        batch = wanted[start:start + FILTER_VALUES]
-        for page in ec2.get_paginator("describe_instances").paginate(
-                Filters=[{"Name": f"tag:{machine_names.TAG_MACHINE_UID}", "Values": batch}]):
-            for reservation in page.get("Reservations") or []:
-                for instance in reservation.get("Instances") or []:
-                    summary = instances.summary(instance)
-                    uid = summary["tags"].get(machine_names.TAG_MACHINE_UID)
-                    if uid in batch:
-                        found.setdefault(uid, []).append(summary)
-    for listed in found.values():
+    for batch, summary in _listed(ec2, f"tag:{machine_names.TAG_MACHINE_UID}", uids):
+        uid = summary["tags"].get(machine_names.TAG_MACHINE_UID)
+        if uid in batch:
+            found.setdefault(uid, []).append(summary)
+    return _oldest_first(found)
+
+
+def _oldest_first(by_uid: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    for listed in by_uid.values():
         listed.sort(key=lambda s: (s["launchTime"] or "", s["instanceID"]))
-    return found
+    return by_uid
 
 
 class ClusterInstances:
