@@ -21,6 +21,7 @@ agree on what a call costs.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -65,6 +66,8 @@ _UNFILTERED_WHEN_BARE = frozenset({
 _NON_MUTATING_PREFIXES = ("Describe", "Get", "List")
 _CATEGORY_SERVICES = {"elbv2": "elb", "elb": "elb", "autoscaling": "autoscaling",
                       "resourcegroupstaggingapi": "tagging", "sqs": "sqs"}
+# Every service with buckets here (botocore's names).
+SERVICES = ("ec2", *_CATEGORY_SERVICES)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,23 @@ def narrowed_params(params: dict) -> bool:
     return any(params.get(key) for key in ("Filters", "InstanceIds", "MaxResults", "SubnetIds", "GroupIds",
                                             "VolumeIds", "ImageIds", "NetworkInterfaceIds", "SpotInstanceRequestIds",
                                             "LaunchTemplateIds", "LaunchTemplateNames", "VpcIds", "SnapshotIds",
-                                            "Owners", "NextToken"))
+                                            "Owners", "OwnerIds", "NextToken"))
+
+
+# narrowed_params' parameters as EC2's query protocol spells them on the wire: each list member as
+# ``InstanceId.1``, ``InstanceId.2``..., each filter as ``Filter.1.Name`` and ``Filter.1.Value.1``
+# (DescribeImages' Owners and DescribeSnapshots' OwnerIds are both ``Owner.1``).
+_NARROWING_QUERY_NAMES = frozenset({
+    "Filter", "InstanceId", "MaxResults", "SubnetId", "GroupId", "VolumeId", "ImageId", "NetworkInterfaceId",
+    "SpotInstanceRequestId", "LaunchTemplateId", "LaunchTemplateName", "VpcId", "SnapshotId", "Owner",
+    "NextToken",
+})
+
+
+def narrowed_query(query: Mapping[str, str]) -> bool:
+    """:func:`narrowed_params` for an EC2 call as it arrives on the wire: its form fields, e.g.
+    ``{"Action": "DescribeInstances", "Filter.1.Name": "tag:Name", "Filter.1.Value.1": "web"}``."""
+    return any(value and key.partition(".")[0] in _NARROWING_QUERY_NAMES for key, value in query.items())
 
 
 def instance_count(operation: str, params: dict) -> int:
@@ -131,4 +150,15 @@ def instance_count(operation: str, params: dict) -> int:
         return int(params.get("MaxCount") or 1)
     if operation == "TerminateInstances":
         return len(params.get("InstanceIds") or []) or 1
+    return 1
+
+
+def query_instance_count(operation: str, query: Mapping[str, str]) -> int:
+    """:func:`instance_count` for an EC2 call's form fields on the wire (``MaxCount``, ``InstanceId.1``...)."""
+    if operation == "RunInstances":
+        # Anything but a count is the service's to refuse, not a bucket's.
+        max_count = query.get("MaxCount", "")
+        return int(max_count) if max_count.isdigit() else 1
+    if operation == "TerminateInstances":
+        return sum(1 for key in query if key.startswith("InstanceId.")) or 1
     return 1
