@@ -134,8 +134,8 @@ devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(clus
 
 def _throttling_line(cluster: Cluster) -> str:
     if cluster.aws_throttling:
-        return (f"throttles like AWS: its token buckets (hooks/aws_rate_buckets.py), {cluster.moto_endpoint}"
-                f"{throttling.CONTROL_PATH}; {throttling.ENVIRONMENT_SWITCH}=off turns them off")
+        return (f"throttles like AWS: the token buckets of hooks/aws_rate_buckets.py, faults on "
+                f"{throttling.CONTROL_PATH} (docs/local-stack.md)")
     return f"never throttles ({throttling.ENVIRONMENT_SWITCH}=off)"
 
 
