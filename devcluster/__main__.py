@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from . import kwok
+from . import kwok, throttling
 from .cluster import Cluster, configure_logging
 from .layout import Layout
 
@@ -119,7 +119,7 @@ def _print_summary(cluster: Cluster, *, with_demo: bool) -> None:
     print(f"""
 devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(cluster.layout.logs)}/
   API server   {cluster.api_server}   kubeconfig {kc}
-  moto (AWS)   {cluster.moto_endpoint}
+  moto (AWS)   {cluster.moto_endpoint}   {_throttling_line(cluster)}
   hook server  {cluster.hook_server.url}   metrics {cluster.hook_server.metrics_url}/metrics
   Prometheus   {cluster.prometheus_url}   (API; scrapes the hook server and Metacontroller, nodewarden's alerts loaded:
                {cluster.prometheus_url}/api/v1/alerts, promtool query instant {cluster.prometheus_url} 'nodewarden_events_total')
@@ -130,6 +130,13 @@ devcluster is up (Ctrl-C or `make down` stops it); logs in {os.path.relpath(clus
     if with_demo:
         from . import demo
         print(demo.hints(cluster, kubectl=kubectl, kubeconfig=kc), flush=True)
+
+
+def _throttling_line(cluster: Cluster) -> str:
+    if cluster.aws_throttling:
+        return (f"throttles like AWS: the token buckets of hooks/aws_rate_buckets.py, faults on "
+                f"{throttling.CONTROL_PATH} (docs/local-stack.md)")
+    return f"never throttles ({throttling.ENVIRONMENT_SWITCH}=off)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ import yaml
 
 from hooks import credentials
 
-from . import components, kubeconfig, kwok, manifests, pki, prometheus
+from . import components, kubeconfig, kwok, manifests, pki, prometheus, throttling
 from . import metacontroller as mc
 from .api import AdminApi
 from .components import Ports
@@ -67,6 +67,9 @@ class Cluster:
     heartbeat: kwok.Heartbeat = kwok.FAST
     # kube-scheduler's NodeResourcesFit scoring: LeastAllocated (its default) or MostAllocated (bin packing).
     scheduler_scoring: str = components.LEAST_ALLOCATED
+    # moto behind AWS's token buckets (devcluster/throttling.py), on unless NODEWARDEN_DEV_AWS_THROTTLING=off;
+    # throttling_control turns them off and on while the stack runs.
+    aws_throttling: bool = field(default_factory=throttling.wanted_by_environment)
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.layout.logs)
@@ -88,6 +91,12 @@ class Cluster:
     @property
     def moto_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.ports.moto}"
+
+    @property
+    def throttling_control(self) -> throttling.ThrottlingControl:
+        """The control API of the throttling in front of moto (with ``aws_throttling``): buckets off and on,
+        faults, bucket counts."""
+        return throttling.ThrottlingControl(self.moto_endpoint)
 
     @property
     def hook_server(self) -> HookEndpoint:
@@ -250,7 +259,7 @@ class Cluster:
         wait_until(http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", timeout=60, watch=[child])
 
     def _start_moto(self) -> None:
-        child = self._start("moto", components.moto(self.ports))
+        child = self._start("moto", components.moto(self.ports, self.aws_throttling))
         wait_until(http_ok(f"{self.moto_endpoint}/moto-api/"), "moto", timeout=60, watch=[child])
 
     def _start_metacontroller(self) -> None:
@@ -376,6 +385,7 @@ class Cluster:
             "ports": asdict(self.ports),
             "kubeconfig": str(self.kubeconfig),
             "moto": self.moto_endpoint,
+            "aws_throttling": "on" if self.aws_throttling else "off",
             "hooks": self.hook_server.url,
             "hooks_metrics": self.hook_server.metrics_url,
             "hooks_auth": "bearer token over TLS" if self.hook_credentials else "off",

@@ -232,14 +232,19 @@ def kwok(layout: Layout, ports: Ports, stages: list[Path],
     ]
 
 
-def moto(ports: Ports) -> list[str]:
-    """moto's server, its routing remembered per host (devcluster/moto_server.py)."""
-    return moto_argv(ports.moto)
+def moto(ports: Ports, throttled: bool) -> list[str]:
+    """moto's server, its routing remembered per host, behind AWS's throttling when ``throttled``
+    (devcluster/moto_server.py)."""
+    return moto_argv(ports.moto, throttled)
 
 
-def moto_argv(port: int) -> list[str]:
-    """Run by path: it imports nothing of this repo, whatever the working directory."""
-    return [sys.executable, str(Path(__file__).with_name("moto_server.py")), "-H", "127.0.0.1", "-p", str(port)]
+def moto_argv(port: int, throttled: bool | None = None) -> list[str]:
+    """Run by path, whatever the working directory; ``throttled`` None leaves it to the environment
+    (NODEWARDEN_DEV_AWS_THROTTLING)."""
+    argv = [sys.executable, str(Path(__file__).with_name("moto_server.py")), "-H", "127.0.0.1", "-p", str(port)]
+    if throttled is not None:
+        argv.append("--throttling" if throttled else "--no-throttling")
+    return argv
 
 
 def hook_server(repo: Path, *binds: str) -> list[str]:

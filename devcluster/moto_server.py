@@ -10,14 +10,36 @@ does not change while it runs, so the answer is kept per host. What each
 service does is untouched: the requests, the state and the answers are
 moto's.
 
-``python devcluster/moto_server.py -H 127.0.0.1 -p PORT`` takes moto.server's
-arguments; the tests call :func:`remember_routing` before starting moto in
-their own process.
+In front of moto, devcluster/throttling.py meters every call with AWS's
+token buckets and answers as AWS does when one is empty; moto itself never
+refuses a call. It is on unless ``--no-throttling`` is given or
+NODEWARDEN_DEV_AWS_THROTTLING=off. ``moto.server.main`` builds its app and
+serves it in one function, with no way to wrap the app, so :func:`build_app`
+builds the same app from moto's public pieces (``DomainDispatcherApplication``
+over ``create_backend_app``) and :func:`main` serves it as moto's main does:
+werkzeug's ``run_simple``, threaded, with moto's request handler.
+
+``python devcluster/moto_server.py -H 127.0.0.1 -p PORT [--throttling|--no-throttling]``;
+the tests call :func:`remember_routing` before starting moto in their own
+process.
 """
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import threading
+from pathlib import Path
+
+if __name__ == "__main__":
+    # Run by path (components.moto_argv), sys.path starts at devcluster/: this checkout's root instead, for
+    # devcluster and hooks, whatever is installed and wherever it runs.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import run_simple
+
+from devcluster import throttling
 
 _lock = threading.Lock()
 _patched = False
@@ -46,11 +68,26 @@ def remember_routing() -> None:
         _patched = True
 
 
-def main(argv: list[str]) -> int:
-    remember_routing()
-    from moto import server
+def build_app(*, throttled: bool):
+    """moto's server app, as moto.server.main builds it; behind AWS's throttling when ``throttled``."""
+    app = DomainDispatcherApplication(create_backend_app)
+    return throttling.Throttling(app) if throttled else app
 
-    server.main(argv)
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="moto_server.py", description="moto's server behind AWS's throttling")
+    parser.add_argument("-H", "--host", default="127.0.0.1")
+    parser.add_argument("-p", "--port", type=int, default=5000)
+    parser.add_argument("--throttling", action=argparse.BooleanOptionalAction,
+                        default=throttling.wanted_by_environment(),
+                        help=f"AWS's token buckets in front of moto (default: on unless "
+                             f"{throttling.ENVIRONMENT_SWITCH}=off); --no-throttling answers every call, as moto does")
+    args = parser.parse_args(argv)
+    remember_routing()
+    # moto writes its own URLs (an SQS queue's, for one) with this port, as under moto.server.main.
+    os.environ.setdefault("MOTO_PORT", str(args.port))
+    app = build_app(throttled=args.throttling)
+    run_simple(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
     return 0
 
 

@@ -67,6 +67,8 @@ _UNFILTERED_WHEN_BARE = frozenset({
 _NON_MUTATING_PREFIXES = ("Describe", "Get", "List")
 _CATEGORY_SERVICES = {"elbv2": "elb", "elb": "elb", "autoscaling": "autoscaling",
                       "resourcegroupstaggingapi": "tagging", "sqs": "sqs"}
+# Every service with buckets here (botocore's names).
+SERVICES = ("ec2", *_CATEGORY_SERVICES)
 
 
 @dataclass(frozen=True)
@@ -119,17 +121,23 @@ def _ec2(operation: str, narrowed: bool, instances: int) -> tuple[Draw, ...]:
     return (Draw(EC2_MUTATING, f"ec2:{operation}"),)
 
 
-# Parameters that do not narrow what a Describe* call lists.
-_NOT_NARROWING = frozenset({"Action", "Version", "DryRun", "IncludeAllInstances"})
+# The parameters that narrow what a Describe* call lists (ids, filters, a page size or token), as EC2's
+# query protocol spells them on the wire: each list member as ``InstanceId.1``, each filter as
+# ``Filter.1.Name``; DescribeImages' Owners and DescribeSnapshots' OwnerIds are both ``Owner.1``.
+_NARROWING = frozenset({
+    "Filter", "InstanceId", "MaxResults", "SubnetId", "GroupId", "VolumeId", "ImageId", "NetworkInterfaceId",
+    "SpotInstanceRequestId", "LaunchTemplateId", "LaunchTemplateName", "VpcId", "SnapshotId", "Owner",
+    "NextToken",
+})
 
 
 def request_draws(service: str, operation: str, form: Mapping[str, str]) -> tuple[Draw, ...]:
     """``draws`` of a call as it goes on the wire, ``form`` being its query-protocol parameters
     (``Filter.1.Name``, ``InstanceId.1``, ``MaxCount``; a JSON-protocol call may pass an empty form).
 
-    A Describe* call is narrowed by any parameter beyond the action (ids, a filter, a page size or token).
+    A Describe* call is narrowed by ids, a filter, a page size or a page token.
     """
-    narrowed = any(key not in _NOT_NARROWING for key in form)
+    narrowed = any(value and key.partition(".")[0] in _NARROWING for key, value in form.items())
     if operation == "RunInstances":
         instances = _whole(form.get("MaxCount"))
     elif operation == "TerminateInstances":

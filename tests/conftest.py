@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
+from dataclasses import dataclass
 
 import boto3
 import pytest
 
+from devcluster.throttling import Throttling, ThrottlingControl
 from devcluster.waits import free_port
 from hooks import runtime
 from hooks.config import load_settings
@@ -14,10 +17,43 @@ from hooks.config import load_settings
 REGION = "us-east-1"
 
 
+class StoppableClock:
+    """time.monotonic, until a test stops it; then only :meth:`advance` moves it."""
+
+    def __init__(self):
+        self._offset = 0.0
+        self._stopped_at: float | None = None
+
+    def __call__(self) -> float:
+        return self._stopped_at if self._stopped_at is not None else time.monotonic() + self._offset
+
+    def stop(self) -> None:
+        self._stopped_at = self()
+
+    def advance(self, seconds: float) -> None:
+        assert self._stopped_at is not None, "stop the clock first"
+        self._stopped_at += seconds
+
+    def resume(self) -> None:
+        # On from where it stood, never back.
+        if self._stopped_at is not None:
+            self._offset = self._stopped_at - time.monotonic()
+            self._stopped_at = None
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    endpoint: str
+    # The AWS throttling in front of it, in this process (devcluster/throttling.py), and the clock it meters by.
+    throttling: Throttling
+    clock: StoppableClock
+
+
 @pytest.fixture(scope="session")
-def moto_endpoint():
+def moto_server():
     """moto in server mode on a free loopback port, for the whole session, its routing remembered per host
-    as the local stack's is (devcluster/moto_server.py)."""
+    as the local stack's is (devcluster/moto_server.py), behind the local stack's throttling with its buckets
+    off (bursts of tests' calls would be refused): ``throttling_aws`` turns them on for a test."""
     from moto.server import ThreadedMotoServer
 
     from devcluster.moto_server import remember_routing
@@ -26,8 +62,41 @@ def moto_endpoint():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    yield f"http://127.0.0.1:{port}"
+    # ThreadedMotoServer makes its werkzeug server in its own thread and takes no app of ours: wrap the one it
+    # serves once start() returns, before any request is sent.
+    clock = StoppableClock()
+    throttling = Throttling(server._server.app, enabled=False, clock=clock)
+    server._server.app = throttling
+    yield MotoServer(f"http://127.0.0.1:{port}", throttling, clock)
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(moto_server):
+    return moto_server.endpoint
+
+
+@pytest.fixture
+def throttling_aws(aws, moto_server):
+    """moto throttling as AWS does, for this test: every bucket on and full, no faults. Returns the control
+    API's client (devcluster.throttling.ThrottlingControl: enable, disable, add_fault, clear_faults, state,
+    bucket, reset, scale); the buckets are off again after the test."""
+    control = ThrottlingControl(moto_server.endpoint)
+    control.scale(1)
+    control.clear_faults()
+    control.enable()
+    yield control
+    control.disable()
+    control.clear_faults()
+    control.scale(1)
+
+
+@pytest.fixture
+def throttling_clock(moto_server):
+    """The clock the tests' moto throttling meters by, stopped for this test: ``advance(seconds)`` refills."""
+    moto_server.clock.stop()
+    yield moto_server.clock
+    moto_server.clock.resume()
 
 
 @pytest.fixture

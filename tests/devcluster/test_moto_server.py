@@ -1,4 +1,5 @@
-"""The local stack's moto: its routing remembered per host, every service still answering as moto does."""
+"""The local stack's moto: its routing remembered per host, every service still answering as moto does, behind
+the throttling (tests/devcluster/test_throttling.py)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ import subprocess
 import boto3
 
 from devcluster import components
+from devcluster.throttling import ThrottlingControl
 from devcluster.waits import free_port, http_ok, wait_until
 
 
@@ -32,13 +34,16 @@ def test_a_routed_host_is_not_looked_up_again(moto_endpoint, monkeypatch):
     assert listed == []
 
 
-def test_the_launcher_serves_every_service():
+def test_the_launcher_serves_every_service_behind_the_throttling():
     port = free_port()
-    proc = subprocess.Popen(components.moto_argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd="/")
+    proc = subprocess.Popen(components.moto_argv(port, throttled=True), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd="/")
     try:
         wait_until(http_ok(f"http://127.0.0.1:{port}/moto-api/"), "moto", timeout=60, watch=[])
         _ask_each_service(f"http://127.0.0.1:{port}")
+        state = ThrottlingControl(f"http://127.0.0.1:{port}").state()
+        assert state["enabled"]
+        assert "ec2:DescribeVpcs:ec2-unfiltered-unpaginated" in {bucket["key"] for bucket in state["buckets"]}
     finally:
         proc.kill()
         proc.wait(timeout=10)
