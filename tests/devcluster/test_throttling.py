@@ -3,7 +3,6 @@ wire, faults on demand, and the control API. The bucket logic runs on an injecte
 the tests' in-process moto with boto3."""
 from __future__ import annotations
 
-import datetime as dt
 from urllib.parse import parse_qsl, urlencode
 
 import boto3
