@@ -12,6 +12,8 @@ from typing import Mapping
 import boto3
 from botocore.config import Config
 
+from hooks.aws import rate_limits
+
 from . import kwok
 
 REGION = "us-east-1"
@@ -21,8 +23,15 @@ NODE_PORT = 30080
 IMAGE_ID = "ami-12c6146b"
 
 
+# The local stack's own AWS calls (the demo, the tests' checks, the kubelet stand-in) are one more tool in the
+# account: they spend at most this share of each bucket, waiting for their tokens, so a test that polls AWS
+# in a tight loop never starves the hooks of theirs.
+OWN_SHARE = 0.25
+OWN_LIMITER = rate_limits.Limiter(OWN_SHARE, outside_hook_wait=600.0)
+
+
 class Aws:
-    """boto3 clients bound to one endpoint (moto) and region."""
+    """boto3 clients bound to one endpoint (moto) and region, metered by the stack's own share."""
 
     def __init__(self, env: Mapping[str, str], config: Config | None = None):
         self._kwargs = {
@@ -32,14 +41,19 @@ class Aws:
             "aws_access_key_id": env.get("AWS_ACCESS_KEY_ID", "testing"),
             "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY", "testing"),
         }
-        self.ec2 = boto3.client("ec2", **self._kwargs)
-        self.elbv2 = boto3.client("elbv2", **self._kwargs)
-        self.elb = boto3.client("elb", **self._kwargs)
+        self.ec2 = self._client("ec2")
+        self.elbv2 = self._client("elbv2")
+        self.elb = self._client("elb")
         # Interruptions: the queue EventBridge sends EC2's events to (docs/interruptions.md).
-        self.sqs = boto3.client("sqs", **self._kwargs)
-        self.events = boto3.client("events", **self._kwargs)
+        self.sqs = self._client("sqs")
+        self.events = self._client("events")
         # Auto Scaling groups: an owner fencing asks to replace a node (devcluster/owners.py).
-        self.autoscaling = boto3.client("autoscaling", **self._kwargs)
+        self.autoscaling = self._client("autoscaling")
+
+    def _client(self, service: str):
+        client = boto3.client(service, **self._kwargs)
+        rate_limits.meter(client, service, self._kwargs["region_name"], OWN_LIMITER)
+        return client
 
 
 def cluster_tag(cluster_name: str) -> list[dict]:

@@ -33,7 +33,8 @@ from hooks.metrics import AWS_RATE_LIMITED, AWS_RATE_WAIT_SECONDS
 
 # Seconds a call outside any hook call (warm-up, the CLI, a background refresh) may wait for its tokens.
 OUTSIDE_HOOK_WAIT_SECONDS = 5.0
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("aws_rate_deadline", default=None)
+# What the hook call being served may still wait for tokens, all its AWS calls together (None: not in one).
+_allowance: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("aws_rate_allowance", default=None)
 
 
 class Limited(ClientError):
@@ -47,14 +48,13 @@ class Limited(ClientError):
 
 
 @contextlib.contextmanager
-def hook_call(wait_seconds: float, clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
-    """Within this block, AWS calls together wait at most ``wait_seconds`` for tokens (on the limiter's
-    ``clock``)."""
-    token = _deadline.set(clock() + wait_seconds)
+def hook_call(wait_seconds: float) -> Iterator[None]:
+    """Within this block, AWS calls together wait at most ``wait_seconds`` for tokens."""
+    token = _allowance.set([wait_seconds])
     try:
         yield
     finally:
-        _deadline.reset(token)
+        _allowance.reset(token)
 
 
 @dataclass
@@ -73,12 +73,15 @@ class Limiter:
     """Token buckets per (region, bucket key) at ``share`` of AWS's figures, shared by every thread.
 
     ``shares`` overrides ``share`` for one bucket, by name (``ec2-run-instances``). A share of 0 turns
-    the limiter off for that bucket.
+    the limiter off for that bucket. ``outside_hook_wait``: how long a call made outside any hook call may
+    wait for its tokens.
     """
 
     def __init__(self, share: float, shares: Mapping[str, float] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 outside_hook_wait: float = OUTSIDE_HOOK_WAIT_SECONDS):
         self._share = share
+        self._outside_hook_wait = outside_hook_wait
         self._shares = dict(shares or {})
         self._clock = clock
         self._sleep = sleep
@@ -94,8 +97,8 @@ class Limiter:
         Raises Limited, taking nothing, when they would come later than that.
         """
         now = self._clock()
-        deadline = _deadline.get()
-        allowed = max(0.0, deadline - now) if deadline is not None else OUTSIDE_HOOK_WAIT_SECONDS
+        allowance = _allowance.get()
+        allowed = max(0.0, allowance[0]) if allowance is not None else self._outside_hook_wait
         with self._lock:
             held = []
             for draw in draws:
@@ -112,6 +115,8 @@ class Limiter:
                 raise Limited(slowest.bucket, slowest.key, operation, wait)
             for _, _, tokens, want in held:
                 tokens.level -= want  # below zero: a reservation the next callers wait behind
+            if allowance is not None and wait > 0:
+                allowance[0] -= wait
         if wait > 0:
             AWS_RATE_WAIT_SECONDS.labels(slowest.bucket.name, operation).observe(wait)
             self._sleep(wait)

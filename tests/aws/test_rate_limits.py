@@ -38,7 +38,7 @@ def _describe(limiter, region="us-east-1"):
 
 def test_a_full_bucket_admits_its_capacity_at_once_then_waits_for_the_refill():
     limiter, clock = _limiter()
-    with rate_limits.hook_call(10, clock):
+    with rate_limits.hook_call(10):
         assert [_describe(limiter) for _ in range(100)] == [0.0] * 100
         assert _describe(limiter) == pytest.approx(1 / 20)  # EC2 non-mutating refills 20 a second
     assert clock.slept == [pytest.approx(0.05)]
@@ -47,7 +47,7 @@ def test_a_full_bucket_admits_its_capacity_at_once_then_waits_for_the_refill():
 def test_a_call_that_cannot_get_its_token_within_the_hook_calls_wait_is_not_sent_and_takes_nothing():
     limiter, clock = _limiter()
     run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})
-    with rate_limits.hook_call(0.4, clock):
+    with rate_limits.hook_call(0.4):
         for _ in range(5):
             limiter.acquire("us-east-1", "RunInstances", run)
         with pytest.raises(rate_limits.Limited) as raised:
@@ -55,14 +55,14 @@ def test_a_call_that_cannot_get_its_token_within_the_hook_calls_wait_is_not_sent
     assert raised.value.response["Error"]["Code"] == "RequestLimitExceeded"
     assert clock.slept == []
     clock.now += 0.5
-    with rate_limits.hook_call(0, clock):
+    with rate_limits.hook_call(0):
         assert limiter.acquire("us-east-1", "RunInstances", run) == 0.0, "the refused call took no token"
 
 
 def test_the_hook_calls_wait_is_shared_by_its_calls():
     limiter, clock = _limiter(shares={"ec2-run-instances": 0.2})  # one token, one more every 2.5 s
     run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})
-    with rate_limits.hook_call(3, clock):
+    with rate_limits.hook_call(3):
         limiter.acquire("us-east-1", "RunInstances", run)
         assert limiter.acquire("us-east-1", "RunInstances", run) == pytest.approx(2.5)
         with pytest.raises(rate_limits.Limited):
@@ -81,7 +81,7 @@ def test_waiting_callers_queue_behind_each_others_reservations():
 
 def test_buckets_are_per_api_in_ec2_per_category_in_elb_and_per_region():
     limiter, clock = _limiter()
-    with rate_limits.hook_call(0, clock):
+    with rate_limits.hook_call(0):
         for _ in range(100):
             _describe(limiter)
         with pytest.raises(rate_limits.Limited):
@@ -99,7 +99,7 @@ def test_buckets_are_per_api_in_ec2_per_category_in_elb_and_per_region():
 
 def test_a_launch_of_several_instances_draws_them_from_the_resource_bucket():
     limiter, clock = _limiter(shares={"ec2-run-instances-launched": 0.01})  # 10 instances, 0.02 a second
-    with rate_limits.hook_call(0, clock):
+    with rate_limits.hook_call(0):
         limiter.acquire("us-east-1", "RunInstances",
                         aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "8"}))
         with pytest.raises(rate_limits.Limited):
@@ -117,7 +117,7 @@ def test_a_bare_describe_draws_from_the_unfiltered_bucket():
 
 def test_a_share_of_zero_turns_the_bucket_off():
     limiter, clock = _limiter(shares={"ec2-non-mutating": 0})
-    with rate_limits.hook_call(0, clock):
+    with rate_limits.hook_call(0):
         assert all(_describe(limiter) == 0.0 for _ in range(1000))
 
 
@@ -128,7 +128,7 @@ def test_threads_together_take_no_more_than_the_share():
 
     def call():
         try:
-            with rate_limits.hook_call(0, clock):
+            with rate_limits.hook_call(0):
                 _describe(limiter)
             with lock:
                 admitted.append(1)
@@ -159,7 +159,7 @@ def test_every_attempt_of_a_real_client_is_metered_and_a_limited_call_is_never_s
     sent = []
     ec2.meta.events.register("after-call.ec2.RunInstances", lambda **_: sent.append(1))
     launch = {"ImageId": "ami-12c6146b", "MinCount": 1, "MaxCount": 1}
-    with rate_limits.hook_call(0, clock):
+    with rate_limits.hook_call(0):
         ec2.run_instances(**launch)
         with pytest.raises(rate_limits.Limited):
             ec2.run_instances(**launch)

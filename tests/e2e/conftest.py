@@ -32,6 +32,9 @@ ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachm
 # and pod shutdown groups follow each other quickly.
 HOOK_ENV = {
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
+    # With discovery uncached every detach lists the tagged load balancers again: the hooks may spend the
+    # Tagging API's whole bucket (the stack's own calls make none).
+    "NODEWARDEN_AWS_RATE_SHARES": "resource-tagging=1",
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
     # Machines: quick polls, and waits bounded in seconds rather than minutes.
     "NODEWARDEN_MACHINE_POLL_SECONDS": "0.5",
