@@ -57,7 +57,7 @@ down: setup
 # BENCH_ARGS replaces the picked benchmarks' settings:
 #   make bench BENCH=fencing_failover BENCH_ARGS="--trials 10 --baseline-trials 5"
 BENCHES := hook_throughput lb_discovery cluster_gc machines disruption policy_count cordon_to_deregister fencing_failover \
-	provisioning owner_replacement
+	provisioning owner_replacement aws_rates
 BENCH ?= $(BENCHES)
 BENCH_ARGS ?=
 BENCH_ARGS_hook_throughput := --seconds 5 --rounds 3 --auth --stalls 200
@@ -70,6 +70,7 @@ BENCH_ARGS_cordon_to_deregister := --trials 20
 BENCH_ARGS_fencing_failover := --trials 3 --baseline-trials 1 --baseline-seconds 120
 BENCH_ARGS_provisioning := decision --repeat 5
 BENCH_ARGS_owner_replacement := --rounds 2
+BENCH_ARGS_aws_rates := steady --machines 200 --minutes 1
 BENCH_TARGETS := $(addprefix bench-,$(BENCHES))
 .PHONY: $(BENCH_TARGETS)
 

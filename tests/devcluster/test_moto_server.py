@@ -58,3 +58,26 @@ def test_remembering_twice_changes_nothing():
     patched = werkzeug_app.DomainDispatcherApplication.get_backend_for_host
     remember_routing()
     assert werkzeug_app.DomainDispatcherApplication.get_backend_for_host is patched
+
+
+def test_tags_read_by_resource_are_the_ones_moto_finds_by_filtering():
+    from moto import mock_aws
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    from devcluster.moto_server import look_up_tags_by_resource
+
+    look_up_tags_by_resource()
+    look_up_tags_by_resource()  # idempotent
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        ids = [i["InstanceId"] for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=3, MaxCount=3)["Instances"]]
+        for n, instance_id in enumerate(ids[:2]):
+            ec2.create_tags(Resources=[instance_id],
+                            Tags=[{"Key": "uid", "Value": f"u-{n}"}, {"Key": "pool", "Value": "a"}])
+        backend = ec2_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        for reservation in backend.reservations.values():
+            for instance in reservation.instances:
+                assert instance.get_tags() == backend.describe_tags(filters={"resource-id": [instance.id]})
+        found = ec2.describe_instances(Filters=[{"Name": "tag:uid", "Values": ["u-1"]}])["Reservations"]
+        assert [i["InstanceId"] for r in found for i in r["Instances"]] == [ids[1]]
