@@ -73,7 +73,7 @@ class Limiter:
     """Token buckets per (region, bucket key) at ``share`` of AWS's figures, shared by every thread.
 
     ``shares`` overrides ``share`` for one bucket, by name (``ec2-run-instances``). A share of 0 turns
-    the limiter off for that bucket. ``outside_hook_wait``: how long a call made outside any hook call may
+    the limiter off for that bucket; so does leaving out a bucket AWS publishes no figure for. ``outside_hook_wait``: how long a call made outside any hook call may
     wait for its tokens.
     """
 
@@ -89,7 +89,9 @@ class Limiter:
         self._buckets: dict[tuple[str, str], _Tokens] = {}
 
     def share_of(self, bucket: aws_rate_buckets.Bucket) -> float:
-        return self._shares.get(bucket.name, self._share)
+        # A bucket whose size AWS does not publish limits nothing unless named: a guessed limit must not slow
+        # a node's detach or launch; AWS's own answer is the limit there.
+        return self._shares.get(bucket.name, self._share if bucket.documented else 0.0)
 
     def acquire(self, region: str, operation: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> float:
         """Take the call's tokens, waiting for them while the hook call may; the seconds waited.

@@ -167,3 +167,17 @@ def test_every_attempt_of_a_real_client_is_metered_and_a_limited_call_is_never_s
     plain = boto3.client("ec2", region_name="us-east-1", config=Config(retries={"max_attempts": 1}))
     count = sum(len(r["Instances"]) for r in plain.describe_instances()["Reservations"])
     assert count == 1, "the refused launch reached nothing"
+
+
+def test_a_bucket_aws_publishes_no_figure_for_is_limited_only_when_named():
+    deregister = aws_rate_buckets.request_draws("elbv2", "DeregisterTargets", {})
+    assert not deregister[0].bucket.documented
+    unnamed, clock = _limiter(share=0.5)
+    with rate_limits.hook_call(0):
+        assert all(unnamed.acquire("us-east-1", "DeregisterTargets", deregister) == 0.0 for _ in range(500))
+    named, clock = _limiter(share=0.5, shares={"elb-mutating": 0.5})
+    with rate_limits.hook_call(0):
+        for _ in range(10):
+            named.acquire("us-east-1", "DeregisterTargets", deregister)
+        with pytest.raises(rate_limits.Limited):
+            named.acquire("us-east-1", "DeregisterTargets", deregister)
