@@ -223,6 +223,25 @@ class ClusterInstances:
             return None
         return self._view.snapshot(self._clients(region), region, self.cluster_name)
 
+    def of_machine(self, region: str, uid: str, recorded: str | None) -> tuple[dict | None, list[dict]]:
+        """The instance the Machine keeps, and every other one tagged with its UID not terminated.
+
+        With an instance ``recorded``, both come from the view, the recorded one read fresh when the view
+        does not show it (untagged since, or not shown yet). With none recorded, only a fresh read by the
+        UID tag may say that no instance exists: the caller may launch one.
+        """
+        view = self.view(region) if recorded else None
+        tagged = view.of_machine(uid) if view is not None else self.fresh_by_uid(region, uid)
+        if recorded:
+            kept = next((i for i in tagged if i["instanceID"] == recorded), None) \
+                or (view.by_id.get(recorded) if view is not None else None) or self.fresh_by_id(region, recorded)
+        else:
+            alive = [i for i in tagged if i["state"] != ec2_names.TERMINATED]
+            kept = next((i for i in alive if i["state"] not in ec2_names.GONE_STATES), alive[0] if alive else None)
+        duplicates = [i for i in tagged if i["state"] != ec2_names.TERMINATED
+                      and (kept is None or i["instanceID"] != kept["instanceID"])]
+        return kept, duplicates
+
     def fresh_by_id(self, region: str, instance_id: str) -> dict | None:
         """The instance as EC2 answers now, None when it no longer knows it."""
         return self._batcher(region, "id", read_by_ids).get(instance_id)

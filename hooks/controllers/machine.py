@@ -37,7 +37,6 @@ from hooks import conditions, events, machine_names, pipeline, runtime, template
 from hooks.aws import instances
 from hooks.config import Settings
 from hooks.contract import HookRequest, RequestError, composite_response
-from hooks.ec2_names import GONE_STATES, TERMINATED
 from hooks.kube import fencing_api, fresh, pods
 from hooks.machines import (disrupted, drift, initialization, launch, liveness, registration, repair, signals, spec,
                             termination, userdata)
@@ -89,36 +88,11 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
     return observed
 
 
-def _instances(request: HookRequest, ctx: runtime.Context, observed: dict) -> None:
-    """The instance the Machine keeps, and every other one tagged with its UID (its whole life long).
-
-    With an instance recorded, both come from the process's view of the cluster's instances (at most
-    ``NODEWARDEN_INSTANCE_VIEW_SECONDS`` old), the recorded one read fresh when the view does not show it.
-    With none recorded, only a fresh read by the UID tag may say that no instance exists: this call may
-    launch one.
-    """
-    region = ctx.settings.aws_region
-    uid = request.meta.get("uid") or ""
-    recorded = _status(request).get("instanceID")
-    view = ctx.instances.view(region) if recorded else None
-    tagged = view.of_machine(uid) if view is not None else ctx.instances.fresh_by_uid(region, uid)
-    if recorded:
-        kept = next((i for i in tagged if i["instanceID"] == recorded), None) \
-            or (view.by_id.get(recorded) if view is not None else None)
-        if kept is None:
-            kept = ctx.instances.fresh_by_id(region, recorded)  # untagged since, or not shown yet
-    else:
-        alive = [i for i in tagged if i["state"] != TERMINATED]
-        kept = next((i for i in alive if i["state"] not in GONE_STATES), alive[0] if alive else None)
-    observed["instance"] = kept
-    observed["duplicates"] = [i for i in tagged if i["state"] != TERMINATED
-                              and (kept is None or i["instanceID"] != kept["instanceID"])]
-
-
 def _aws_readings(request: HookRequest, ctx: runtime.Context, now: dt.datetime, observed: dict) -> None:
     try:
         ec2 = ctx.aws.client("ec2", ctx.settings.aws_region or None)
-        _instances(request, ctx, observed)
+        observed["instance"], observed["duplicates"] = ctx.instances.of_machine(
+            ctx.settings.aws_region, request.meta.get("uid") or "", _status(request).get("instanceID"))
     except Exception as exc:  # noqa: BLE001 - recorded; nothing is decided on a failed look-up
         observed["instanceError"] = error_text(exc)
         return

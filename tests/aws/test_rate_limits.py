@@ -11,23 +11,11 @@ from hooks import aws_rate_buckets
 from hooks.aws import rate_limits
 from hooks.aws.clients import AwsClients, limiter_of
 from hooks.config import load_settings
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from worlds.clock import ManualClock
 
 
 def _limiter(share=1.0, shares=None):
-    clock = Clock()
+    clock = ManualClock()
     return rate_limits.Limiter(share, shares, clock=clock, sleep=clock.sleep), clock
 
 
@@ -70,7 +58,7 @@ def test_the_hook_calls_wait_is_shared_by_its_calls():
 
 
 def test_waiting_callers_queue_behind_each_others_reservations():
-    clock = Clock()
+    clock = ManualClock()
     # Two callers reserve before either has slept.
     limiter = rate_limits.Limiter(1.0, {"ec2-run-instances": 0.2}, clock=clock, sleep=lambda seconds: None)
     run = aws_rate_buckets.request_draws("ec2", "RunInstances", {"MaxCount": "1"})

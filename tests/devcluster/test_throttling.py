@@ -21,21 +21,11 @@ from devcluster.components import Ports
 from devcluster.fleet import IMAGE_ID
 from devcluster.throttling import Call, ControlRequestError, Throttling, identify
 from hooks import aws_rate_buckets
+from worlds.clock import ManualClock
 
 REGION = "us-east-1"
 FILTERED = {"Action": "DescribeInstances", "Filter.1.Name": "tag:Name", "Filter.1.Value.1": "web"}
 NON_MUTATING_KEY = "ec2:DescribeInstances:ec2-non-mutating"
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _moto_stand_in(environ, start_response):
@@ -45,7 +35,7 @@ def _moto_stand_in(environ, start_response):
 
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 @pytest.fixture

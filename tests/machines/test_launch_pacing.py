@@ -15,25 +15,15 @@ from hooks.aws.clients import AwsClients
 from worlds.cluster_gc import Calls
 from worlds.fake_kube import FakeKube
 from worlds.machines import MachineWorld, machine_instances
+from worlds.clock import ManualClock
 
 pytestmark = pytest.mark.moto
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_a_wave_of_launches_is_paced_by_the_share_and_each_machine_gets_exactly_one_instance(aws, make_ctx):
     kube = FakeKube()
     worlds = [MachineWorld(make_ctx, aws, name=f"web-{n}", uid=f"uid-{n}", kube=kube) for n in range(12)]
-    clock = Clock()
+    clock = ManualClock(0.0)
     # RunInstances' bucket is 5 with 2 a second: a fifth of it is 1 token and 0.4 a second.
     limiter = rate_limits.Limiter(1.0, {"ec2-run-instances": 0.2}, clock=clock, sleep=clock.sleep)
     shared = make_ctx({"NODEWARDEN_AWS_RATE_WAIT_SECONDS": "0"}, kube=kube)
