@@ -2,13 +2,14 @@
 """AWS calls at scale: nodewarden's steady-state call rate against each of AWS's request buckets.
 
     .venv/bin/python bench/aws_rates.py steady [--machines 5000] [--pools 10] [--minutes 2] [--processes 4]
-        [--view-seconds 10] [--queues 1] [--json out.json]
+        [--view-seconds 10] [--queues 1] [--target-groups 20] [--classic-elbs 1] [--json out.json]
 
 A steady cluster: --machines Machines in --pools NodePools, each Machine
 Launched, Registered and Initialized, its instance running in moto with
 nodewarden's tags and its Node in the Kubernetes API (worlds/fake_kube.FakeKube),
-and --queues InterruptionQueues (each with its SQS queue, status checks on,
-the spec's defaults). moto runs in server mode in this process
+--queues InterruptionQueues (each with its SQS queue, status checks on,
+the spec's defaults), and --target-groups target groups and --classic-elbs
+classic ELBs tagged for the cluster, each holding one pool's instances. moto runs in server mode in this process
 (ThreadedMotoServer, its routing remembered and its EC2 tags looked up by
 resource id: devcluster/moto_server.py).
 
@@ -21,7 +22,10 @@ has no resyncPeriodSeconds, so each Node is synced when its last answer asked
 (at most NODEWARDEN_NODE_RESYNC_SECONDS later), its first syncs spread over
 that time. An InterruptionQueue's long poll takes its waitSeconds of the
 clock (and of real time: moto holds it as long). Each answer is applied as
-Metacontroller applies it. Both of the hooks' clocks follow the simulated
+Metacontroller applies it. Each process also rebuilds node-detacher's
+discovery index as its background thread does (hooks/aws/lb_discovery.py:
+one pass at once, then every ``refresh_interval``, paced by the deployment's
+share, ``NODEWARDEN_AWS_RATE_SHARE`` over the processes). Both of the hooks' clocks follow the simulated
 time: ``ctx.clock`` and the instance view's, so NODEWARDEN_INSTANCE_VIEW_SECONDS
 means what it means in a cluster.
 
@@ -75,8 +79,8 @@ from measure import write_json  # noqa: E402
 
 from devcluster import kubelet  # noqa: E402
 from hooks import aws_rate_buckets, conditions, machine_names, timefmt  # noqa: E402
-from hooks.aws import instances, rate_limits  # noqa: E402
-from hooks.aws.clients import AwsClients  # noqa: E402
+from hooks.aws import instances, lb_discovery, rate_limits  # noqa: E402
+from hooks.aws.clients import AwsClients, limiter_of  # noqa: E402
 from hooks.aws.instance_view import PAGE_SIZE, ClusterInstances  # noqa: E402
 from hooks.config import load_settings  # noqa: E402
 from hooks.dispatch import serve  # noqa: E402
@@ -100,6 +104,8 @@ BOOT = datetime.timedelta(seconds=60)
 SAME_SYNC_SECONDS = 1.0
 # The controllers, by their names in metacontroller/*.yaml.
 MACHINE, NODE, NODEPOOL, INTERRUPTION = "machine", "node", "nodepool", "interruption"
+# Not a controller: each hook process's own rebuild of node-detacher's discovery index.
+DISCOVERY = "node-detacher discovery"
 WRITE_VERBS = ("json_patch", "merge_patch", "create", "delete", "delete_with_options")
 
 
@@ -222,7 +228,8 @@ def _json_copy(value):
 class SteadyCluster:
     """The NodePools, Machines, Nodes and InterruptionQueues of a steady cluster, in moto and a FakeKube."""
 
-    def __init__(self, ec2, sqs, machines: int, pools: int, queues: int):
+    def __init__(self, ec2, sqs, machines: int, pools: int, queues: int, elbv2=None, elb=None,
+                 target_groups: int = 0, classic_elbs: int = 0):
         self.ec2 = ec2
         self.made = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         self.kube = FakeKube()
@@ -243,6 +250,30 @@ class SteadyCluster:
                                                "creationTimestamp": fmt(self.made - datetime.timedelta(days=1))},
                                   "spec": {"queueURL": url}})
             self.queues.append(name)
+        if target_groups or classic_elbs:
+            self._load_balancers(elbv2, elb, subnets, target_groups, classic_elbs)
+
+    def _load_balancers(self, elbv2, elb, subnets: list[dict], target_groups: int, classic_elbs: int) -> None:
+        """Target groups and classic ELBs tagged by the cloud controller, each holding one pool's instances."""
+        owned = [{"Key": f"kubernetes.io/cluster/{CLUSTER}", "Value": "owned"}]
+        by_pool = {pool: [m.instance["InstanceId"] for m in self.members.values() if m.pool == pool]
+                   for pool in self.pools}
+        for t in range(target_groups):
+            arn = elbv2.create_target_group(Name=f"k8s-bench-{t:03d}", Protocol="TCP", Port=80,
+                                            VpcId=subnets[0]["VpcId"], TargetType="instance",
+                                            Tags=owned)["TargetGroups"][0]["TargetGroupArn"]
+            members = by_pool[self.pools[t % len(self.pools)]]
+            for start in range(0, len(members), LAUNCH_BATCH):
+                elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": 30000 + t}
+                                                                    for i in members[start:start + LAUNCH_BATCH]])
+        for e in range(classic_elbs):
+            name = f"bench-classic-{e}"
+            elb.create_load_balancer(LoadBalancerName=name, AvailabilityZones=[subnets[0]["AvailabilityZone"]],
+                                     Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+                                     Tags=owned)
+            members = by_pool[self.pools[e % len(self.pools)]]
+            elb.register_instances_with_load_balancer(LoadBalancerName=name,
+                                                      Instances=[{"InstanceId": i} for i in members])
 
     def _pool(self, name: str, subnet: str, size: int) -> None:
         template = machine_spec(subnet, instanceTypes=["m5.large"], startupTaints=[])
@@ -451,9 +482,18 @@ class Counts:
     unsteady: dict = dataclasses.field(default_factory=dict)  # controller -> the first few answers that changed
 
 
+def discovery_pass(ctx: Context, pacing: rate_limits.Limiter) -> float:
+    """One rebuild of the process's discovery index, as keep_fresh makes it; seconds until the next."""
+    with rate_limits.counting_draws() as drawn:
+        lb_discovery.build_index(ctx.aws, REGION, ctx.settings)
+    return lb_discovery.refresh_interval(ctx.settings, pacing, drawn.of())
+
+
 def run(cluster: SteadyCluster, cadences: list[Cadence], processes: list[Context], clock: SimClock,
-        tally: Tally, seconds: float) -> Counts:
-    """Every sync due before ``seconds``, in time order, each by the next process in turn."""
+        tally: Tally, seconds: float, pacing: rate_limits.Limiter | None = None) -> Counts:
+    """Every sync due before ``seconds``, in time order, each by the next process in turn; with ``pacing``
+    (the limiter a process of the deployment has), each process's discovery passes too, the first ones
+    spread over the cache period."""
     counts = Counts()
     due: list[tuple[float, int, str, str, bool]] = []  # (at, order, controller, name, periodic)
     by_name = {c.controller: c for c in cadences}
@@ -468,12 +508,24 @@ def run(cluster: SteadyCluster, cadences: list[Cadence], processes: list[Context
                 delayed[(cadence.controller, name)] = at
             due.append((at, order, cadence.controller, name, cadence.period is not None))
             order += 1
+    if pacing is not None:
+        period = processes[0].settings.discovery_cache_seconds * lb_discovery._REFRESH_AT
+        for p in range(len(processes)):
+            order += 1
+            due.append((period * p / len(processes), order, DISCOVERY, str(p), False))
     heapq.heapify(due)
     turn = 0
     while due:
         at, _, controller, name, periodic = heapq.heappop(due)
         if at >= seconds:
             break
+        if controller == DISCOVERY:
+            clock.at = at
+            tally.controller = controller
+            counts.syncs[controller] += 1
+            order += 1
+            heapq.heappush(due, (at + discovery_pass(processes[int(name)], pacing), order, controller, name, False))
+            continue
         key, cadence = (controller, name), by_name[controller]
         if periodic:
             order += 1
@@ -518,13 +570,16 @@ def run(cluster: SteadyCluster, cadences: list[Cadence], processes: list[Context
 
 
 def steady(endpoint: str, *, machines: int = 5000, pools: int = 10, minutes: float = 2.0, processes: int = 4,
-           view_seconds: float = 10.0, queues: int = 1, progress: Callable[[str], None] = lambda _: None) -> dict:
+           view_seconds: float = 10.0, queues: int = 1, target_groups: int = 20, classic_elbs: int = 1,
+           progress: Callable[[str], None] = lambda _: None) -> dict:
     """The steady cluster in moto at ``endpoint`` (boto3's AWS_* environment pointing there), its syncs for
     ``minutes`` simulated minutes, and what they cost in AWS calls."""
     started = time.monotonic()
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=endpoint)
     sqs = boto3.client("sqs", region_name=REGION, endpoint_url=endpoint)
-    cluster = SteadyCluster(ec2, sqs, machines, pools, queues)
+    cluster = SteadyCluster(ec2, sqs, machines, pools, queues,
+                            boto3.client("elbv2", region_name=REGION, endpoint_url=endpoint),
+                            boto3.client("elb", region_name=REGION, endpoint_url=endpoint), target_groups, classic_elbs)
     settling = cluster.settle_seconds(load_settings({}))
     clock = SimClock(datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0) + BOOT +
                      datetime.timedelta(seconds=settling))
@@ -547,17 +602,20 @@ def steady(endpoint: str, *, machines: int = 5000, pools: int = 10, minutes: flo
         Cadence(INTERRUPTION, list(cluster.queues), periods[INTERRUPTION], periods[INTERRUPTION] or node_resync),
     ]
     seconds = minutes * 60.0
+    # The share each process of the deployment has: what paces its discovery passes.
+    pacing = limiter_of(load_settings({"NODEWARDEN_AWS_RATE_PROCESSES": str(processes)}))
     counts = run(cluster, cadences, contexts(processes, cluster.kube, clock, tally, view_seconds), clock, tally,
-                 seconds)
+                 seconds, pacing if target_groups or classic_elbs else None)
     finished = time.monotonic()
     progress(f"{sum(counts.syncs.values())} syncs over {minutes:g} simulated minutes: {finished - settled:.0f} s")
     return figures(tally, counts, machines=machines, nodes=len(cluster.node_of), pools=len(cluster.pools),
-                   queues=queues, minutes=minutes, processes=processes, view_seconds=view_seconds,
+                   queues=queues, target_groups=target_groups, classic_elbs=classic_elbs, minutes=minutes, processes=processes, view_seconds=view_seconds,
                    periods={c.controller: c.period for c in cadences}, node_resync=node_resync,
                    wall={"setup": round(settled - started, 1), "run": round(finished - settled, 1)})
 
 
-def figures(tally: Tally, counts: Counts, *, machines: int, nodes: int, pools: int, queues: int, minutes: float,
+def figures(tally: Tally, counts: Counts, *, machines: int, nodes: int, pools: int, queues: int,
+            target_groups: int, classic_elbs: int, minutes: float,
             processes: int, view_seconds: float, periods: dict, node_resync: float, wall: dict) -> dict:
     seconds = minutes * 60.0
     buckets = {b.name: b for b in aws_rate_buckets.BUCKETS}
@@ -579,7 +637,8 @@ def figures(tally: Tally, counts: Counts, *, machines: int, nodes: int, pools: i
                              "perSync": calls / max(1, counts.syncs[controller])})
     return {
         "date": datetime.date.today().isoformat(),
-        "machines": machines, "nodes": nodes, "pools": pools, "queues": queues, "minutes": minutes,
+        "machines": machines, "nodes": nodes, "pools": pools, "queues": queues, "targetGroups": target_groups,
+        "classicELBs": classic_elbs, "minutes": minutes,
         "processes": processes, "viewSeconds": view_seconds, "pageSize": PAGE_SIZE,
         "resyncPeriodSeconds": periods, "nodeResyncSeconds": node_resync,
         "syncs": dict(counts.syncs), "answersThatChanged": {c: counts.changed[c] for c in counts.syncs},
@@ -600,7 +659,8 @@ def figures(tally: Tally, counts: Counts, *, machines: int, nodes: int, pools: i
 def report(results: dict) -> str:
     n = results["machines"]
     lines = [f"{n} Machines and {results['nodes']} Nodes in {results['pools']} NodePools, {results['queues']} "
-             f"InterruptionQueue(s); {results['processes']} hook processes; instance view "
+             f"InterruptionQueue(s), {results['targetGroups']} target groups and {results['classicELBs']} classic "
+             f"ELB(s); {results['processes']} hook processes; instance view "
              f"{results['viewSeconds']:g} s; {results['minutes']:g} simulated minutes "
              f"({results['date']}; setup {results['wallSeconds']['setup']:.0f} s, run "
              f"{results['wallSeconds']['run']:.0f} s)", ""]
@@ -653,6 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--view-seconds", type=float, default=10.0,
                    help="NODEWARDEN_INSTANCE_VIEW_SECONDS (0: every sync reads the instances again)")
     s.add_argument("--queues", type=int, default=1, help="InterruptionQueues")
+    s.add_argument("--target-groups", type=int, default=20, help="target groups tagged for the cluster")
+    s.add_argument("--classic-elbs", type=int, default=1, help="classic ELBs tagged for the cluster")
     s.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
@@ -664,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = steady(endpoint, machines=args.machines, pools=args.pools, minutes=args.minutes,
                          processes=args.processes, view_seconds=args.view_seconds, queues=args.queues,
+                         target_groups=args.target_groups, classic_elbs=args.classic_elbs,
                          progress=lambda line: print(line, file=sys.stderr, flush=True))
     finally:
         server.stop()

@@ -13,11 +13,18 @@ node's Attachment is filled from it. No per-node scan of the region.
 A detach reads the index in its first step, on the way from the cordon to the
 deregistration; a build there would add a discovery pass to that latency. So a
 hook process keeps its indexes fresh on a thread of its own (keep_fresh),
-rebuilding each before the cache would call it stale, as lookups from every
-serving node's periodic sync used to.
+rebuilding each before the cache would call it stale.
+
+That rebuild is paced by the process's share of AWS's buckets
+(hooks/aws/rate_limits.py): it may spend REFRESH_PART of each, the rest
+being the detaches' (their drain waits read target health too). A pass over
+more target groups than that allows in the cache period comes less often,
+and its index serves lookups until the next one is due: with many target
+groups the index is older, never a burst over the share.
 """
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import threading
@@ -25,6 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from hooks import aws_rate_buckets
+from hooks.aws import rate_limits
 from hooks.aws.gc import discovery
 from hooks.aws.gc.resources import chunked
 from hooks.config import Settings
@@ -36,6 +45,8 @@ _LEAVING = ("draining", "unused")
 _PARALLEL_READS = 8
 # The background rebuild comes this far into the cache period, so a lookup never finds the index stale.
 _REFRESH_AT = 0.8
+# The part of the process's share of each bucket the background rebuild may spend.
+REFRESH_PART = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -46,6 +57,11 @@ class Index:
     target_groups: int = 0
     classic_elbs: int = 0
     listed_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
+    # Seconds it serves lookups when the paced rebuild comes later than the cache period (None: the period).
+    max_age: float | None = None
+
+    def fresh(self, settings: Settings, now: float) -> bool:
+        return now - self.built_at < max(settings.discovery_cache_seconds, self.max_age or 0.0)
 
     def memberships(self, instance_id: str) -> list[tuple]:
         return sorted(self.members.get(instance_id, set()))
@@ -71,8 +87,11 @@ def build_index(aws, region: str, settings: Settings) -> Index:
         elbv2 = aws.client("elbv2", region)
         # One DescribeTargetHealth per group; in parallel, since a hook must answer
         # in well under 2 s even for clusters with a hundred target groups.
+        # Each read in a copy of this context: it waits within the same hook call's allowance, and is counted.
+        reads = [(contextvars.copy_context(), arn) for arn in sorted(tgs)]
         with ThreadPoolExecutor(max_workers=min(_PARALLEL_READS, len(tgs))) as pool:
-            healths = pool.map(lambda arn: (arn, elbv2.describe_target_health(TargetGroupArn=arn)), sorted(tgs))
+            healths = pool.map(lambda read: (read[1], read[0].run(elbv2.describe_target_health,
+                                                                  TargetGroupArn=read[1])), reads)
             for arn, health in healths:
                 for desc in health["TargetHealthDescriptions"]:
                     target = desc.get("Target", {})
@@ -99,13 +118,13 @@ class IndexCache:
     def get(self, aws, region: str, settings: Settings) -> Index:
         with self._lock:
             index = self._indexes.get(region)
-            if index and time.monotonic() - index.built_at < settings.discovery_cache_seconds:
+            if index and index.fresh(settings, time.monotonic()):
                 return index
             build_lock = self._building.setdefault(region, threading.Lock())
         with build_lock:
             with self._lock:
                 index = self._indexes.get(region)
-                if index and time.monotonic() - index.built_at < settings.discovery_cache_seconds:
+                if index and index.fresh(settings, time.monotonic()):
                     return index
             return self._build(aws, region, settings)
 
@@ -135,28 +154,47 @@ class IndexCache:
 CACHE = IndexCache()
 
 
+def refresh_interval(settings: Settings, limiter: rate_limits.Limiter, drawn: dict[str, float]) -> float:
+    """Seconds from one background rebuild to the next: 0.8 × the cache period, or longer when a pass that
+    drew ``drawn`` (tokens per bucket) would spend more than REFRESH_PART of the process's share of a bucket."""
+    interval = settings.discovery_cache_seconds * _REFRESH_AT
+    for bucket in aws_rate_buckets.BUCKETS:
+        spent, refill = drawn.get(bucket.name, 0.0), limiter.refill_of(bucket)
+        if spent and refill:
+            interval = max(interval, spent / (refill * REFRESH_PART))
+    return interval
+
+
 def keep_fresh(ctx, stop: threading.Event | None = None) -> threading.Thread | None:
     """Rebuild this process's index of the configured region (and of any other region a detach looked in)
-    every _REFRESH_AT of NODEWARDEN_DISCOVERY_CACHE_SECONDS, on a daemon thread; None when the cache is
-    shorter than a second (every lookup builds its own then). A failed build is logged and tried again at
-    the next period; a lookup meanwhile builds as before."""
+    every refresh_interval, on a daemon thread; None when the cache is shorter than a second (every lookup
+    builds its own then). A pass waits for its tokens up to its interval; a failed one is logged and tried
+    again after the interval, and a lookup meanwhile builds as before."""
     period = ctx.settings.discovery_cache_seconds * _REFRESH_AT
     if period < 1:
         return None
     stop = stop or threading.Event()
 
     def loop() -> None:
+        intervals: dict[str, float] = {}
         while not stop.is_set():
             try:
                 regions = CACHE.regions() | {ctx.aws.region()}
             except Exception:  # noqa: BLE001 - no region configured: the regions lookups named
                 regions = CACHE.regions()
             for region in sorted(regions):
+                interval = intervals.get(region, period)
                 try:
-                    CACHE.rebuild(ctx.aws, region, ctx.settings)
+                    with rate_limits.counting_draws() as drawn, \
+                            rate_limits.hook_call(max(rate_limits.OUTSIDE_HOOK_WAIT_SECONDS, interval)):
+                        index = CACHE.rebuild(ctx.aws, region, ctx.settings)
                 except Exception as exc:  # noqa: BLE001 - any AWS failure: the next period tries again
                     log.warning("discovery index rebuild failed", extra={"region": region, "error": str(exc)})
-            stop.wait(period)
+                    continue
+                intervals[region] = refresh_interval(ctx.settings, ctx.aws.limiter, drawn.of())
+                # Served until the next pass is due, with the cache's own margin.
+                index.max_age = intervals[region] / _REFRESH_AT
+            stop.wait(min(intervals.get(region, period) for region in regions) if regions else period)
 
     thread = threading.Thread(target=loop, name="discovery-refresh", daemon=True)
     thread.start()

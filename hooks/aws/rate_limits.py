@@ -35,6 +35,8 @@ from hooks.metrics import AWS_RATE_LIMITED, AWS_RATE_WAIT_SECONDS
 OUTSIDE_HOOK_WAIT_SECONDS = 5.0
 # What the hook call being served may still wait for tokens, all its AWS calls together (None: not in one).
 _allowance: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("aws_rate_allowance", default=None)
+# The tokens the calls of a counting_draws block drew, per bucket name (None: not counting).
+_drawn: contextvars.ContextVar[Drawn | None] = contextvars.ContextVar("aws_rate_drawn", default=None)
 
 
 class Limited(ClientError):
@@ -55,6 +57,35 @@ def hook_call(wait_seconds: float) -> Iterator[None]:
         yield
     finally:
         _allowance.reset(token)
+
+
+class Drawn:
+    """Tokens drawn per bucket name, by any thread the counting block's context runs in."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tokens: dict[str, float] = {}
+
+    def add(self, draws: tuple[aws_rate_buckets.Draw, ...]) -> None:
+        with self._lock:
+            for draw in draws:
+                self._tokens[draw.bucket.name] = self._tokens.get(draw.bucket.name, 0.0) + draw.tokens
+
+    def of(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._tokens)
+
+
+@contextlib.contextmanager
+def counting_draws() -> Iterator[Drawn]:
+    """Count what every AWS call made within this block draws from each bucket, whether or not the limiter
+    limits it (a thread pool inside counts only where its tasks run in a copy of this context)."""
+    drawn = Drawn()
+    token = _drawn.set(drawn)
+    try:
+        yield drawn
+    finally:
+        _drawn.reset(token)
 
 
 @dataclass
@@ -135,6 +166,11 @@ class Limiter:
             tokens = self._buckets[key] = _Tokens(capacity, draw.bucket.refill_per_second * share, capacity, now)
         return tokens
 
+    def refill_of(self, bucket: aws_rate_buckets.Bucket) -> float | None:
+        """Tokens a second this process's share of ``bucket`` refills; None when it limits nothing."""
+        share = self.share_of(bucket)
+        return bucket.refill_per_second * share if share > 0 else None
+
     def levels(self) -> dict[tuple[str, str], float]:
         """Tokens in each bucket now (for tests and the benchmarks)."""
         now = self._clock()
@@ -160,6 +196,9 @@ def meter(client, service: str, region: str, limiter: Limiter) -> None:
         operation = event_name.rsplit(".", 1)[-1]
         draws = aws_rate_buckets.request_draws(service, operation, wire_form(getattr(request, "body", None)))
         if draws:
+            counted = _drawn.get()
+            if counted is not None:
+                counted.add(draws)
             limiter.acquire(region, operation, draws)
         return None  # botocore sends the request itself
 

@@ -35,3 +35,25 @@ def test_with_the_view_machine_syncs_read_less_often_than_they_sync(aws, moto_en
     # Two processes, each reading at most once per 10 simulated seconds.
     assert 0 < _machine_reads(results) <= 2 * 7 < syncs
     assert results["answersThatChanged"][aws_rates.MACHINE] == 0
+
+
+def _passes(target_groups: int, endpoint: str) -> dict:
+    return aws_rates.steady(endpoint, machines=20, pools=2, minutes=1, processes=2, view_seconds=10, queues=0,
+                            target_groups=target_groups, classic_elbs=1)
+
+
+def test_each_process_rebuilds_discovery_every_period_while_its_share_allows(aws, moto_endpoint):
+    results = _passes(3, moto_endpoint)
+    # Two processes, 24 s apart each (0.8 of the 30 s cache), the second 12 s after the first: 0, 24, 48 and
+    # 12, 36 within the minute.
+    assert results["syncs"][aws_rates.DISCOVERY] == 5
+    health = [r for r in results["operations"]
+              if r["controller"] == aws_rates.DISCOVERY and r["operation"] == "DescribeTargetHealth"]
+    assert health and health[0]["calls"] == 5 * 3
+
+
+def test_a_pass_over_more_groups_than_the_share_allows_comes_less_often(aws, moto_endpoint):
+    results = _passes(60, moto_endpoint)
+    # 60 groups' target health and tags: over 60 tokens a pass, at half of 2.5 a second each process may
+    # spend: about 50 s apart, so 0 and about 50, and 12.
+    assert results["syncs"][aws_rates.DISCOVERY] == 3

@@ -8,8 +8,9 @@ import time
 import pytest
 from botocore.stub import Stubber
 
-from hooks.aws import lb_discovery
+from hooks.aws import lb_discovery, rate_limits
 from hooks.config import load_settings
+from tests.support.load_balancers import world  # noqa: F401 - a fixture
 from tests.support.stubbed_aws import ACCOUNT, StubbedClients, stubbed_client
 
 
@@ -103,3 +104,43 @@ def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
             stub.assert_no_pending_responses()
     assert tgs == {web, api}
     assert elbs == {"a1b2c3"}
+
+
+# --------------------------------------------------------------------------- pacing by the process's share
+
+
+def _limiter(share: float) -> rate_limits.Limiter:
+    return rate_limits.Limiter(share)
+
+
+def test_a_pass_within_its_part_of_the_share_comes_every_cache_period():
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "30"})
+    # 0.125 of ELB's Describe bucket (10 a second): 1.25 a second, of which the rebuild may spend half.
+    assert lb_discovery.refresh_interval(settings, _limiter(0.125), {"elb-describe": 12}) == pytest.approx(24)
+
+
+def test_a_pass_over_many_target_groups_comes_less_often_and_its_index_serves_until_the_next():
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "30"})
+    interval = lb_discovery.refresh_interval(settings, _limiter(0.125), {"elb-describe": 101})
+    assert interval == pytest.approx(101 / 0.625)  # 100 groups' target health and their tags
+    index = lb_discovery.Index(built_at=1000.0, max_age=interval / lb_discovery._REFRESH_AT)
+    assert index.fresh(settings, 1000.0 + 100)
+    assert not index.fresh(settings, 1000.0 + interval / lb_discovery._REFRESH_AT + 1)
+    assert not lb_discovery.Index(built_at=1000.0).fresh(settings, 1031.0)
+
+
+def test_buckets_the_limiter_leaves_alone_do_not_slow_the_rebuild():
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "30"})
+    # The tagging API's bucket is not published: limited only when named, so it paces nothing by default.
+    assert lb_discovery.refresh_interval(settings, _limiter(0.125), {"resource-tagging": 500}) == pytest.approx(24)
+    assert lb_discovery.refresh_interval(settings, _limiter(0.0), {"elb-describe": 500}) == pytest.approx(24)
+
+
+def test_a_pass_counts_every_target_health_read_of_its_thread_pool(world, make_ctx):
+    ctx = make_ctx({"NODEWARDEN_STATIC_TARGET_GROUPS": world["static"]})
+    with rate_limits.counting_draws() as drawn:
+        index = lb_discovery.build_index(ctx.aws, "us-east-1", ctx.settings)
+    assert index.target_groups == 3  # ours, the LB controller's, the static one
+    # Three DescribeTargetHealth on the pool's threads, the classic ELB's DescribeLoadBalancers, and the
+    # tags the discovery checks its candidates with.
+    assert drawn.of()["elb-describe"] >= 3 + 1 + 1
