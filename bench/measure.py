@@ -17,3 +17,58 @@ def write_json(path: pathlib.Path | None, results: dict) -> None:
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+class BucketSampler:
+    """The throttling AWS's buckets (devcluster/throttling.py), read every ``interval`` seconds on a thread of
+    its own while a benchmark runs: per bucket key, the most calls it admitted in one interval (per second),
+    and how many it admitted and throttled from ``start`` to ``stop``."""
+
+    def __init__(self, control, interval: float = 1.0):
+        import threading
+
+        self._control = control
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bucket-sampler", daemon=True)
+        self._first: dict[str, dict] = {}
+        self._last: dict[str, dict] = {}
+        self._peak: dict[str, float] = {}
+        self._refill: dict[str, float] = {}
+
+    def _read(self) -> dict[str, dict]:
+        return {f"{row['region']} {row['key']}": row for row in self._control.state()["buckets"]}
+
+    def _loop(self) -> None:
+        import time
+
+        before, at = self._read(), time.monotonic()
+        self._first = before
+        while not self._stop.wait(self._interval):
+            now, now_at = self._read(), time.monotonic()
+            for key, row in now.items():
+                admitted = row["admitted"] - (before.get(key) or {}).get("admitted", 0)
+                self._peak[key] = max(self._peak.get(key, 0.0), admitted / max(1e-6, now_at - at))
+                self._refill[key] = row["refill_per_second"]
+            before, at = now, now_at
+            self._last = now
+
+    def start(self) -> "BucketSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        """Per bucket key that admitted or throttled a call: peak admitted per second, the refill, the
+        counts over the run."""
+        self._stop.set()
+        self._thread.join(10)
+        rows = []
+        for key, row in sorted(self._last.items()):
+            first = self._first.get(key) or {}
+            admitted = row["admitted"] - first.get("admitted", 0)
+            throttled = row["throttled"] - first.get("throttled", 0)
+            if admitted or throttled:
+                rows.append({"key": key, "bucket": row["bucket"], "peak_per_second": round(self._peak.get(key, 0), 2),
+                             "refill_per_second": self._refill.get(key, row["refill_per_second"]),
+                             "capacity": row["capacity"], "admitted": admitted, "throttled": throttled})
+        return rows

@@ -143,7 +143,7 @@ from typing import Iterator
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from measure import percentile, write_json  # noqa: E402
+from measure import BucketSampler, percentile, write_json  # noqa: E402
 
 from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
@@ -984,7 +984,9 @@ def _metrics(cluster) -> dict[str, float]:
     text = requests.get(f"{cluster.hook_server.metrics_url}/metrics", timeout=10).text
     wanted = ("nodewarden_provisioning_decision_seconds_sum", "nodewarden_provisioning_decision_seconds_count",
               "nodewarden_machines_launched_total", "nodewarden_consolidations_total",
-              "nodewarden_machines_disrupted_total")
+              "nodewarden_machines_disrupted_total",
+              # The hooks' own limiter: calls it held back, and the seconds calls waited for tokens.
+              "nodewarden_aws_rate_limited_total", "nodewarden_aws_rate_wait_seconds_sum")
     found: dict[str, float] = {}
     for line in text.splitlines():
         name = re.split(r"[{ ]", line, maxsplit=1)[0]
@@ -1177,6 +1179,7 @@ def workload(args) -> dict:
         pod_watch = Watcher(api, f"/api/v1/namespaces/{NAMESPACE}/pods", marks={
             "unschedulable": _unschedulable, "running": _running})
         _watching(machines, pod_watch)
+        buckets = BucketSampler(cluster.throttling_control).start() if cluster.aws_throttling else None
         try:
             started = time.time()
             for deployment, count, cpu, memory in (("small", args.small, "900m", "3100Mi"),
@@ -1213,6 +1216,7 @@ def workload(args) -> dict:
 
             _deadline_wait(all_running, f"{total} pods Running", args.timeout, 0.2)
             running_at = time.time()
+            aws_buckets = buckets.stop() if buckets else None
             made = machines.objects()
             first_machine = min(machines.first_seen.values(), default=running_at)
             initialized = [m for m in made if condition_status(m, machine_names.INITIALIZED) == "True"]
@@ -1248,7 +1252,8 @@ def workload(args) -> dict:
                 "machines": len(made), "initialized": len(initialized), "instance_types": types,
                 "nodes": util.nodes, "pods_on_nodes": util.pods,
                 "cpu_utilization": round(util.cpu, 3), "memory_utilization": round(util.memory, 3),
-                "metrics": _metrics(cluster)}
+                "metrics": _metrics(cluster), "aws_buckets": aws_buckets,
+                "instances": _instances_of_machines(cloud, name, made)}
             print(f"scale-out: {result['scale_out']}", flush=True)
 
             def settled(kept: int, since: float, what: str) -> float | None:
@@ -1351,7 +1356,31 @@ def workload(args) -> dict:
         finally:
             for watcher in (machines, pod_watch):
                 watcher.stop()
+            if buckets:
+                buckets.stop()
     return result
+
+
+def _instances_of_machines(cloud, pool_name: str, made: list[dict]) -> dict:
+    """What EC2 holds for the pool's Machines: each Machine's instances by its UID tag. ``duplicated``: Machines
+    with more than one instance not terminated; ``lost``: Machines with none; ``unowned``: the pool's
+    instances no Machine made has."""
+    held: dict[str, list[str]] = {}
+    pool_instances: set[str] = set()
+    pages = cloud.ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{machine_names.TAG_POOL}", "Values": [pool_name]},
+                 {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+                pool_instances.add(instance["InstanceId"])
+                held.setdefault(tags.get(machine_names.TAG_MACHINE_UID, ""), []).append(instance["InstanceId"])
+    uids = {m["metadata"]["uid"] for m in made if not m["metadata"].get("deletionTimestamp")}
+    return {"machines": len(uids), "instances": len(pool_instances),
+            "duplicated": sorted(uid for uid in uids if len(held.get(uid, [])) > 1),
+            "lost": sorted(uid for uid in uids if not held.get(uid)),
+            "unowned": sorted(i for uid, ids in held.items() if uid not in uids for i in ids)}
 
 
 def _seconds(duration: str) -> float:
