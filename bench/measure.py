@@ -1,4 +1,5 @@
-"""What the benchmarks share: the percentile they report and where they write their results."""
+"""What the benchmarks share: the percentile they report, where they write their results, and the throttling
+AWS's buckets sampled over a run."""
 from __future__ import annotations
 
 import json
@@ -72,3 +73,8 @@ class BucketSampler:
                              "refill_per_second": self._refill.get(key, row["refill_per_second"]),
                              "capacity": row["capacity"], "admitted": admitted, "throttled": throttled})
         return rows
+
+
+def sampled_buckets(cluster) -> BucketSampler | None:
+    """The local stack's throttling AWS's buckets sampled from now (None when its moto does not throttle)."""
+    return BucketSampler(cluster.throttling_control).start() if cluster.aws_throttling else None

@@ -143,7 +143,7 @@ from typing import Iterator
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from measure import BucketSampler, percentile, write_json  # noqa: E402
+from measure import percentile, sampled_buckets, write_json  # noqa: E402
 
 from hooks import machine_names, provisioning_names, timefmt  # noqa: E402
 from hooks.machines import pool, signals, spec  # noqa: E402
@@ -1179,7 +1179,7 @@ def workload(args) -> dict:
         pod_watch = Watcher(api, f"/api/v1/namespaces/{NAMESPACE}/pods", marks={
             "unschedulable": _unschedulable, "running": _running})
         _watching(machines, pod_watch)
-        buckets = BucketSampler(cluster.throttling_control).start() if cluster.aws_throttling else None
+        buckets = sampled_buckets(cluster)
         try:
             started = time.time()
             for deployment, count, cpu, memory in (("small", args.small, "900m", "3100Mi"),

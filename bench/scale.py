@@ -66,7 +66,7 @@ from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 from hook_throughput import realistic  # noqa: E402
 from hooks import detacher_names  # noqa: E402
 from hooks.detacher import targets as detacher_targets  # noqa: E402
-from measure import write_json  # noqa: E402
+from measure import sampled_buckets, write_json  # noqa: E402
 
 NODES = "/api/v1/nodes"
 POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
@@ -330,12 +330,14 @@ def resync(nodes: int) -> dict:
         time.sleep(5)  # let the first wave's stragglers settle
         before = {c: metrics.syncs(c) for c in decorators}
         cpu_before = cpu_by_pid(cluster)
+        buckets = sampled_buckets(cluster)
         t0 = time.monotonic()
         restart_metacontroller(cluster)
         for controller in before:
             wait_for(lambda c=controller: metrics.syncs(c) - before[c] >= nodes, f"{controller} resynced",
                      timeout=max(300, nodes * 0.5), interval=0.5)
         elapsed = time.monotonic() - t0
+        aws_buckets = buckets.stop() if buckets else None
         used = cpu_used(cpu_before, cpu_by_pid(cluster))
         hooks = used.get("hooks", 0.0)
         hook_pids = component_pids(cluster).get("hooks", [])
@@ -345,7 +347,7 @@ def resync(nodes: int) -> dict:
                 "hookSyncs": syncs, "hookCpuSecondsPerSync": hooks / syncs if syncs else None,
                 "hookCpuShare": hooks / sum(used.values()) if sum(used.values()) else None,
                 "cpuSeconds": {k: round(v, 1) for k, v in sorted(used.items())},
-                "workerPeakRssMB": [round(peak_rss_mb(p), 1) for p in workers]}
+                "workerPeakRssMB": [round(peak_rss_mb(p), 1) for p in workers], "awsBuckets": aws_buckets}
 
 
 def detach_wave(nodes: int, target_groups: int) -> dict:
@@ -371,6 +373,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                       "the hook workers' indexes read every group", stall=200)
         calls_before, latency_before = metrics.aws_calls(), metrics.latency(detacher_route())
         cpu_before = cpu_by_pid(cluster)
+        buckets = sampled_buckets(cluster)
         began, t0 = time.time(), time.monotonic()
         patch_all(api, names, {"spec": {"unschedulable": True}})
         cordoned = time.monotonic() - t0
@@ -382,6 +385,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 (meta.get("annotations") or {}).get(detacher_names.DEREGISTERED)) or ()} & set(groups))
                 for meta in found)
         all_recorded = wait_progress(recorded_pairs, nodes * target_groups, "(node, target group) pairs recorded")
+        aws_buckets = buckets.stop() if buckets else None
         used = cpu_used(cpu_before, cpu_by_pid(cluster))
         # Only now ask moto (20 groups of 500 targets take it 4 s): nothing may be left in any group.
         held = set()
@@ -398,7 +402,7 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
                 "lastDeregistrationSeconds": round(last - began, 1) if last else None,
                 "allRecordedSeconds": round(all_recorded - t0, 1), "awsCalls": calls,
                 "deregisterCallsPerNodeAndGroup": calls.get("DeregisterTargets", 0) / (nodes * target_groups),
-                "hookLatencySeconds": latency_summary(latency_before, latency_after),
+                "hookLatencySeconds": latency_summary(latency_before, latency_after), "awsBuckets": aws_buckets,
                 # From the first cordon until every pair was recorded, by component.
                 "cpuSeconds": {k: round(v, 1) for k, v in sorted(used.items()) if v >= 0.05}}
 
