@@ -38,6 +38,17 @@ class Bucket:
 
 EC2_THROTTLED = "RequestLimitExceeded"
 THROTTLED = "Throttling"
+# Every code an AWS service answers "slow down" with (botocore's throttling codes and S3's).
+THROTTLE_CODES = (
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "SlowDown",
+)
 
 EC2_NON_MUTATING = Bucket("ec2-non-mutating", 100, 20, EC2_THROTTLED)
 EC2_UNFILTERED = Bucket("ec2-unfiltered-unpaginated", 50, 10, EC2_THROTTLED)

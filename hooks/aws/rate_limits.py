@@ -15,6 +15,12 @@ together). A call that cannot get its tokens in that time is not sent: it
 fails at once with the service's own throttling error (``RequestLimitExceeded``
 or ``Throttling``), which every caller already treats as "try again later",
 so the hook answers and comes back.
+
+A bucket AWS publishes no figure for is not limited until AWS itself says
+"slow down" to a call that draws from it: from then on, for
+ENGAGED_SECONDS, the process limits it too, at its share of the figure the
+table assumes, so a wave of calls stops sending attempts AWS refuses
+anyway (each one a throttle for every other tool in the account).
 """
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ from botocore.exceptions import ClientError
 from hooks import aws_rate_buckets
 from hooks.metrics import AWS_RATE_LIMITED, AWS_RATE_WAIT_SECONDS
 
+# How long a bucket AWS publishes no figure for stays limited after AWS throttled a call drawing from it.
+ENGAGED_SECONDS = 120.0
 # Seconds a call outside any hook call (warm-up, the CLI, a background refresh) may wait for its tokens.
 OUTSIDE_HOOK_WAIT_SECONDS = 5.0
 # What the hook call being served may still wait for tokens, all its AWS calls together (None: not in one).
@@ -104,8 +112,9 @@ class Limiter:
     """Token buckets per (region, bucket key) at ``share`` of AWS's figures, shared by every thread.
 
     ``shares`` overrides ``share`` for one bucket, by name (``ec2-run-instances``). A share of 0 turns
-    the limiter off for that bucket; so does leaving out a bucket AWS publishes no figure for. ``outside_hook_wait``: how long a call made outside any hook call may
-    wait for its tokens.
+    the limiter off for that bucket; a bucket AWS publishes no figure for and ``shares`` leaves out is
+    limited only while engaged (``throttled``). ``outside_hook_wait``: how long a call made outside any
+    hook call may wait for its tokens.
     """
 
     def __init__(self, share: float, shares: Mapping[str, float] | None = None, *,
@@ -118,11 +127,29 @@ class Limiter:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], _Tokens] = {}
+        self._engaged_until: dict[str, float] = {}  # bucket name -> clock
 
     def share_of(self, bucket: aws_rate_buckets.Bucket) -> float:
-        # A bucket whose size AWS does not publish limits nothing unless named: a guessed limit must not slow
-        # a node's detach or launch; AWS's own answer is the limit there.
-        return self._shares.get(bucket.name, self._share if bucket.documented else 0.0)
+        # A bucket whose size AWS does not publish limits nothing unless named, or until AWS throttled a call
+        # of it: a guessed limit must not slow a node's detach or launch; AWS's own answer is the limit there.
+        if bucket.name in self._shares:
+            return self._shares[bucket.name]
+        if bucket.documented or self._engaged_until.get(bucket.name, float("-inf")) > self._clock():
+            return self._share
+        return 0.0
+
+    def throttled(self, region: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> None:
+        """AWS answered a call with these draws "slow down": limit its unpublished buckets for a while, from
+        empty (AWS just said its bucket is)."""
+        now = self._clock()
+        with self._lock:
+            for draw in draws:
+                if draw.bucket.documented or draw.bucket.name in self._shares:
+                    continue
+                self._engaged_until[draw.bucket.name] = now + ENGAGED_SECONDS
+                tokens = self._tokens(region, draw, now)
+                if tokens is not None:
+                    tokens.level, tokens.at = min(tokens.level, 0.0), now
 
     def acquire(self, region: str, operation: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> float:
         """Take the call's tokens, waiting for them while the hook call may; the seconds waited.
@@ -181,7 +208,10 @@ class Limiter:
 
 
 def wire_form(body) -> dict[str, str]:
-    """The query-protocol parameters of a request body (empty for a JSON body or none)."""
+    """The query-protocol parameters of a request body, as sent or as botocore holds them before (a dict);
+    empty for a JSON body or none."""
+    if isinstance(body, dict):
+        return {str(k): str(v) for k, v in body.items()}
     if isinstance(body, (bytes, bytearray)):
         body = body.decode("utf-8", "replace")
     if not isinstance(body, str) or not body or body.lstrip().startswith("{"):
@@ -190,7 +220,8 @@ def wire_form(body) -> dict[str, str]:
 
 
 def meter(client, service: str, region: str, limiter: Limiter) -> None:
-    """Make every HTTP attempt of ``client`` take its tokens from ``limiter`` before it is sent."""
+    """Make every HTTP attempt of ``client`` take its tokens from ``limiter`` before it is sent, and tell it
+    of every attempt AWS answered with a throttling code."""
 
     def before_send(request=None, event_name: str = "", **_):
         operation = event_name.rsplit(".", 1)[-1]
@@ -202,4 +233,12 @@ def meter(client, service: str, region: str, limiter: Limiter) -> None:
             limiter.acquire(region, operation, draws)
         return None  # botocore sends the request itself
 
+    def needs_retry(response=None, operation=None, request_dict=None, **_):
+        code = ((response[1] if response else None) or {}).get("Error", {}).get("Code")
+        if code in aws_rate_buckets.THROTTLE_CODES and operation is not None:
+            limiter.throttled(region, aws_rate_buckets.request_draws(
+                service, operation.name, wire_form((request_dict or {}).get("body"))))
+        return None  # botocore's own retry handler decides
+
     client.meta.events.register("before-send", before_send)
+    client.meta.events.register("needs-retry", needs_retry)

@@ -6,6 +6,7 @@ import threading
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from hooks import aws_rate_buckets
 from hooks.aws import rate_limits
@@ -169,3 +170,55 @@ def test_a_bucket_aws_publishes_no_figure_for_is_limited_only_when_named():
             named.acquire("us-east-1", "DeregisterTargets", deregister)
         with pytest.raises(rate_limits.Limited):
             named.acquire("us-east-1", "DeregisterTargets", deregister)
+
+
+def test_an_unpublished_bucket_is_limited_for_a_while_once_aws_throttled_a_call_of_it():
+    deregister = aws_rate_buckets.request_draws("elbv2", "DeregisterTargets", {})
+    limiter, clock = _limiter(share=0.5)
+    with rate_limits.hook_call(0):
+        assert limiter.acquire("us-east-1", "DeregisterTargets", deregister) == 0.0
+    limiter.throttled("us-east-1", deregister)
+    with rate_limits.hook_call(0), pytest.raises(rate_limits.Limited):
+        limiter.acquire("us-east-1", "DeregisterTargets", deregister)  # from empty: AWS said it is
+    clock.now += 10  # half of the 4 a second the table assumes: refilled to half of its 20
+    with rate_limits.hook_call(0):
+        for _ in range(10):
+            limiter.acquire("us-east-1", "DeregisterTargets", deregister)
+        with pytest.raises(rate_limits.Limited):
+            limiter.acquire("us-east-1", "DeregisterTargets", deregister)
+    clock.now += rate_limits.ENGAGED_SECONDS + 1
+    with rate_limits.hook_call(0):
+        assert all(limiter.acquire("us-east-1", "DeregisterTargets", deregister) == 0.0 for _ in range(100))
+
+
+def test_throttling_of_a_published_bucket_changes_nothing():
+    describe = aws_rate_buckets.request_draws("ec2", "DescribeInstances", {"InstanceId.1": "i-1"})
+    limiter, _ = _limiter(share=0.5)
+    limiter.throttled("us-east-1", describe)
+    assert limiter.share_of(describe[0].bucket) == 0.5
+
+
+def test_a_real_client_stops_sending_what_aws_throttles(aws, throttling_aws, throttling_clock):
+    """Through the throttling moto, its clock stopped: once AWS answered "Throttling" to an ELB write, the
+    limiter holds the next ones back itself instead of sending attempts AWS refuses."""
+    limiter, _ = _limiter(share=0.5)
+    elbv2 = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=limiter).client("elbv2")
+    vpc = aws("ec2").describe_vpcs()["Vpcs"][0]["VpcId"]
+    instance = aws("ec2").run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    arn = aws("elbv2").create_target_group(Name="paced", Protocol="TCP", Port=80, VpcId=vpc,
+                                           TargetType="instance")["TargetGroups"][0]["TargetGroupArn"]
+    throttling_aws.reset()
+    outcomes = []
+    with rate_limits.hook_call(0):
+        for _ in range(60):
+            try:
+                elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": instance, "Port": 80}])
+                outcomes.append("sent")
+            except rate_limits.Limited:
+                outcomes.append("held back")
+            except ClientError as exc:  # AWS's own answer, after botocore's retries
+                outcomes.append(exc.response["Error"]["Code"])
+    refused = throttling_aws.bucket("elbv2:elb-mutating")["throttled"]
+    assert outcomes.count("sent") == 20, "the assumed bucket's 20 at once"
+    assert "held back" in outcomes and outcomes[-1] == "held back"
+    assert refused <= 3, "AWS refused the attempts of one call; every call after that was held back"

@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from hooks.aws.clients import TRANSPORT
+from hooks.aws_rate_buckets import THROTTLE_CODES
 from hooks.plan import DEFERRED, GATED, HELD, Action, Gate, Outcome
 from hooks.teardown.tasks import TASK_ORDER
 
@@ -23,16 +24,6 @@ FAILED = "failed"  # any other error: retried with backoff, reported
 
 IN_USE_CODES = ("ResourceInUse", "DependencyViolation", "VolumeInUse", "IncorrectState",
                 "InvalidNetworkInterface.InUse", "InvalidIPAddress.InUse")
-THROTTLE_CODES = (
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "TooManyRequestsException",
-    "SlowDown",
-)
 
 
 class StageGate(Gate):
