@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from botocore.stub import Stubber
@@ -11,6 +12,7 @@ from botocore.stub import Stubber
 from hooks.aws import lb_discovery
 from hooks.config import load_settings
 from tests.support.stubbed_aws import ACCOUNT, StubbedClients, stubbed_client
+from worlds.clock import ManualClock
 
 
 @pytest.fixture
@@ -23,7 +25,7 @@ def builds(monkeypatch):
         made.append(region)
         if failing and failing.pop():
             raise RuntimeError("Throttling: Rate exceeded")
-        return lb_discovery.Index(built_at=time.monotonic())
+        return lb_discovery.Index()
     monkeypatch.setattr(lb_discovery, "build_index", build)
     monkeypatch.setattr(lb_discovery, "CACHE", lb_discovery.IndexCache())
     return made, failing
@@ -73,6 +75,64 @@ def test_no_thread_for_a_cache_shorter_than_a_second(make_ctx, builds):
     assert builds[0] == []
 
 
+class _CountingClock(ManualClock):
+    """Also counts its readings: a lookup reads it once when it asks, before it can wait for a build."""
+
+    def __init__(self):
+        super().__init__()
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return super().__call__()
+
+
+def test_lookups_that_wait_for_a_build_share_the_next_one_rather_than_building_one_each(monkeypatch):
+    clock = _CountingClock()
+    release = threading.Event()
+    made: list[lb_discovery.Index] = []
+
+    def build(aws, region, settings):
+        release.wait(10)  # the first build is under way until the test lets it end
+        made.append(lb_discovery.Index(classic_elbs=len(made)))
+        return made[-1]
+    monkeypatch.setattr(lb_discovery, "build_index", build)
+    cache = lb_discovery.IndexCache(clock=clock)
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"})
+    with ThreadPoolExecutor(11) as pool:
+        first = pool.submit(cache.get, None, "eu-west-1", settings)
+        _until(lambda: clock.readings == 2)  # it asked, and its build began
+        clock.advance(1)  # the rest ask after that build began: it may have read AWS before they asked
+        waiting = [pool.submit(cache.get, None, "eu-west-1", settings) for _ in range(10)]
+        _until(lambda: clock.readings == 12)
+        release.set()
+        assert first.result(10) is made[0]
+        answers = [w.result(10) for w in waiting]
+    assert len(made) == 2, "one build under way, then one that every waiting lookup shares"
+    assert all(a is made[1] for a in answers)
+
+    clock.advance(1)
+    assert cache.get(None, "eu-west-1", settings) is made[2], "uncached, a lookup after the builds builds again"
+
+
+def test_one_hook_call_gathering_twice_builds_once_and_the_next_call_builds_again(monkeypatch):
+    clock = ManualClock()
+    made: list[lb_discovery.Index] = []
+    monkeypatch.setattr(lb_discovery, "build_index", lambda aws, region, settings: made.append(lb_discovery.Index())
+                        or made[-1])
+    cache = lb_discovery.IndexCache(clock=clock)
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"})
+    with cache.one_call():
+        clock.advance(1)
+        first = cache.get(None, "eu-west-1", settings)
+        clock.advance(1)  # the body confirmed by the API server, gathered again
+        assert cache.get(None, "eu-west-1", settings) is first
+    clock.advance(1)
+    with cache.one_call():
+        assert cache.get(None, "eu-west-1", settings) is not first, "built before this call began"
+    assert len(made) == 2
+
+
 def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
     """Real AWS tagging answers (moto files classic ELBs under another type), stubbed; what it lists is checked to exist."""
     tagging, elbv2, elb = stubbed_client("resourcegroupstaggingapi"), stubbed_client("elbv2"), stubbed_client("elb")
@@ -85,7 +145,9 @@ def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
             "ResourceTagMappingList": [
                 {"ResourceARN": web, "Tags": owned},
                 {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3", "Tags": owned},  # classic
-            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100})
+            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100,
+            # Load balancers alone: the listing never pages through the cluster's instances.
+            "ResourceTypeFilters": ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"]})
         tags.add_response("get_resources", {
             "PaginationToken": "",
             "ResourceTagMappingList": [
@@ -103,3 +165,13 @@ def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
             stub.assert_no_pending_responses()
     assert tgs == {web, api}
     assert elbs == {"a1b2c3"}
+
+
+def test_only_a_search_for_load_balancers_alone_names_their_resource_types():
+    from hooks.aws.gc.discovery import Query
+    from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, TG
+
+    detacher = Query(cluster_name="prod", region="us-east-1", only_kinds=(TG, CLASSIC_ELB))
+    assert detacher.resource_types == ("elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup")
+    assert Query(cluster_name="prod", region="us-east-1", tasks=DEFAULT_TASKS).resource_types == (), \
+        "cluster-gc also wants instances, ENIs and volumes: every type"
