@@ -690,11 +690,12 @@ def moto_in_process() -> tuple[object, str]:
     """moto in server mode in this process, as tests/conftest.py starts it."""
     from moto.server import ThreadedMotoServer
 
-    from devcluster.moto_server import look_up_tags_by_resource, remember_routing
+    from devcluster.moto_server import file_classic_elbs_as_aws_does, look_up_tags_by_resource, remember_routing
     from devcluster.waits import free_port
 
     remember_routing()
     look_up_tags_by_resource()
+    file_classic_elbs_as_aws_does()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

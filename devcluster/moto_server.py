@@ -29,10 +29,17 @@ tag of the region, so a DescribeInstances filtered by tag over N instances
 costs N² regular-expression matches (7 s for one Machine's UID at 1,000
 instances on this machine, minutes at 5,000). It reads them by the
 resource's id instead; the tags and every answer are the same.
+
+:func:`file_classic_elbs_as_aws_does`: moto's tagging API files classic ELBs
+under the resource type ``elb:loadbalancer``, where AWS files them under
+``elasticloadbalancing:loadbalancer`` (their ARNs' service). node-detacher
+asks the tagging API for that type only, so under moto's type it would never
+see a classic ELB.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import threading
@@ -51,6 +58,7 @@ from devcluster import throttling
 _lock = threading.Lock()
 _patched = False
 _tags_by_resource = False
+_classic_elbs_filed = False
 
 
 def remember_routing() -> None:
@@ -104,6 +112,24 @@ def look_up_tags_by_resource() -> None:
         _tags_by_resource = True
 
 
+def file_classic_elbs_as_aws_does() -> None:
+    """The tagging API lists classic ELBs under AWS's resource type (idempotent)."""
+    global _classic_elbs_filed
+    from moto.elb.models import ELBBackend
+
+    with _lock:
+        if _classic_elbs_filed:
+            return
+        listed = ELBBackend.iter_tagged_resources
+
+        def iter_tagged_resources(self):
+            for resource in listed(self):
+                yield dataclasses.replace(resource, resource_type="elasticloadbalancing:loadbalancer")
+
+        ELBBackend.iter_tagged_resources = iter_tagged_resources
+        _classic_elbs_filed = True
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="moto_server.py", description="moto's server behind AWS's throttling")
     parser.add_argument("-H", "--host", default="127.0.0.1")
@@ -114,6 +140,7 @@ def main(argv: list[str]) -> int:
                              f"{throttling.ENVIRONMENT_SWITCH}=off); --no-throttling answers every call, as moto does")
     args = parser.parse_args(argv)
     remember_routing()
+    file_classic_elbs_as_aws_does()
     # moto writes its own URLs (an SQS queue's, for one) with this port, as under moto.server.main.
     os.environ.setdefault("MOTO_PORT", str(args.port))
     app = build_app(throttled=args.throttling)

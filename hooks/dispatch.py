@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from hooks import controllers, runtime
-from hooks.aws import rate_limits
+from hooks.aws import lb_discovery, rate_limits
 from hooks.contract import HOOKS, RequestError, parse_customize, parse_request, shape_response
 
 
@@ -24,7 +24,7 @@ def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = N
     kind, fn = resolved or resolve(controller_name, hook)
     ctx = ctx or runtime.current()
     try:
-        with rate_limits.hook_call(ctx.settings.aws_rate_wait_seconds):
+        with rate_limits.hook_call(ctx.settings.aws_rate_wait_seconds), lb_discovery.CACHE.one_call():
             if hook == "customize":
                 return fn(parse_customize(body), ctx=ctx)
             response = fn(parse_request(body, kind, hook), ctx=ctx)

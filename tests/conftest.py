@@ -56,9 +56,10 @@ def moto_server():
     off (bursts of tests' calls would be refused): ``throttling_aws`` turns them on for a test."""
     from moto.server import ThreadedMotoServer
 
-    from devcluster.moto_server import remember_routing
+    from devcluster.moto_server import file_classic_elbs_as_aws_does, remember_routing
 
     remember_routing()
+    file_classic_elbs_as_aws_does()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -24,6 +24,7 @@ groups the index is older, never a burst over the share.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import logging
@@ -31,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable, Iterator
 
 from hooks import aws_rate_buckets
 from hooks.aws import rate_limits
@@ -52,7 +54,6 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Index:
-    built_at: float  # monotonic, for the cache
     members: dict[str, set] = field(default_factory=dict)  # instance id -> memberships
     target_groups: int = 0
     classic_elbs: int = 0
@@ -60,8 +61,9 @@ class Index:
     # Seconds it serves lookups when the paced rebuild comes later than the cache period (None: the period).
     max_age: float | None = None
 
-    def fresh(self, settings: Settings, now: float) -> bool:
-        return now - self.built_at < max(settings.discovery_cache_seconds, self.max_age or 0.0)
+    def serves_for(self, settings: Settings) -> float:
+        """Seconds from its build that it serves lookups."""
+        return max(settings.discovery_cache_seconds, self.max_age or 0.0)
 
     def memberships(self, instance_id: str) -> list[tuple]:
         return sorted(self.members.get(instance_id, set()))
@@ -82,7 +84,7 @@ def build_index(aws, region: str, settings: Settings) -> Index:
         tagged_tgs, tagged_elbs = tagged_load_balancers(aws, region, settings)
         tgs |= tagged_tgs
         elbs |= tagged_elbs
-    index = Index(built_at=time.monotonic(), target_groups=len(tgs), classic_elbs=len(elbs))
+    index = Index(target_groups=len(tgs), classic_elbs=len(elbs))
     if tgs:
         elbv2 = aws.client("elbv2", region)
         # One DescribeTargetHealth per group; in parallel, since a hook must answer
@@ -107,26 +109,64 @@ def build_index(aws, region: str, settings: Settings) -> Index:
     return index
 
 
-class IndexCache:
-    """Per-process, per-region cache; one build at a time per region."""
+@dataclass(frozen=True)
+class _Kept:
+    index: Index
+    started_at: float  # the cache's clock when its build began: AWS was read after this
 
-    def __init__(self):
+
+# When the hook call being served began, on the cache's clock (None: not in one).
+_call_began: contextvars.ContextVar[float | None] = contextvars.ContextVar("lb_discovery_call_began", default=None)
+
+
+class IndexCache:
+    """Per-process, per-region cache; one build at a time per region.
+
+    An index whose build began after a lookup did serves it, however short the cache: it read AWS later
+    than the lookup asked. So lookups that wait while another builds share the next build (lookups arriving
+    together cost at most two builds, not one each), and within one hook call (``one_call``), whose body is
+    gathered again once the API server has confirmed it, the index built for the call serves all of it.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
         self._lock = threading.Lock()
-        self._indexes: dict[str, Index] = {}
+        self._kept: dict[str, _Kept] = {}
         self._building: dict[str, threading.Lock] = {}
 
+    @contextlib.contextmanager
+    def one_call(self) -> Iterator[None]:
+        """Within this block (one hook call), an index built since it began serves every lookup."""
+        token = _call_began.set(self._clock())
+        try:
+            yield
+        finally:
+            _call_began.reset(token)
+
     def get(self, aws, region: str, settings: Settings) -> Index:
+        asked_at = self._clock()
+        call_began = _call_began.get()
+        fresh_from = asked_at if call_began is None else min(asked_at, call_began)
         with self._lock:
-            index = self._indexes.get(region)
-            if index and index.fresh(settings, time.monotonic()):
+            index = self._serving(region, fresh_from, settings)
+            if index:
                 return index
             build_lock = self._building.setdefault(region, threading.Lock())
         with build_lock:
             with self._lock:
-                index = self._indexes.get(region)
-                if index and index.fresh(settings, time.monotonic()):
+                index = self._serving(region, fresh_from, settings)
+                if index:
                     return index
             return self._build(aws, region, settings)
+
+    def _serving(self, region: str, fresh_from: float, settings: Settings) -> Index | None:
+        """The kept index of ``region`` if younger than the cache period or built since ``fresh_from``; the
+        caller holds the lock."""
+        kept = self._kept.get(region)
+        if kept and (kept.started_at >= fresh_from
+                     or self._clock() - kept.started_at < kept.index.serves_for(settings)):
+            return kept.index
+        return None
 
     def rebuild(self, aws, region: str, settings: Settings) -> Index:
         """Build now, whatever the age of the one held, and keep it."""
@@ -137,18 +177,19 @@ class IndexCache:
 
     def _build(self, aws, region: str, settings: Settings) -> Index:
         """Build and keep; the caller holds the region's build lock."""
+        started_at = self._clock()
         index = build_index(aws, region, settings)
         with self._lock:
-            self._indexes[region] = index
+            self._kept[region] = _Kept(index, started_at)
         return index
 
     def regions(self) -> set[str]:
         with self._lock:
-            return set(self._indexes)
+            return set(self._kept)
 
     def clear(self) -> None:
         with self._lock:
-            self._indexes.clear()
+            self._kept.clear()
 
 
 CACHE = IndexCache()

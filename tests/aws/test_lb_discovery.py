@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from botocore.stub import Stubber
@@ -12,6 +13,7 @@ from hooks.aws import lb_discovery, rate_limits
 from hooks.config import load_settings
 from tests.support.load_balancers import world  # noqa: F401 - a fixture
 from tests.support.stubbed_aws import ACCOUNT, StubbedClients, stubbed_client
+from worlds.clock import ManualClock
 
 
 @pytest.fixture
@@ -24,7 +26,7 @@ def builds(monkeypatch):
         made.append(region)
         if failing and failing.pop():
             raise RuntimeError("Throttling: Rate exceeded")
-        return lb_discovery.Index(built_at=time.monotonic())
+        return lb_discovery.Index()
     monkeypatch.setattr(lb_discovery, "build_index", build)
     monkeypatch.setattr(lb_discovery, "CACHE", lb_discovery.IndexCache())
     return made, failing
@@ -74,6 +76,64 @@ def test_no_thread_for_a_cache_shorter_than_a_second(make_ctx, builds):
     assert builds[0] == []
 
 
+class _CountingClock(ManualClock):
+    """Also counts its readings: a lookup reads it once when it asks, before it can wait for a build."""
+
+    def __init__(self):
+        super().__init__()
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return super().__call__()
+
+
+def test_lookups_that_wait_for_a_build_share_the_next_one_rather_than_building_one_each(monkeypatch):
+    clock = _CountingClock()
+    release = threading.Event()
+    made: list[lb_discovery.Index] = []
+
+    def build(aws, region, settings):
+        release.wait(10)  # the first build is under way until the test lets it end
+        made.append(lb_discovery.Index(classic_elbs=len(made)))
+        return made[-1]
+    monkeypatch.setattr(lb_discovery, "build_index", build)
+    cache = lb_discovery.IndexCache(clock=clock)
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"})
+    with ThreadPoolExecutor(11) as pool:
+        first = pool.submit(cache.get, None, "eu-west-1", settings)
+        _until(lambda: clock.readings == 2)  # it asked, and its build began
+        clock.advance(1)  # the rest ask after that build began: it may have read AWS before they asked
+        waiting = [pool.submit(cache.get, None, "eu-west-1", settings) for _ in range(10)]
+        _until(lambda: clock.readings == 12)
+        release.set()
+        assert first.result(10) is made[0]
+        answers = [w.result(10) for w in waiting]
+    assert len(made) == 2, "one build under way, then one that every waiting lookup shares"
+    assert all(a is made[1] for a in answers)
+
+    clock.advance(1)
+    assert cache.get(None, "eu-west-1", settings) is made[2], "uncached, a lookup after the builds builds again"
+
+
+def test_one_hook_call_gathering_twice_builds_once_and_the_next_call_builds_again(monkeypatch):
+    clock = ManualClock()
+    made: list[lb_discovery.Index] = []
+    monkeypatch.setattr(lb_discovery, "build_index", lambda aws, region, settings: made.append(lb_discovery.Index())
+                        or made[-1])
+    cache = lb_discovery.IndexCache(clock=clock)
+    settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0"})
+    with cache.one_call():
+        clock.advance(1)
+        first = cache.get(None, "eu-west-1", settings)
+        clock.advance(1)  # the body confirmed by the API server, gathered again
+        assert cache.get(None, "eu-west-1", settings) is first
+    clock.advance(1)
+    with cache.one_call():
+        assert cache.get(None, "eu-west-1", settings) is not first, "built before this call began"
+    assert len(made) == 2
+
+
 def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
     """Real AWS tagging answers (moto files classic ELBs under another type), stubbed; what it lists is checked to exist."""
     tagging, elbv2, elb = stubbed_client("resourcegroupstaggingapi"), stubbed_client("elbv2"), stubbed_client("elb")
@@ -86,7 +146,9 @@ def test_tagged_discovery_reads_every_page_and_classifies_classic_elbs():
             "ResourceTagMappingList": [
                 {"ResourceARN": web, "Tags": owned},
                 {"ResourceARN": f"{ACCOUNT}:loadbalancer/a1b2c3", "Tags": owned},  # classic
-            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100})
+            ]}, {"TagFilters": [{"Key": "kubernetes.io/cluster/prod", "Values": ["owned"]}], "ResourcesPerPage": 100,
+            # Load balancers alone: the listing never pages through the cluster's instances.
+            "ResourceTypeFilters": ["elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup"]})
         tags.add_response("get_resources", {
             "PaginationToken": "",
             "ResourceTagMappingList": [
@@ -123,10 +185,28 @@ def test_a_pass_over_many_target_groups_comes_less_often_and_its_index_serves_un
     settings = load_settings({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "30"})
     interval = lb_discovery.refresh_interval(settings, _limiter(0.125), {"elb-describe": 101})
     assert interval == pytest.approx(101 / 0.625)  # 100 groups' target health and their tags
-    index = lb_discovery.Index(built_at=1000.0, max_age=interval / lb_discovery._REFRESH_AT)
-    assert index.fresh(settings, 1000.0 + 100)
-    assert not index.fresh(settings, 1000.0 + interval / lb_discovery._REFRESH_AT + 1)
-    assert not lb_discovery.Index(built_at=1000.0).fresh(settings, 1031.0)
+    index = lb_discovery.Index(max_age=interval / lb_discovery._REFRESH_AT)
+    assert index.serves_for(settings) == pytest.approx(interval / lb_discovery._REFRESH_AT)
+    assert lb_discovery.Index().serves_for(settings) == 30
+
+
+def test_the_cache_serves_an_index_as_long_as_its_pacing_says(make_ctx, monkeypatch):
+    clock = ManualClock()
+    cache = lb_discovery.IndexCache(clock=clock)
+    settings = make_ctx({"NODEWARDEN_DISCOVERY_CACHE_SECONDS": "30"}).settings
+    built = []
+
+    def build(aws, region, settings):
+        built.append(region)
+        return lb_discovery.Index(max_age=200.0)
+    monkeypatch.setattr(lb_discovery, "build_index", build)
+    cache.rebuild(None, "us-east-1", settings)
+    clock.now += 150  # past the cache period, within the paced one
+    cache.get(None, "us-east-1", settings)
+    assert built == ["us-east-1"]
+    clock.now += 60
+    cache.get(None, "us-east-1", settings)
+    assert built == ["us-east-1", "us-east-1"]
 
 
 def test_buckets_the_limiter_leaves_alone_do_not_slow_the_rebuild():
@@ -144,3 +224,13 @@ def test_a_pass_counts_every_target_health_read_of_its_thread_pool(world, make_c
     # Three DescribeTargetHealth on the pool's threads, the classic ELB's DescribeLoadBalancers, and the
     # tags the discovery checks its candidates with.
     assert drawn.of()["elb-describe"] >= 3 + 1 + 1
+
+
+def test_only_a_search_for_load_balancers_alone_names_their_resource_types():
+    from hooks.aws.gc.discovery import Query
+    from hooks.teardown.tasks import CLASSIC_ELB, DEFAULT_TASKS, TG
+
+    detacher = Query(cluster_name="prod", region="us-east-1", only_kinds=(TG, CLASSIC_ELB))
+    assert detacher.resource_types == ("elasticloadbalancing:loadbalancer", "elasticloadbalancing:targetgroup")
+    assert Query(cluster_name="prod", region="us-east-1", tasks=DEFAULT_TASKS).resource_types == (), \
+        "cluster-gc also wants instances, ENIs and volumes: every type"

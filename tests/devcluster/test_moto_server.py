@@ -81,3 +81,17 @@ def test_tags_read_by_resource_are_the_ones_moto_finds_by_filtering():
                 assert instance.get_tags() == backend.describe_tags(filters={"resource-id": [instance.id]})
         found = ec2.describe_instances(Filters=[{"Name": "tag:uid", "Values": ["u-1"]}])["Reservations"]
         assert [i["InstanceId"] for r in found for i in r["Instances"]] == [ids[1]]
+
+
+def test_the_tagging_api_lists_a_classic_elb_under_the_type_aws_files_it_under(moto_endpoint):
+    kw = dict(endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    elb, tagging = boto3.client("elb", **kw), boto3.client("resourcegroupstaggingapi", **kw)
+    elb.create_load_balancer(LoadBalancerName="typed-classic", AvailabilityZones=["us-east-1a"],
+                             Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}],
+                             Tags=[{"Key": "typed-classic", "Value": "yes"}])
+    try:
+        listed = tagging.get_resources(TagFilters=[{"Key": "typed-classic"}],
+                                       ResourceTypeFilters=["elasticloadbalancing:loadbalancer"])
+        assert [m["ResourceARN"].rsplit("/", 1)[-1] for m in listed["ResourceTagMappingList"]] == ["typed-classic"]
+    finally:
+        elb.delete_load_balancer(LoadBalancerName="typed-classic")

@@ -46,6 +46,9 @@ TAGGING_API = "tagging-api"
 LISTING = "listing"
 BOTH = "tagging-api+listing"  # discover_all: the union of the two
 EC2_KINDS = (EC2_INSTANCE, ENI, EIP, SG, VOL)
+# The tagging API's resource type of each kind of load balancer: classic ELBs and ELBv2 ones share one.
+_LOAD_BALANCER_TYPES = {TG: "elasticloadbalancing:targetgroup", CLASSIC_ELB: "elasticloadbalancing:loadbalancer",
+                        ELBV2_LB: "elasticloadbalancing:loadbalancer"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,14 @@ class Query:
         if self.every_tag:
             return tagged_for(tags, self.cluster_name)
         return is_candidate(tags, self.cluster_name, self.include_lb_controller)
+
+    @property
+    def resource_types(self) -> tuple[str, ...]:
+        """The tagging API's resource types to ask for: those of the load balancers when only they are
+        wanted, else none named (every type)."""
+        if not self.kinds or not self.kinds <= set(_LOAD_BALANCER_TYPES):
+            return ()
+        return tuple(sorted({_LOAD_BALANCER_TYPES[kind] for kind in self.kinds}))
 
     def tag_filters(self, kinds: set[str]) -> list[tuple[str, str | None]]:
         """The tags asked for, for ``kinds``: (key, value; None for any value)."""
@@ -167,14 +178,16 @@ def _record(kind: str, ident: str, arn: str, tags: dict, state: str | None = Non
 
 def _tagged(client, query: Query) -> dict[tuple[str, str], dict]:
     """(kind, id) -> {"arn", "tags"} of the selected kinds, from the tagging API."""
-    return _candidates(_tag_listing(client, query.tag_filters(query.kinds)), query.kinds)
+    return _candidates(_tag_listing(client, query.tag_filters(query.kinds), query.resource_types), query.kinds)
 
 
-def _tag_listing(client, filters: list[tuple[str, str | None]]) -> dict[str, dict[str, str]]:
-    """{ARN: tags} of every resource the tagging API lists with any of ``filters``, whatever its type."""
+def _tag_listing(client, filters: list[tuple[str, str | None]],
+                 resource_types: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:
+    """{ARN: tags} of every resource the tagging API lists with any of ``filters``, of ``resource_types``
+    (none named: whatever its type)."""
     found: dict[str, dict[str, str]] = {}
     for key, value in filters:
-        found.update(tagging.resources_tagged(client, key, [value] if value is not None else []))
+        found.update(tagging.resources_tagged(client, key, [value] if value is not None else [], resource_types))
     return found
 
 
