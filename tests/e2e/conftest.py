@@ -26,16 +26,17 @@ from devcluster.layout import REPO
 
 CLASSIC_ELB = "e2e-classic"
 ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
+# moto meters calls with AWS's token buckets and the hooks keep to their share of them, as against AWS,
+# unless NODEWARDEN_E2E_AWS_THROTTLING=off; a test that needs calls unmetered turns the buckets off with
+# cluster.throttling_control.
+AWS_THROTTLING = os.environ.get("NODEWARDEN_E2E_AWS_THROTTLING", "on") != "off"
 
 # The hook server's settings for the tests: each test's new target group must
 # be seen at once (a detach looks its node's load balancers up as it begins),
 # and pod shutdown groups follow each other quickly.
 HOOK_ENV = {
     "NODEWARDEN_DISCOVERY_CACHE_SECONDS": "0",
-    # Unless NODEWARDEN_E2E_AWS_THROTTLING=on, moto answers every call and the hooks spend without a limit:
-    # with discovery uncached (above) every detach lists the tagged load balancers again, more than the
-    # hooks' share of the Tagging and ELB buckets allows in these tests' deadlines.
-    **({} if os.environ.get("NODEWARDEN_E2E_AWS_THROTTLING") == "on" else {"NODEWARDEN_AWS_RATE_SHARE": "0"}),
+    **({} if AWS_THROTTLING else {"NODEWARDEN_AWS_RATE_SHARE": "0"}),
     "NODEWARDEN_DRAIN_POLL_SECONDS": "0.5",
     # Machines: quick polls, and waits bounded in seconds rather than minutes.
     "NODEWARDEN_MACHINE_POLL_SECONDS": "0.5",
@@ -77,8 +78,7 @@ def cluster():
         if os.environ.get("NODEWARDEN_E2E") == "required":
             pytest.fail(message)
         pytest.skip(message)
-    with Cluster(layout, port_mode="dynamic", hook_env=HOOK_ENV,
-                 aws_throttling=os.environ.get("NODEWARDEN_E2E_AWS_THROTTLING") == "on") as running:
+    with Cluster(layout, port_mode="dynamic", hook_env=HOOK_ENV, aws_throttling=AWS_THROTTLING) as running:
         fleet.create_classic_elb(fleet.Aws(running.aws_env()), CLASSIC_ELB, CLUSTER_NAME)
         yield running
 
