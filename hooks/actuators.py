@@ -242,7 +242,7 @@ def _precondition_failure(ctx: runtime.Context, requirement) -> str:
     """Why a precondition does not hold right now ("" when it does), read fresh from AWS or the API server."""
     if isinstance(requirement, PoweredOff):
         try:
-            state = ec2_power.state(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+            state = ec2_power.state(ctx.instances, requirement.region, requirement.instance_id)
         except Exception as exc:  # noqa: BLE001 - unreadable is not powered off
             return f"power state of {requirement.instance_id} not confirmed: {error_text(exc)}"
         if state not in OFF_STATES:
@@ -336,7 +336,7 @@ def _collectable(ctx: runtime.Context, requirement: Collectable) -> str:
 def _cluster_instance(ctx: runtime.Context, requirement: ClusterInstance) -> str:
     """This cluster's only if its tags say so now; unreadable or gone proves nothing."""
     try:
-        found = ec2_power.describe(ctx.aws.client("ec2", requirement.region or None), requirement.instance_id)
+        found = ec2_power.describe(ctx.instances, requirement.region, requirement.instance_id)
     except Exception as exc:  # noqa: BLE001 - unreadable is not ours
         return f"tags of {requirement.instance_id} not confirmed: {error_text(exc)}"
     if not cluster_tagged(found["tags"], requirement.cluster_name):

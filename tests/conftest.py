@@ -101,6 +101,15 @@ def throttling_clock(moto_server):
 
 
 @pytest.fixture
+def retries_at_once(monkeypatch):
+    """botocore's retries without their backoff: each attempt still goes out (and is refused), but no test
+    sleeps the machine's seconds between two (a throttled call's backoff starts at up to 1 s and doubles)."""
+    from botocore.retries import standard
+
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
+
+
+@pytest.fixture
 def aws(moto_endpoint, monkeypatch):
     """Point boto3 at moto, reset its state, and return a client factory for tests."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)

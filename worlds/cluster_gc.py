@@ -25,6 +25,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from botocore.exceptions import ReadTimeoutError
 
@@ -282,7 +283,8 @@ class Faults:
 
 
 class Late:
-    """AWS answers ``operation`` ``latency`` seconds late, when the test releases the answer.
+    """AWS answers ``operation`` ("*": every operation of the client's service) ``latency`` seconds late,
+    when the test releases the answer.
 
     A client whose read timeout is shorter gives up, as it would once its timeout passed (at once:
     botocore's ReadTimeoutError, which its retries see); a more patient one waits until ``release()``
@@ -294,16 +296,24 @@ class Late:
         self._released = threading.Event()
         self.timed_out = 0  # requests of a client that gave up
         self.answered = 0  # requests let through to moto
-        self._clients: set[int] = set()
+        self._handlers: dict[int, tuple[str, Callable]] = {}
 
     def attach_client(self, client) -> "Late":
-        if id(client) not in self._clients:
-            self._clients.add(id(client))
+        if id(client) not in self._handlers:
             patient = (client.meta.config.read_timeout or 0) > self.latency
             service = client.meta.service_model.service_id.hyphenize()
-            client.meta.events.register(f"before-send.{service}.{self.operation}",
-                                        lambda request=None, **_: self._before_send(request, patient))
+            event = f"before-send.{service}" + ("" if self.operation == "*" else f".{self.operation}")
+
+            def handler(request=None, **_):
+                return self._before_send(request, patient)
+            self._handlers[id(client)] = (event, handler)
+            client.meta.events.register(event, handler)
         return self
+
+    def detach_client(self, client) -> None:
+        """AWS answers the client on time again."""
+        event, handler = self._handlers.pop(id(client))
+        client.meta.events.unregister(event, handler)
 
     def _before_send(self, request, patient: bool):
         if not patient:
@@ -319,17 +329,19 @@ class Late:
 
 
 class Calls:
-    """AWS calls per operation made through the attached clients."""
+    """AWS calls per operation made through the attached clients: answered ones (``after-call``, refusals
+    included), or with ``event="before-call"`` every one asked for, answered or not."""
 
     def __init__(self):
         self.by_operation: collections.Counter = collections.Counter()
 
-    def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION):
+    def attach(self, aws, services=("resourcegroupstaggingapi", "elbv2", "elb", "ec2"), region: str = REGION,
+               event: str = "after-call"):
         for service in services:
-            aws.client(service, region).meta.events.register("after-call", self._after_call)
+            aws.client(service, region).meta.events.register(event, self._count)
         return self
 
-    def _after_call(self, model=None, **_):
+    def _count(self, model=None, **_):
         self.by_operation[model.name] += 1
 
     @property

@@ -5,17 +5,21 @@ Only the state DescribeInstances reports proves a power-off (``stopped`` or
 fact. An instance DescribeInstances does not know is no proof either (a
 wrong region looks the same), so InstanceNotFound is an error, never "off".
 
+Every read is fresh, never the process's cached view: it goes out with the
+other fresh reads by id that arrive within the batch window
+(``ClusterInstances.fresh_by_id``), as one DescribeInstances by an
+instance-id filter. Such a filter leaves out an id EC2 does not know where
+``InstanceIds`` would fail the call, so the id missing from the answer is
+what InstanceNotFound stands for. A failed batch read is its every
+caller's error.
+
 A Node's providerID is the node's own claim: an instance is this cluster's to
 power off or on only when it carries the cluster's tag
 (``hooks.ec2_names.cluster_tagged``).
 """
 from __future__ import annotations
 
-from botocore.exceptions import ClientError
-
-from hooks.aws.clients import error_code
-
-_NOT_FOUND = ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed")
+from hooks.aws.instance_view import ClusterInstances
 
 
 class InstanceNotFound(LookupError):
@@ -38,27 +42,18 @@ def start(ec2, instance_id: str) -> str:
     return _reported_state(response.get("StartingInstances"), instance_id)
 
 
-def describe(ec2, instance_id: str) -> dict:
-    """``{"state", "tags", "privateIp"}`` of the instance as DescribeInstances answers now."""
-    try:
-        response = ec2.describe_instances(InstanceIds=[instance_id])
-    except ClientError as exc:
-        if error_code(exc) in _NOT_FOUND:
-            raise InstanceNotFound(f"DescribeInstances does not know {instance_id}") from exc
-        raise
-    for reservation in response.get("Reservations") or []:
-        for instance in reservation.get("Instances") or []:
-            if instance.get("InstanceId") == instance_id:
-                return {"state": (instance.get("State") or {}).get("Name", "unknown"),
-                        "tags": {t.get("Key"): t.get("Value") for t in instance.get("Tags") or []
-                                 if isinstance(t.get("Key"), str)},
-                        "privateIp": instance.get("PrivateIpAddress")}
-    raise InstanceNotFound(f"DescribeInstances did not return {instance_id}")
+def describe(instances: ClusterInstances, region: str | None, instance_id: str) -> dict:
+    """The instance as DescribeInstances answers now (``instances.summary``: ``state``, ``tags`` and
+    ``privateIp`` among its fields)."""
+    found = instances.fresh_by_id(region or "", instance_id)
+    if found is None:
+        raise InstanceNotFound(f"DescribeInstances does not know {instance_id} in {region or 'the default region'}")
+    return found
 
 
-def state(ec2, instance_id: str) -> str:
+def state(instances: ClusterInstances, region: str | None, instance_id: str) -> str:
     """The instance's current state name (pending, running, stopping, stopped, ...)."""
-    return describe(ec2, instance_id)["state"]
+    return describe(instances, region, instance_id)["state"]
 
 
 def _reported_state(changes, instance_id: str) -> str:

@@ -16,8 +16,10 @@ Machines. Instead:
   trust a view. Those are a Machine with no instance recorded (the launch
   path: only a fresh read by its UID tag may say no instance exists, so an
   instance launched a moment ago is never launched again), an instance the
-  view does not show, and a destructive action's precondition
-  (hooks/actuators.py).
+  view does not show, a destructive action's precondition
+  (hooks/actuators.py), and every read fencing makes of an instance: a
+  power-off is proven only by what DescribeInstances answers now
+  (hooks/aws/ec2_power.py).
 
 What the view cannot make wrong: an instance's ``terminated`` is final, and
 every other state it shows only delays a decision by ``max_age``.
@@ -205,15 +207,17 @@ def _oldest_first(by_uid: dict[str, list[dict]]) -> dict[str, list[dict]]:
 class ClusterInstances:
     """The process's view of the cluster's instances and its batched fresh reads, per region.
 
-    ``clients(region)`` gives the region's EC2 client (the process's AwsClients).
+    ``clients(region)`` gives the region's EC2 client (the process's AwsClients); ``sleep`` is how a batch's
+    first caller waits out the window.
     """
 
     def __init__(self, clients: Callable[[str], object], cluster_name: str, max_age: float, window: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self._clients = clients
         self.cluster_name = cluster_name
         self._view = InstanceView(max_age, clock)
         self._window = window
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._batchers: dict[tuple[str, str], Batcher] = {}
 
@@ -255,5 +259,6 @@ class ClusterInstances:
             batcher = self._batchers.get((region, by))
             if batcher is None:
                 ec2 = self._clients(region)
-                batcher = self._batchers[(region, by)] = Batcher(lambda keys: read(ec2, keys), self._window)
+                batcher = self._batchers[(region, by)] = Batcher(lambda keys: read(ec2, keys), self._window,
+                                                                   sleep=self._sleep)
             return batcher

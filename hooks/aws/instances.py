@@ -60,6 +60,7 @@ def summary(instance: dict) -> dict:
         "imageId": instance.get("ImageId"),
         "launchTime": launched,
         "privateDnsName": instance.get("PrivateDnsName") or "",
+        "privateIp": instance.get("PrivateIpAddress"),
         "lifecycle": instance.get("InstanceLifecycle") or "on-demand",
         "tags": tags,
     }

@@ -276,7 +276,7 @@ def _observe_instance(ctx: runtime.Context, node: dict, provider: dict, observed
     """The instance's power state and tags now: the one this request fences once known, else the node's."""
     try:
         instance, region = _instance_of(node, provider)
-        observed["instance"] = ec2_power.describe(ctx.aws.client("ec2", region), instance)
+        observed["instance"] = ec2_power.describe(ctx.instances, region, instance)
     except providerid.ProviderIDError:
         pass  # decide fails the request with the reason
     except ec2_power.InstanceNotFound as exc:  # not this cluster's to act on, wherever it is

@@ -18,101 +18,26 @@ from hooks import fencing_names
 from hooks.dispatch import serve
 from worlds.envelope import hook_request
 from worlds.fake_kube import FakeKube
+from worlds.fencing import CLUSTER_TAG, NS, T0, RequestHarness, fmt, instance_state, launch, unready_node
 
 pytestmark = pytest.mark.moto
 
-NS = "nodewarden-system"
-T0 = dt.datetime(2026, 11, 21, 12, 0, 0, tzinfo=dt.timezone.utc)
 OOS = {"key": fencing_names.OUT_OF_SERVICE_TAINT, "value": fencing_names.OUT_OF_SERVICE_VALUE, "effect": "NoExecute"}
-
-
-def _fmt(moment: dt.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-CLUSTER_TAG = {"Key": "kubernetes.io/cluster/test-cluster", "Value": "owned"}  # make_ctx's NODEWARDEN_CLUSTER_NAME
-
-
-def _launch(ec2, tags=(CLUSTER_TAG,)) -> str:
-    """An instance of this cluster (its tag), unless ``tags`` says otherwise."""
-    spec = [{"ResourceType": "instance", "Tags": list(tags)}] if tags else []
-    return ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, TagSpecifications=spec,
-                             Placement={"AvailabilityZone": "us-east-1a"})["Instances"][0]["InstanceId"]
-
-
-def _state(ec2, instance_id: str) -> str:
-    return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
-
-
-def _node(instance_id: str, name: str = "node-a", ready: str = "Unknown", since: dt.datetime = T0) -> dict:
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "uid": "uid-node-a", "labels": {"pool": "workers"}, "annotations": {}},
-        "spec": {"providerID": f"aws:///us-east-1a/{instance_id}",
-                 "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
-        "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "NodeStatusUnknown",
-                                   "lastHeartbeatTime": _fmt(since), "lastTransitionTime": _fmt(since)}]},
-    }
 
 
 def _set_ready(kube: FakeKube, node: str, status: str, at: dt.datetime) -> None:
     """What the kubelet does on its return: the Ready condition changes, the others stay."""
     others = [c for c in kube.nodes[node]["status"]["conditions"] if c["type"] != "Ready"]
     kube.nodes[node]["status"]["conditions"] = [{"type": "Ready", "status": status, "reason": "x",
-                                                 "lastHeartbeatTime": _fmt(at), "lastTransitionTime": _fmt(at)}] + others
+                                                 "lastHeartbeatTime": fmt(at), "lastTransitionTime": fmt(at)}] + others
 
 
 def _one_request(aws, make_ctx, kube, spec: dict | None = None):
     """A NotReady node-a on a running moto instance, and a harness for one request fencing it."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     return ec2, instance, RequestHarness(make_ctx, kube, spec or {})
-
-
-class RequestHarness:
-    """Plays Metacontroller for one FencingRequest: related Node, status applied, the clock moved."""
-
-    def __init__(self, make_ctx, kube: FakeKube, spec: dict, env: dict | None = None):
-        self.kube, self.now = kube, T0
-        self.ctx = make_ctx(env or {}, kube=kube)
-        self.ctx.clock = lambda: self.now
-        self.fr = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
-                   "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr", "generation": 1},
-                   "spec": {"nodeRef": {"name": "node-a"}, **spec}}
-        self.responses: list[dict] = []
-
-    def call(self, hook: str = "sync", after: float = 0) -> dict:
-        self.now += dt.timedelta(seconds=after)
-        if hook == "finalize":  # Metacontroller finalizes only what the API server is deleting
-            self.fr["metadata"].setdefault("deletionTimestamp", _fmt(self.now))
-        self.kube.put_fencing_request(self.fr)  # the API server has the request the body names
-        node = self.kube.nodes.get(self.fr["spec"]["nodeRef"]["name"])
-        hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
-        body = {"controller": {"spec": {"hooks": hooks}}, "parent": self.fr, "children": {},
-                "related": {"Node.v1": {node["metadata"]["name"]: node}} if node else {},
-                "finalizing": hook == "finalize"}
-        response = serve("fencing-request", hook, json.loads(json.dumps(body)), self.ctx)
-        self.fr["status"] = copy.deepcopy(response["status"])
-        self.kube.put_fencing_request(self.fr)  # Metacontroller writes the status back
-        self.responses.append(response)
-        return response
-
-    @property
-    def status(self) -> dict:
-        return self.fr.get("status") or {}
-
-    def condition(self, ctype: str) -> dict | None:
-        return next((c for c in self.status.get("conditions") or [] if c["type"] == ctype), None)
-
-    def run_until(self, done, *, step: float | None = None, limit: int = 40) -> None:
-        """Call again after each response's resyncAfterSeconds until ``done()``."""
-        for _ in range(limit):
-            if done():
-                return
-            wait = step if step is not None else self.responses[-1].get("resyncAfterSeconds", 1) if self.responses else 0
-            self.call(after=wait)
-        raise AssertionError(f"not done after {limit} calls; status: {json.dumps(self.status, indent=1)}")
 
 
 @pytest.fixture
@@ -122,8 +47,8 @@ def kube():
 
 def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db"},
                   "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
     kube.volume_attachments["csi-1"] = {"metadata": {"name": "csi-1"}, "spec": {"nodeName": "node-a"},
@@ -134,7 +59,7 @@ def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
     assert h.status["phase"] == fencing_names.POWERING_OFF and h.status["providerStatus"]["stopAttempts"] == 1
     assert first["resyncAfterSeconds"] == 2
     assert h.condition(fencing_names.FENCING_SUCCEEDED) is None, "a stop request is not a confirmed power-off"
-    assert _state(ec2, instance) == "stopped"  # moto stops at once; real EC2 takes seconds
+    assert instance_state(ec2, instance) == "stopped"  # moto stops at once; real EC2 takes seconds
 
     h.call(after=2)  # DescribeInstances confirms
     assert h.condition(fencing_names.FENCING_SUCCEEDED)["status"] == "True"
@@ -166,8 +91,8 @@ def test_stop_confirm_recover_and_release(aws, make_ctx, kube):
 
 def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web"},
                   "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
     kube.add_pod({"metadata": {"name": "other", "namespace": "default", "uid": "u-o"},
@@ -176,7 +101,7 @@ def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, 
     h = RequestHarness(make_ctx, kube, {"action": "Reboot", "recoveryStrategy": "ResourceDeletion"})
 
     h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     assert list(kube.pods) == ["default/other"], "only the fenced node's pods were force-deleted"
     assert kube.volume_attachments == {}
     deletes = [c for c in kube.calls if c[0] == "delete_with_options"]
@@ -190,8 +115,8 @@ def test_reboot_with_resource_deletion_starts_the_instance_again(aws, make_ctx, 
 def test_a_stop_that_never_completes_fails_after_the_last_retry(aws, make_ctx, kube):
     """moto stops at once; a botocore event hook makes DescribeInstances say 'stopping' forever."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     h = RequestHarness(make_ctx, kube, {"retries": 3, "timeout": "20s", "retryInterval": "1s"})
     client = h.ctx.aws.client("ec2", "us-east-1")
 
@@ -220,7 +145,7 @@ def test_an_aws_error_ends_in_error_reason(aws, make_ctx, kube):
     """StopInstances refused every time (as IAM refuses it where the policy's tag condition does not hold;
     moto enforces no IAM, so a botocore hook answers it): after the last retry, errorReason."""
     ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
+    kube.add_node(unready_node(launch(ec2)))
     h = RequestHarness(make_ctx, kube, {"retries": 2, "retryInterval": "3s"})
     client = h.ctx.aws.client("ec2", "us-east-1")
 
@@ -242,7 +167,7 @@ def test_an_aws_error_ends_in_error_reason(aws, make_ctx, kube):
 
 def test_an_instance_aws_does_not_know_is_never_stopped(aws, make_ctx, kube):
     """Not found is not this cluster's: Failed InstanceNotFound at once, and no StopInstances at all."""
-    kube.add_node(_node("i-0000000000000dead"))
+    kube.add_node(unready_node("i-0000000000000dead"))
     h = RequestHarness(make_ctx, kube, {"retries": 2, "retryInterval": "3s"})
     client = h.ctx.aws.client("ec2", "us-east-1")
     stops = []
@@ -255,8 +180,8 @@ def test_an_instance_aws_does_not_know_is_never_stopped(aws, make_ctx, kube):
 def test_a_throttled_stop_is_retried_after_the_interval(aws, make_ctx, kube):
     """moto never throttles: an injected RequestLimitExceeded on the first StopInstances only."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     h = RequestHarness(make_ctx, kube, {"retryInterval": "4s"})
     client = h.ctx.aws.client("ec2", "us-east-1")
     calls = []
@@ -282,8 +207,8 @@ def test_a_throttled_stop_is_retried_after_the_interval(aws, make_ctx, kube):
 
 def test_deleting_a_request_half_way_leaves_no_taint(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     kube.add_pod({"metadata": {"name": "db-0", "namespace": "default", "uid": "u-db"},
                   "spec": {"nodeName": "node-a"}, "status": {"phase": "Running"}})
     h = RequestHarness(make_ctx, kube, {})
@@ -291,7 +216,7 @@ def test_deleting_a_request_half_way_leaves_no_taint(aws, make_ctx, kube):
     h.call(after=2)
     assert OOS in kube.taints("node-a") and h.status["phase"] == fencing_names.RECOVERING
 
-    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    h.fr["metadata"]["deletionTimestamp"] = fmt(h.now)
     done = h.call("finalize", after=1)
     assert done["finalized"] is True
     assert OOS not in kube.taints("node-a")
@@ -302,7 +227,7 @@ def test_finalize_keeps_trying_while_the_api_is_down(aws, make_ctx, kube):
     _, _, h = _one_request(aws, make_ctx, kube)
     h.call()
     h.call(after=2)  # powered off, tainted out of service
-    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    h.fr["metadata"]["deletionTimestamp"] = fmt(h.now)
     kube.unavailable = True
     held = h.call("finalize", after=1)
     assert held["finalized"] is False and held["resyncAfterSeconds"] >= 1
@@ -323,74 +248,74 @@ def _pod(name: str, uid: str) -> dict:
 def test_a_forged_request_stops_nothing(aws, make_ctx, kube):
     """A body naming a FencingRequest the API server does not have, and a Node naming a running instance."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
+    instance = launch(ec2)
     ctx = make_ctx({}, kube=kube)  # the API server has neither the request nor the node
     hooks = {h: {"version": "v2"} for h in ("sync", "finalize", "customize")}
     body = {"controller": {"spec": {"hooks": hooks}}, "children": {}, "finalizing": False,
             "parent": {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                        "metadata": {"name": "made-up", "namespace": NS, "uid": "uid-made-up", "generation": 1},
                        "spec": {"nodeRef": {"name": "victim"}}},
-            "related": {"Node.v1": {"victim": _node(instance, name="victim")}}}
+            "related": {"Node.v1": {"victim": unready_node(instance, name="victim")}}}
     for _ in range(3):
         response = serve("fencing-request", "sync", json.loads(json.dumps(body)), ctx)
         assert response["status"].get("phase") in (None, fencing_names.PENDING)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     # Even with the node real and NotReady, a request the API server lacks does nothing.
-    kube.add_node(_node(instance, name="victim"))
+    kube.add_node(unready_node(instance, name="victim"))
     serve("fencing-request", "sync", json.loads(json.dumps(body)), ctx)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     assert not any(c[0] in ("json_patch", "delete_with_options", "delete") for c in kube.calls)
 
 
 def test_a_ready_node_is_never_powered_off(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance, ready="True"))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance, ready="True"))
     h = RequestHarness(make_ctx, kube, {})
     h.call()
     assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NodeReady"
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
 
 
 def test_the_node_seen_by_the_api_server_decides_not_the_body(aws, make_ctx, kube):
     """The body says NotReady, the API server says Ready: no stop."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance, ready="True"))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance, ready="True"))
     h = RequestHarness(make_ctx, kube, {})
-    lying = _node(instance)  # NotReady in the body only
+    lying = unready_node(instance)  # NotReady in the body only
     h.kube.put_fencing_request(h.fr)
     body = {"controller": {}, "parent": h.fr, "children": {}, "related": {"Node.v1": {"node-a": lying}},
             "finalizing": False}
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
     assert response["status"]["errorReason"] == "NodeReady"
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
 
 
 def test_no_reachable_api_server_means_no_power_off(aws, make_ctx, kube):
     ec2, instance, h = _one_request(aws, make_ctx, kube)
     kube.unavailable = True
     response = h.call()
-    assert response["resyncAfterSeconds"] >= 1 and _state(ec2, instance) == "running"
+    assert response["resyncAfterSeconds"] >= 1 and instance_state(ec2, instance) == "running"
     assert "stopAttempts" not in (h.status.get("providerStatus") or {}), "an unverified call spends no attempt"
     kube.unavailable = False
     h.call(after=5)
-    assert h.status["providerStatus"]["stopAttempts"] == 1 and _state(ec2, instance) == "stopped"
+    assert h.status["providerStatus"]["stopAttempts"] == 1 and instance_state(ec2, instance) == "stopped"
 
 
 def test_two_requests_for_one_node_fence_one_at_a_time_and_never_split_brain(aws, make_ctx, kube):
     """A Reboot and, behind it, an Off + ResourceDeletion for the same node: db-0 is never force-deleted
     while the instance runs again and the node is Ready."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     kube.add_pod(_pod("db-0", "uid-db-0"))
     kube.volume_attachments["csi-db"] = {"metadata": {"name": "csi-db"}, "spec": {"nodeName": "node-a"},
                                          "status": {"attached": True}}
     reboot = RequestHarness(make_ctx, kube, {"action": "Reboot"})
-    reboot.fr["metadata"]["creationTimestamp"] = _fmt(T0)
+    reboot.fr["metadata"]["creationTimestamp"] = fmt(T0)
     off = RequestHarness(make_ctx, kube, {"action": "Off", "recoveryStrategy": "ResourceDeletion"})
-    off.fr["metadata"].update(name="fence-node-a-by-hand", uid="uid-fr-2", creationTimestamp=_fmt(T0 + dt.timedelta(seconds=1)))
+    off.fr["metadata"].update(name="fence-node-a-by-hand", uid="uid-fr-2", creationTimestamp=fmt(T0 + dt.timedelta(seconds=1)))
     kube.put_fencing_request(reboot.fr)
 
     off.call()
@@ -408,22 +333,22 @@ def test_two_requests_for_one_node_fence_one_at_a_time_and_never_split_brain(aws
     off.call(after=1)
     assert off.status["phase"] == fencing_names.PENDING, "still queued behind the reboot"
     reboot.run_until(lambda: reboot.status.get("phase") == fencing_names.SUCCEEDED)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     _set_ready(kube, "node-a", "True", reboot.now)
     kube.add_pod(_pod("db-1", "uid-db-1"))  # a pod that runs on the rebooted node now
 
     off.now = reboot.now
     off.call(after=1)
     assert off.status["phase"] == fencing_names.FAILED and off.status["errorReason"] == "NodeReady"
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     assert "default/db-1" in kube.pods, "nothing is force-deleted on a node that is back"
     assert not any(c[0] == "delete_with_options" for c in kube.calls)
 
 
 def test_resource_deletion_stops_when_the_instance_runs_again(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     h = RequestHarness(make_ctx, kube, {"recoveryStrategy": "ResourceDeletion"})
     h.call()
     ec2.start_instances(InstanceIds=[instance])  # someone powers it on between two calls
@@ -455,7 +380,7 @@ def test_out_of_service_recovery_deletes_no_pod_of_an_instance_running_again(aws
 def test_resource_deletion_times_out_when_pods_keep_coming_back(aws, make_ctx, kube):
     """A DaemonSet that tolerates every taint puts its pod back after every force delete."""
     ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
+    kube.add_node(unready_node(launch(ec2)))
     h = RequestHarness(make_ctx, kube, {"recoveryStrategy": "ResourceDeletion"},
                        env={"NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS": "60"})
     h.call()
@@ -496,7 +421,7 @@ def test_finalize_without_the_node_in_the_request_does_not_leave_the_taint(aws, 
     h.call()
     h.call(after=2)  # powered off, tainted out of service
     assert OOS in kube.taints("node-a")
-    h.fr["metadata"]["deletionTimestamp"] = _fmt(h.now)
+    h.fr["metadata"]["deletionTimestamp"] = fmt(h.now)
     kube.put_fencing_request(h.fr)
     body = {"controller": {}, "parent": h.fr, "children": {}, "related": {}, "finalizing": True}
     kube.unavailable = True
@@ -538,7 +463,7 @@ def test_finalize_keeps_the_taint_exactly_while_another_request_holds_it(aws, ma
 
 def test_aftercare_leaves_the_taint_to_another_unfinished_holder(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
+    kube.add_node(unready_node(launch(ec2)))
     h = RequestHarness(make_ctx, kube, {})
     h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     holder = {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
@@ -553,7 +478,7 @@ def test_aftercare_leaves_the_taint_to_another_unfinished_holder(aws, make_ctx, 
     assert "OutOfServiceTaintKept" in kube.reasons()
     # Both finished: neither waits for the other, the taint comes off.
     holder["status"] = {"phase": fencing_names.SUCCEEDED, "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED,
-                                                               "completionTime": _fmt(h.now)}}
+                                                               "completionTime": fmt(h.now)}}
     other = RequestHarness(make_ctx, kube, {})
     other.fr = holder
     other.now = h.now
@@ -570,7 +495,7 @@ def test_letting_go_of_the_taint_rests_on_the_fresh_node_not_a_stale_body(aws, m
                               "status": {"phase": fencing_names.RECOVERING,
                                          "recovery": {"outOfServiceTaint": fencing_names.TAINT_APPLIED}}})
     stale = copy.deepcopy(kube.nodes["node-a"])  # Ready in the body only; the API server has it down
-    stale["status"]["conditions"][0].update(status="True", lastTransitionTime=_fmt(h.now))
+    stale["status"]["conditions"][0].update(status="True", lastTransitionTime=fmt(h.now))
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
             "related": {"Node.v1": {"node-a": stale}}}
     h.now += dt.timedelta(seconds=30)
@@ -621,12 +546,12 @@ def test_a_sync_for_a_request_being_deleted_starts_nothing(aws, make_ctx, kube):
     """The body predates the delete; the API server's copy has a deletionTimestamp: no stop, finalize takes over."""
     ec2, instance, h = _one_request(aws, make_ctx, kube)
     deleting = copy.deepcopy(h.fr)
-    deleting["metadata"]["deletionTimestamp"] = _fmt(T0)
+    deleting["metadata"]["deletionTimestamp"] = fmt(T0)
     kube.put_fencing_request(deleting)
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
             "related": {"Node.v1": {"node-a": kube.nodes["node-a"]}}}
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     assert "being deleted" in next(c for c in response["status"]["conditions"]
                                    if c["type"] == fencing_names.VERIFIED_CONDITION)["message"]
 
@@ -636,20 +561,20 @@ def test_a_stale_ready_node_in_the_body_does_not_fail_the_request(aws, make_ctx,
     ec2, instance, h = _one_request(aws, make_ctx, kube)
     kube.put_fencing_request(h.fr)
     body = {"controller": {}, "parent": h.fr, "children": {}, "finalizing": False,
-            "related": {"Node.v1": {"node-a": _node(instance, ready="True")}}}
+            "related": {"Node.v1": {"node-a": unready_node(instance, ready="True")}}}
     response = serve("fencing-request", "sync", json.loads(json.dumps(body)), h.ctx)
-    assert response["status"]["phase"] == fencing_names.POWERING_OFF and _state(ec2, instance) == "stopped"
+    assert response["status"]["phase"] == fencing_names.POWERING_OFF and instance_state(ec2, instance) == "stopped"
 
 
 def test_a_queued_request_with_an_unreadable_start_time_still_times_out(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
+    kube.add_node(unready_node(launch(ec2)))
     kube.put_fencing_request({"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.REQUEST_KIND,
                               "metadata": {"name": "older", "namespace": "team-a", "uid": "uid-older",
                                            "creationTimestamp": "2026-01-01T00:00:00Z"},
                               "spec": {"nodeRef": {"name": "node-a"}}, "status": {"phase": fencing_names.RECOVERING}})
     h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_QUEUE_TIMEOUT_SECONDS": "60"})
-    h.fr["metadata"]["creationTimestamp"] = _fmt(T0)
+    h.fr["metadata"]["creationTimestamp"] = fmt(T0)
     h.fr["status"] = {"startTime": "not-a-time"}
     h.run_until(lambda: h.status.get("phase") == fencing_names.FAILED, step=30, limit=5)
     assert h.status["errorReason"] == "AnotherFenceActive" and "team-a/older" in h.status["errorMessage"]
@@ -658,7 +583,7 @@ def test_a_queued_request_with_an_unreadable_start_time_still_times_out(aws, mak
 def test_the_release_wait_ends_even_when_the_nodes_pods_cannot_be_listed(aws, make_ctx, kube):
     """Back and Ready, but listing its pods fails every time: the taint still comes off after the release timeout."""
     ec2 = aws("ec2")
-    kube.add_node(_node(_launch(ec2)))
+    kube.add_node(unready_node(launch(ec2)))
     h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_FENCING_RELEASE_TIMEOUT_SECONDS": "60"})
     h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     original_list = kube.list
@@ -698,7 +623,7 @@ class NodeHarness:
         self.now += dt.timedelta(seconds=after)
         # What node-fencing-policy keeps doing: count recently. The API server has the policy
         # and the node's FencingRequest as this request shows them.
-        self.policy.setdefault("status", {})["countedAt"] = _fmt(self.now)
+        self.policy.setdefault("status", {})["countedAt"] = fmt(self.now)
         self.kube.add_object(self.policy)
         if (fr := self.fencing_request()) is not None:
             self.kube.put_fencing_request({**fr, "metadata": {"uid": "uid-fr", **fr["metadata"]}})
@@ -736,7 +661,7 @@ def _policy(node_names=("node-a",), holds=False) -> dict:
 
 
 def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ctx, kube):
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0), _policy())
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
                                "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
@@ -766,7 +691,7 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
     assert list(kube.pods) == ["default/db-0"], "the RWO pod waits for FencingComplete"
 
     h.set_request_status({"phase": "Recovering", "conditions": [{"type": fencing_names.FENCING_SUCCEEDED, "status": "True",
-                                                                 "lastTransitionTime": _fmt(h.now)}]})
+                                                                 "lastTransitionTime": fmt(h.now)}]})
     h.call(after=5)
     assert h.condition(fencing_names.COMPLETE)["status"] == "True"
     assert kube.pods == {}, "fenced: now the RWO pod may go"
@@ -787,10 +712,10 @@ def test_node_timeline_conditions_then_taints_then_request_then_failover(make_ct
 
 def _admitted(make_ctx, kube, *, since=60, holds=False, node_names=("node-a",)):
     """node-a Unknown for ``since`` seconds under a policy whose fresh count (on the API server) admits it."""
-    kube.add_node(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=since)))
+    kube.add_node(unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=since)))
     policy = _policy(node_names, holds=holds)
     policy["metadata"]["uid"] = "uid-policy"
-    policy["status"]["countedAt"] = _fmt(T0 - dt.timedelta(seconds=2))
+    policy["status"]["countedAt"] = fmt(T0 - dt.timedelta(seconds=2))
     kube.add_object(policy)
     ctx = make_ctx({}, kube=kube)
     ctx.clock = lambda: T0
@@ -845,7 +770,7 @@ def test_a_node_its_own_sync_would_not_fence_gets_no_early_request(make_ctx, kub
 
 
 def test_a_failed_force_delete_is_reported_on_the_node(make_ctx, kube):
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=60)), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=60)), _policy())
     kube.add_pod({"metadata": {"name": "web-1", "namespace": "default", "uid": "u-web",
                                "labels": {fencing_names.FAILOVER_LABEL: fencing_names.FAILOVER_IMMEDIATE}},
                   "spec": {"nodeName": "node-a", "volumes": []}, "status": {"phase": "Running"}})
@@ -887,16 +812,16 @@ def _unreachable(res, name, namespace=None):
 
 def _fresh_policy(now: dt.datetime) -> dict:
     policy = _policy()
-    policy["status"]["countedAt"] = _fmt(now)
+    policy["status"]["countedAt"] = fmt(now)
     return policy
 
 
 def test_a_forged_unhealthy_node_fails_no_pod_over(make_ctx, kube):
     """The API server's node-a is Ready; a body saying it has been NotReady for minutes deletes nothing."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", ready="True"), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", ready="True"), _policy())
     _failover_pod(kube)
     h.kube.add_object(_fresh_policy(h.now))
-    lying = _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600))
+    lying = unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600))
     _forged_call(h, lying, _fresh_policy(h.now))
     assert "default/web-1" in kube.pods
     assert not any(c[0] == "delete_with_options" for c in kube.calls)
@@ -904,10 +829,10 @@ def test_a_forged_unhealthy_node_fails_no_pod_over(make_ctx, kube):
 
 def test_failover_waits_for_a_fresh_count_on_the_api_server(make_ctx, kube):
     """The body's policy count is fresh, the API server's is an hour old (its sync stopped): no force delete."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
     _failover_pod(kube)
     stale = _policy()
-    stale["status"]["countedAt"] = _fmt(h.now - dt.timedelta(hours=1))
+    stale["status"]["countedAt"] = fmt(h.now - dt.timedelta(hours=1))
     kube.add_object(stale)
     response = _forged_call(h, h.node, _fresh_policy(h.now))
     assert "default/web-1" in kube.pods
@@ -917,7 +842,7 @@ def test_failover_waits_for_a_fresh_count_on_the_api_server(make_ctx, kube):
 
 def test_a_single_writer_pod_waits_for_the_power_off_the_api_server_confirms(make_ctx, kube):
     """The body's FencingRequest claims FencingSucceeded; the API server's does not: the RWO pod stays."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
     _failover_pod(kube, "db-0", "u-db", claim="data-db-0")
     kube.claims["default/data-db-0"] = {"spec": {"accessModes": ["ReadWriteOnce"]}}
     kube.add_object(_fresh_policy(h.now))
@@ -935,7 +860,7 @@ def _in_flight(node: dict, required_since: dt.datetime) -> dict:
     """The node with FencingRequired=True: fencing is in flight."""
     node = copy.deepcopy(node)
     node["status"]["conditions"].append({"type": fencing_names.REQUIRED, "status": "True", "reason": "FencingRequested",
-                                         "message": "x", "lastTransitionTime": _fmt(required_since)})
+                                         "message": "x", "lastTransitionTime": fmt(required_since)})
     return node
 
 
@@ -945,7 +870,7 @@ def test_fencing_in_flight_fails_no_pod_over_on_a_fresh_blip(make_ctx, kube):
     Its FencingRequest is still in flight, which carries the request on, but
     no pod fails over until Ready=Unknown itself has held its 30s.
     """
-    blip = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=2)), T0 - dt.timedelta(seconds=300))
+    blip = _in_flight(unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=2)), T0 - dt.timedelta(seconds=300))
     h = NodeHarness(make_ctx, kube, blip, _policy())
     _failover_pod(kube)
     kube.add_object(_fresh_policy(h.now))
@@ -953,7 +878,7 @@ def test_fencing_in_flight_fails_no_pod_over_on_a_fresh_blip(make_ctx, kube):
                               "metadata": {"name": "fence-node-a", "namespace": NS, "uid": "uid-fr"},
                               "spec": {"nodeRef": {"name": "node-a", "uid": "uid-node-a"}},
                               "status": {"phase": "PoweringOff"}})
-    lying = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
+    lying = _in_flight(unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
                        T0 - dt.timedelta(seconds=300))
     response = _forged_call(h, lying, _fresh_policy(h.now))
     assert "default/web-1" in kube.pods
@@ -964,7 +889,7 @@ def test_fencing_in_flight_fails_no_pod_over_on_a_fresh_blip(make_ctx, kube):
 def test_an_unverified_failover_is_reported_once_and_retried(make_ctx, kube):
     """API unreachable for the fresh reads: the annotation once, and no Event (nothing is said on a body the API
     server did not confirm); the same failure again writes nothing."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
     _failover_pod(kube)
     kube.add_object(_fresh_policy(h.now))
     original_get = kube.get
@@ -986,7 +911,7 @@ def test_an_unverified_failover_is_reported_once_and_retried(make_ctx, kube):
 
 def test_failover_needs_the_governing_policy_the_request_was_decided_on(make_ctx, kube):
     """The policy was deleted and recreated under the same name since the body was built: no force delete this call."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)), _policy())
     _failover_pod(kube)
     recreated = _fresh_policy(h.now)
     recreated["metadata"]["uid"] = "uid-policy-new"
@@ -1012,7 +937,7 @@ def test_a_request_outside_the_controllers_namespace_powers_nothing_off(aws, mak
     assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NotHonouredHere"
     assert NS in h.status["errorMessage"]
     h.call(after=30)
-    assert _state(ec2, instance) == "running" and "default/db-0" in kube.pods
+    assert instance_state(ec2, instance) == "running" and "default/db-0" in kube.pods
     assert not any(c[0] in ("json_patch", "delete_with_options", "table") for c in kube.calls)
     assert not any(c[0] == "list" for c in kube.calls), "nothing is even read for it"
 
@@ -1020,28 +945,28 @@ def test_a_request_outside_the_controllers_namespace_powers_nothing_off(aws, mak
 def test_a_providerid_naming_another_clusters_instance_stops_nothing(aws, make_ctx, kube):
     """A node may claim any instance: only this cluster's tag makes it ours to power off."""
     ec2 = aws("ec2")
-    theirs = _launch(ec2, tags=({"Key": "kubernetes.io/cluster/other", "Value": "owned"},))
-    kube.add_node(_node(theirs))
+    theirs = launch(ec2, tags=({"Key": "kubernetes.io/cluster/other", "Value": "owned"},))
+    kube.add_node(unready_node(theirs))
     h = RequestHarness(make_ctx, kube, {})
     h.call()
     assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "NotClusterInstance"
-    assert _state(ec2, theirs) == "running"
-    untagged = _launch(ec2, tags=())
-    kube.add_node(_node(untagged, name="node-b"))
+    assert instance_state(ec2, theirs) == "running"
+    untagged = launch(ec2, tags=())
+    kube.add_node(unready_node(untagged, name="node-b"))
     other = RequestHarness(make_ctx, kube, {})
     other.fr["metadata"].update(name="fence-node-b", uid="uid-fr-b")
     other.fr["spec"]["nodeRef"]["name"] = "node-b"
     other.call()
-    assert other.status["errorReason"] == "NotClusterInstance" and _state(ec2, untagged) == "running"
+    assert other.status["errorReason"] == "NotClusterInstance" and instance_state(ec2, untagged) == "running"
 
 
 def test_no_cluster_name_means_no_power_action(aws, make_ctx, kube):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    kube.add_node(_node(instance))
+    instance = launch(ec2)
+    kube.add_node(unready_node(instance))
     h = RequestHarness(make_ctx, kube, {}, env={"NODEWARDEN_CLUSTER_NAME": ""})
     h.call()
-    assert h.status["errorReason"] == "ClusterNameUnset" and _state(ec2, instance) == "running"
+    assert h.status["errorReason"] == "ClusterNameUnset" and instance_state(ec2, instance) == "running"
 
 
 def test_the_cluster_tag_is_read_again_right_before_the_stop(aws, make_ctx, kube):
@@ -1060,7 +985,7 @@ def test_the_cluster_tag_is_read_again_right_before_the_stop(aws, make_ctx, kube
         h.call()
     finally:
         client.meta.events.unregister("after-call.ec2.DescribeInstances", untag_after_the_look)
-    assert _state(ec2, instance) == "running"
+    assert instance_state(ec2, instance) == "running"
     assert "not tagged for cluster" in h.status["providerStatus"]["lastStopError"]
 
 
@@ -1074,11 +999,11 @@ def test_a_worker_claiming_a_control_plane_instance_is_not_powered_off(aws, make
                      "addressType": "IPv4", "endpoints": [{"addresses": [address]}]})
     h.call()
     assert h.status["phase"] == fencing_names.FAILED and h.status["errorReason"] == "ControlPlaneNode"
-    assert address in h.status["errorMessage"] and _state(ec2, instance) == "running"
+    assert address in h.status["errorMessage"] and instance_state(ec2, instance) == "running"
     allowed = RequestHarness(make_ctx, kube, {"allowControlPlane": True})
     allowed.fr["metadata"].update(name="fence-node-a-allowed", uid="uid-fr-allowed")
     allowed.call()
-    assert allowed.status["phase"] == fencing_names.POWERING_OFF and _state(ec2, instance) == "stopped"
+    assert allowed.status["phase"] == fencing_names.POWERING_OFF and instance_state(ec2, instance) == "stopped"
 
 
 # ------------------------------------------- node-fencing: a node that dies again is fenced again
@@ -1089,8 +1014,8 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
     VolumeAttachment that never goes); then it dies again. The earlier request proves nothing now: it
     goes (its finalize takes its taint off), and the new spell gets a new request that powers it off."""
     ec2 = aws("ec2")
-    instance = _launch(ec2)
-    h = NodeHarness(make_ctx, kube, _node(instance, since=T0 - dt.timedelta(seconds=60)), _policy())
+    instance = launch(ec2)
+    h = NodeHarness(make_ctx, kube, unready_node(instance, since=T0 - dt.timedelta(seconds=60)), _policy())
     kube.volume_attachments["csi-stuck"] = {"metadata": {"name": "csi-stuck"}, "spec": {"nodeName": "node-a"},
                                             "status": {"attached": True}}
     env = {"NODEWARDEN_FENCING_RECOVERY_TIMEOUT_SECONDS": "30"}
@@ -1111,7 +1036,7 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
     h.call()
     first = drive("uid-fr-1")
     h.call(after=1)
-    assert _state(ec2, instance) == "stopped" and h.condition(fencing_names.COMPLETE)["status"] == "True"
+    assert instance_state(ec2, instance) == "stopped" and h.condition(fencing_names.COMPLETE)["status"] == "True"
 
     ec2.start_instances(InstanceIds=[instance])  # an admin starts it; the kubelet is back
     _set_ready(kube, "node-a", "True", h.now)
@@ -1135,7 +1060,7 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
     h.call(after=31)  # this spell's duration: a new request
     assert h.condition(fencing_names.REQUIRED)["status"] == "True" and h.fencing_request() is not None
     drive("uid-fr-2")
-    assert _state(ec2, instance) == "stopped", "powered off again"
+    assert instance_state(ec2, instance) == "stopped", "powered off again"
     h.call(after=1)
     assert h.condition(fencing_names.COMPLETE)["status"] == "True"
 
@@ -1143,16 +1068,16 @@ def test_a_node_that_dies_again_is_fenced_again(aws, make_ctx, kube):
 def test_a_forged_node_body_taints_nothing_and_orders_nothing(make_ctx, kube):
     """The API server's node-a is Ready. A body saying it has been NotReady for ten minutes, its conditions
     settled (so taints would follow): no taint, no condition, no FencingRequest, whatever the body's uid."""
-    h = NodeHarness(make_ctx, kube, _node("i-0123456789abcdef0", ready="True"), _policy())
+    h = NodeHarness(make_ctx, kube, unready_node("i-0123456789abcdef0", ready="True"), _policy())
     h.kube.add_object(_fresh_policy(h.now))
-    lying = _in_flight(_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
+    lying = _in_flight(unready_node("i-0123456789abcdef0", since=T0 - dt.timedelta(seconds=600)),
                        T0 - dt.timedelta(seconds=590))
     lying["status"]["conditions"][-1]["message"] = f"FencingRequest {NS}/fence-node-a powers the node off"
     lying["status"]["conditions"] += [
         {"type": fencing_names.TRIAGED, "status": "True", "reason": "UnhealthyCondition",
-         "message": f"Ready=Unknown since {_fmt(T0 - dt.timedelta(seconds=600))}", "lastTransitionTime": _fmt(T0)},
+         "message": f"Ready=Unknown since {fmt(T0 - dt.timedelta(seconds=600))}", "lastTransitionTime": fmt(T0)},
         {"type": fencing_names.COMPLETE, "status": "False", "reason": "FencingInProgress",
-         "message": "waiting for the power-off to be confirmed", "lastTransitionTime": _fmt(T0)}]
+         "message": "waiting for the power-off to be confirmed", "lastTransitionTime": fmt(T0)}]
     for uid in ("uid-node-a", "uid-made-up"):  # the real uid (verified: the Ready node decides), or not (unverified)
         lying["metadata"]["uid"] = uid
         response = _forged_call(h, lying, _fresh_policy(h.now))
@@ -1170,9 +1095,9 @@ def test_the_power_off_skips_the_os_shutdown(aws):
     from hooks.aws import ec2_power
 
     ec2 = aws("ec2")
-    instance = _launch(ec2)
+    instance = launch(ec2)
     sent = []
     ec2.meta.events.register("before-call.ec2.StopInstances", lambda params=None, **_: sent.append(params["body"]))
     ec2_power.stop(ec2, instance)
     assert sent and sent[0].get("SkipOsShutdown") == "true" and sent[0].get("Force") == "true"
-    assert _state(ec2, instance) == "stopped"
+    assert instance_state(ec2, instance) == "stopped"

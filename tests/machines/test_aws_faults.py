@@ -24,7 +24,7 @@ def _sync(worlds, rounds: int, every: float = 2) -> None:
 
 @pytest.mark.parametrize("kind, limits", [("throttle", {}), ("error", {"status": 500})])
 def test_a_scale_out_and_a_termination_through_an_aws_that_refuses_everything(aws, make_ctx, throttling_aws,
-                                                                             kind, limits):
+                                                                             retries_at_once, kind, limits):
     throttling_aws.disable()  # only the fault refuses: the buckets would also slow the test's own calls
     kube = FakeKube()
     leaving = MachineWorld(make_ctx, aws, name="web-old", uid="uid-old", kube=kube)
