@@ -1,7 +1,7 @@
 """FencingRequests against moto, with Metacontroller played by the test.
 
-Shared by tests/fencing/test_fencing_moto.py, test_fencing_reads.py and
-test_fencing_aws_faults.py:
+Shared by tests/fencing/test_fencing_moto.py, test_fencing_reads.py,
+test_fencing_aws_faults.py and tests/replacement/test_replacement_moto.py:
 
 - ``launch``: a moto instance of this cluster (its tag, as make_ctx names the
   cluster), ``instance_state``: its state as EC2 answers now;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hooks import fencing_names, owner_names
-from tests.fencing.test_fencing_moto import T0, RequestHarness, _fmt, _launch, _node, _state
+from worlds.fencing import T0, RequestHarness, fmt, instance_state, launch, unready_node
 from worlds.fake_kube import FakeKube
 
 pytestmark = pytest.mark.moto
@@ -15,19 +15,19 @@ ENV = {"NODEWARDEN_FENCING_COUNT_MAX_AGE_SECONDS": "86400"}  # the test's clock 
 
 def _policy(holds: bool = False) -> dict:
     guard = {"type": fencing_names.STORM_GUARD, "status": "True" if holds else "False", "reason": "x",
-             "lastTransitionTime": _fmt(T0)}
+             "lastTransitionTime": fmt(T0)}
     return {"apiVersion": fencing_names.API_VERSION, "kind": fencing_names.POLICY_KIND,
             "metadata": {"name": "workers", "uid": "uid-policy", "generation": 1},
             "spec": {"nodeSelector": {"matchLabels": {"pool": "workers"}}},
-            "status": {"observedGeneration": 1, "countedAt": _fmt(T0), "conditions": [guard],
+            "status": {"observedGeneration": 1, "countedAt": fmt(T0), "conditions": [guard],
                        "observedNodes": 3, "notReadyNodes": 1}}
 
 
 def _fence(aws, make_ctx, unattributed: str, holds: bool = False):
     ec2 = aws("ec2")
-    instance = _launch(ec2)
+    instance = launch(ec2)
     kube = FakeKube([_policy(holds)])
-    kube.add_node(_node(instance))
+    kube.add_node(unready_node(instance))
     h = RequestHarness(make_ctx, kube, {"replacement": {"mode": "Owner", "unattributed": unattributed}}, env=ENV)
     h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
     return ec2, instance, kube, h
@@ -37,7 +37,7 @@ def test_an_unattributed_node_is_terminated_when_the_policy_says_so(aws, make_ct
     ec2, instance, kube, h = _fence(aws, make_ctx, owner_names.UNATTRIBUTED_TERMINATE)
     h.run_until(lambda: (h.condition(owner_names.OWNER_REPLACEMENT) or {}).get("status") == "True")
     assert h.condition(owner_names.OWNER_REPLACEMENT)["reason"] == owner_names.INSTANCE_TERMINATED
-    assert _state(ec2, instance) in ("shutting-down", "terminated")
+    assert instance_state(ec2, instance) in ("shutting-down", "terminated")
     assert "OwnerReplacementRequested" in kube.reasons()
 
 
@@ -45,7 +45,7 @@ def test_an_unattributed_node_is_kept_powered_off_by_default(aws, make_ctx):
     ec2, instance, kube, h = _fence(aws, make_ctx, owner_names.UNATTRIBUTED_KEEP)
     h.run_until(lambda: h.condition(owner_names.OWNER_REPLACEMENT) is not None)
     assert h.condition(owner_names.OWNER_REPLACEMENT)["reason"] == owner_names.UNATTRIBUTED
-    assert _state(ec2, instance) == "stopped"
+    assert instance_state(ec2, instance) == "stopped"
     assert "NodeUnattributed" in kube.reasons()
 
 
@@ -55,4 +55,4 @@ def test_the_storm_guard_holds_a_termination(aws, make_ctx):
     h.call(after=30)
     assert h.condition(owner_names.OWNER_REPLACEMENT)["reason"] == owner_names.HELD_STORM_GUARD
     assert h.status["replacement"]["heldReason"] == owner_names.HELD_STORM_GUARD
-    assert _state(ec2, instance) == "stopped"
+    assert instance_state(ec2, instance) == "stopped"
