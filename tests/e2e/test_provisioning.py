@@ -242,7 +242,12 @@ def test_forty_pods_get_just_enough_machines_and_all_run(api, cloud, stage):
     pods = workloads.wait_running(api, stage.namespace, app, 40, timeout=SETTLE)
     machines = live_machines(pool_machines(api, pool))
     assert len(machines) == expected, explain(api, pool)
-    assert all(condition_status(m, machine_names.INITIALIZED) == "True" for m in machines)
+    # A pod may run on its Node before the Machine's next sync records Initialized: wait for that sync.
+    def all_initialized():
+        found = live_machines(pool_machines(api, pool))
+        return found if all(condition_status(m, machine_names.INITIALIZED) == "True" for m in found) else None
+    machines = wait_for(all_initialized, "every Machine Initialized", timeout=60, interval=0.5)
+    assert len(machines) == expected, explain(api, pool)
     assert {m["status"]["instanceType"] for m in machines} == {INSTANCE_TYPE}
     assert_one_instance_each(cloud, pool, machines)
     nodes = {m["status"]["nodeName"] for m in machines}
