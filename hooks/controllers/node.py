@@ -7,7 +7,7 @@ the request: its own attachments, and the related objects it asked for.
 Metacontroller then makes one sync, one hook call and one set of writes per
 Node event instead of two (docs/performance.md).
 
-The two answers are merged here:
+The two answers are merged by hooks/node_answers.py:
 
 - labels, annotations and attachments: the union (the concerns own
   different keys and kinds);
@@ -39,7 +39,7 @@ import dataclasses
 import datetime as dt
 import logging
 
-from hooks import detacher_names, fencing_names, runtime, timefmt
+from hooks import detacher_names, fencing_names, node_answers, runtime, timefmt
 from hooks.contract import HookRequest, ObjectGroups, RequestError, decorator_response
 from hooks.controllers import node_detacher, node_fencing, node_handover
 from hooks.fencing import records, storm
@@ -107,7 +107,7 @@ def _both(request: HookRequest, ctx: runtime.Context) -> dict:
             answers.append((module, kinds, _as_it_is(view, ctx)))
     if len(refused) == len(CONCERNS):
         raise refused[0]
-    response = merge(request, [a for _, _, a in answers], ctx.settings.node_resync_seconds)
+    response = node_answers.merge(request, [a for _, _, a in answers], ctx.settings.node_resync_seconds)
     if old_holds and response.get("finalized") is True:
         node_handover.release_old(request, ctx, NAME)
     return response
@@ -124,7 +124,7 @@ def decide(request: HookRequest, settings, now, observed: dict) -> Plan:
     views = [(module, _view(request, module, kinds)) for module, kinds in CONCERNS]
     plans = [module.decide(view, settings, now, observed.get(module.NAME) or {}) for module, view in views]
     answers = [_kept_while_deleted(view, module, p.response) for (module, view), p in zip(views, plans)]
-    return Plan(merge(request, answers, settings.node_resync_seconds), [a for p in plans for a in p.actions],
+    return Plan(node_answers.merge(request, answers, settings.node_resync_seconds), [a for p in plans for a in p.actions],
                 [e for p in plans for e in p.events],
                 background_events=[e for p in plans for e in p.background_events])
 
@@ -151,75 +151,3 @@ def _as_it_is(view: HookRequest, ctx: runtime.Context) -> dict:
     kept = [node_fencing.as_it_is(child) for child in view.children.all()]
     return decorator_response(attachments=kept, resync_after=backoff(ctx.settings, 1),
                               finalized=False if view.finalizing else None)
-
-
-def merge(request: HookRequest, answers: list[dict], look_again: float) -> dict:
-    """One decorator response from the concerns' answers (see the module docstring), asking to see the Node
-    again within ``look_again`` seconds at the latest."""
-    labels: dict = {}
-    annotations: dict = {}
-    attachments: list = []
-    resyncs = []
-    for answer in answers:
-        labels.update(answer.get("labels") or {})
-        annotations.update(answer.get("annotations") or {})
-        attachments.extend(answer.get("attachments") or [])
-        resync = _resync(answer.get("resyncAfterSeconds"))
-        if resync:
-            resyncs.append(resync)
-    response = decorator_response(labels=labels, annotations=annotations,
-                                  status=merge_status(request.parent.get("status"),
-                                                      [a.get("status") for a in answers]),
-                                  attachments=attachments, resync_after=min([*resyncs, look_again]))
-    finalized = answers[0].get("finalized")  # node-detacher's: the only concern that holds a deletion
-    if finalized is not None:
-        response["finalized"] = finalized
-    return response
-
-
-def _resync(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
-
-
-def merge_status(observed, statuses: list) -> dict | None:
-    """The observed status with every concern's condition changes; None when no concern changes it.
-
-    Each concern answers the complete status (its own conditions upserted or
-    removed) or None. What a concern changed is read against the observed
-    conditions, by type, and applied in order.
-    """
-    changed = [s for s in statuses if isinstance(s, dict)]
-    if not changed:
-        return None
-    observed = observed if isinstance(observed, dict) else {}
-    before = _by_type(observed.get("conditions"))
-    merged = dict(before)
-    for status in changed:
-        after = _by_type(status.get("conditions"))
-        for ctype, cond in after.items():
-            if before.get(ctype) != cond:
-                merged[ctype] = cond
-        for ctype in before:
-            if ctype not in after:
-                merged.pop(ctype, None)
-    base = dict(changed[0]) if len(changed) == 1 else dict(observed)
-    base["conditions"] = [merged[t] for t in _order(observed.get("conditions"), changed) if t in merged]
-    return base
-
-
-def _by_type(conditions) -> dict:
-    if not isinstance(conditions, list):
-        return {}
-    return {c["type"]: c for c in conditions if isinstance(c, dict) and isinstance(c.get("type"), str)}
-
-
-def _order(observed, statuses: list) -> list[str]:
-    """Condition types in the order they first appear: the observed ones, then the new ones."""
-    seen: list[str] = []
-    for conditions in [observed, *(s.get("conditions") for s in statuses)]:
-        for ctype in _by_type(conditions):
-            if ctype not in seen:
-                seen.append(ctype)
-    return seen
-
-

@@ -26,8 +26,8 @@ one step of hooks.detacher.assess's phases, one module each in hooks/detacher:
 
 Progress lives in the Node's annotations, so a failed step never loses what
 already happened and the next call resumes where this one stopped. This
-module holds the pipeline interface: the look-ups (AWS, the pods), the
-dispatch to the phases, and what failed steps mean.
+module holds the pipeline interface: the dispatch to the phases and what
+failed steps mean; the look-ups (AWS, the pods) are hooks/kube/node_detacher_reads.py.
 """
 from __future__ import annotations
 
@@ -35,39 +35,19 @@ import dataclasses
 import datetime as dt
 import logging
 import sys
-import threading
-import time
 
-from hooks import bounds, detacher_names, events, objects, pipeline, runtime, timefmt
-from hooks.aws import elb, lb_discovery
+from hooks import bounds, detacher_names, events, pipeline, runtime, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import assess, deregister, drain, exclude, idle, pod_trigger, reattach, rejoin, shutdown, targets
 from hooks.detacher.step import deletion_deadline_passed
-from hooks.kube import daemonsets, fresh, pods
-from hooks.plan import Outcome, Plan, backoff, error_text, failure_text, unverified_text
+from hooks.kube import fresh, node_detacher_reads
+from hooks.plan import Outcome, Plan, backoff, failure_text, unverified_text
 
 NAME = "node-detacher"
 FAILURE_REASON = events.DETACH_FAILED
 log = logging.getLogger(__name__)
-
-
-class _FirstSeen:
-    """When this process first saw each node waiting for its unschedulable taint (bounds that wait). The
-    process's own memory, so it lives here: decide is told how long (hooks.detacher.reattach.waiting_for_taint)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._seen: dict[str, float] = {}
-
-    def seconds(self, key: str) -> float:
-        now = time.monotonic()
-        with self._lock:
-            self._seen = {k: t for k, t in self._seen.items() if now - t < 120}
-            return now - self._seen.setdefault(key, now)
-
-
-_TAINT_PENDING = _FirstSeen()
+gather = node_detacher_reads.gather
 
 
 # --------------------------------------------------------------------------- decide
@@ -99,83 +79,6 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
         return pod_trigger.withdraw_node_request(plan, ended)
     response = pod_trigger.keep_node_request_clock(request, plan.response, settings, now)
     return dataclasses.replace(plan, response=response)
-
-
-# --------------------------------------------------------------------------- observe
-
-
-def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict:
-    """The look-ups this call's phase needs; failures are recorded, never raised."""
-    settings = ctx.settings
-    observed: dict = {}
-    ended = daemonsets.end_of_node_request(request, ctx, now)
-    if ended:
-        observed["podRequestEnded"] = ended
-        request = pod_trigger.without_node_request(request)
-    sit = assess.assess(request, settings, now)
-    if sit.phase == assess.REATTACH and reattach.unschedulable_taint_pending(request.parent):
-        observed["unschedulableTaintPendingSeconds"] = _TAINT_PENDING.seconds(
-            f"{request.meta.get('uid')}/{request.name}/{sit.phase}")
-    if sit.needs_discovery():
-        try:
-            index = lb_discovery.CACHE.get(ctx.aws, sit.region or ctx.aws.region(), settings)
-            observed["discovery"] = {
-                "memberships": [list(m) for m in index.memberships(sit.instance_id)],
-                # When the index was read, so that two calls served by one index ask for the same Attachment.
-                "discoveredAt": timefmt.fmt(index.listed_at),
-            }
-        except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
-            observed["discoveryError"] = error_text(exc)
-    if sit.phase == assess.DRAIN:
-        _observe_memberships(observed, ctx, sit, request, now)
-    if sit.phase == assess.SHUTDOWN and not request.finalizing and shutdown.node_leaving(sit):
-        try:
-            node_pods = pods.on_node(ctx.kube, request.name)
-            owners = {objects.daemonset_of(p) for p in node_pods} - {None}
-            observed["pods"] = node_pods
-            observed["daemonsets"] = pods.daemonset_annotations(ctx.kube, owners) if owners else {}
-        except Exception as exc:  # noqa: BLE001
-            observed["podsError"] = error_text(exc)
-        else:
-            if shutdown.next_group(shutdown.prioritized(node_pods, observed["daemonsets"]))[1]:
-                _observe_memberships(observed, ctx, sit, request, now)  # read right before any pod is evicted
-    return observed
-
-
-def _observe_memberships(observed: dict, ctx: runtime.Context, sit: assess.Situation, request: HookRequest,
-                         now: dt.datetime) -> None:
-    try:
-        observed["targetStates"] = _target_states(ctx, sit, request, now)
-    except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
-        observed["targetStatesError"] = error_text(exc)
-
-
-def _target_states(ctx: runtime.Context, sit: assess.Situation, request: HookRequest,
-                   now: dt.datetime) -> dict[str, str]:
-    """The instance's state in every target group and classic ELB it was deregistered from, each read at most
-    once per poll interval for all nodes (hooks.aws.elb.HealthBoard), by a reading begun after the node's
-    deregistrations were recorded, and once no registration of ours sent before the detach can still land,
-    after that."""
-    settings = ctx.settings
-    states = {}
-    began = timefmt.parse(request.annotations.get(detacher_names.SINCE)) or now
-    land_by = sit.registrations_land_by
-    settled = land_by.timestamp() if land_by is not None and now >= land_by else None
-    # Reading for longer than a poll interval would hold the hook thread for nothing: the rest is
-    # answered from the readings at hand and looked at again on the next poll.
-    reading_until = time.monotonic() + settings.drain_poll_seconds
-    for (lb_type, name), ports in targets.group_by_load_balancer(sit.deregistered or ()).items():
-        if lb_type == "tg":
-            client, read = ctx.aws.client("elbv2", sit.region), elb.target_states
-        else:  # a classic ELB: registered or not (it stops sending to an instance as it is deregistered)
-            client, read, ports = ctx.aws.client("elb", sit.region), elb.instance_states, [0]
-        found = elb.HEALTH.states(client, sit.region or "", name, sit.instance_id, ports,
-                                  max_age=settings.drain_poll_seconds, not_before=began.timestamp(),
-                                  after=settled, may_read=time.monotonic() < reading_until,
-                                  clock=lambda: ctx.now().timestamp(), read=read)
-        for port, state in found.items():
-            states[targets.state_key(("tg", name, port) if lb_type == "tg" else ("elb", name))] = state
-    return states
 
 
 # --------------------------------------------------------------------------- act

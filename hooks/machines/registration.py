@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hooks import events, fields, machine_names, provisioning_names
-from hooks.machines.view import MachineView, Progress, node_instance_id
+from hooks.machines.view import MachineView, Progress, node_instance_id, read_status
 from hooks.plan import Action
 
 
@@ -70,6 +70,16 @@ def sight(machine: str, instance_id: str, node_name: str, node_uid: str, nodes: 
     else:
         found.conflict = naming
     return found
+
+
+def call_sight(request, observed: dict) -> Sight:
+    """The Machine's Node in this call (``request`` its HookRequest): from the API server when it was asked,
+    else the request's related Nodes."""
+    status = read_status(request)
+    instance_id = status.get("instanceID") or (observed.get("instance") or {}).get("instanceID")
+    listed = observed["nodes"] if "nodes" in observed else request.related.of_kind("Node")
+    return sight(request.name, instance_id or "", status.get("nodeName") or "", status.get("nodeUID") or "",
+                 listed, bool(observed.get("recordedNodeGone")))
 
 
 def mirrored(node: dict) -> bool:

@@ -27,6 +27,12 @@ def own_status(parent: dict) -> dict:
     return status
 
 
+def read_status(request) -> dict:
+    """The Machine's status as this call read it once (gather only reads it; decide works on its own copy):
+    ``request`` is the call's HookRequest."""
+    return request.reading("status", lambda: own_status(request.parent))
+
+
 @dataclass
 class MachineView:
     obj: dict

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from hooks import actuators, events, metrics, pipeline
+from hooks import actuators, events, metrics, node_answers, pipeline
 from hooks.config import load_settings
 from hooks.contract import DECORATOR, DECORATOR_CLAIM, decorator_finalizer, parse_request
 from hooks.controllers import node, node_fencing, node_handover
@@ -89,8 +89,8 @@ def test_merge_status_applies_each_concerns_removals_too():
     observed = {"conditions": [{"type": "Ready"}, {"type": "NodeBeingDetached"}, {"type": "FencingTriaged"}]}
     detacher = {"conditions": [{"type": "Ready"}, {"type": "FencingTriaged"}]}  # removed its own
     fencing = {"conditions": [{"type": "Ready"}, {"type": "NodeBeingDetached"}]}  # removed its own
-    assert node.merge_status(observed, [detacher, fencing]) == {"conditions": [{"type": "Ready"}]}
-    assert node.merge_status(observed, [None, None]) is None
+    assert node_answers.merge_status(observed, [detacher, fencing]) == {"conditions": [{"type": "Ready"}]}
+    assert node_answers.merge_status(observed, [None, None]) is None
 
 
 # ----------------------------------------------------------------------------------- the move from the old two
