@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import threading
+import time
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -26,8 +28,6 @@ class BucketSampler:
     and how many it admitted and throttled from ``start`` to ``stop``."""
 
     def __init__(self, control, interval: float = 1.0):
-        import threading
-
         self._control = control
         self._interval = interval
         self._stop = threading.Event()
@@ -41,8 +41,6 @@ class BucketSampler:
         return {f"{row['region']} {row['key']}": row for row in self._control.state()["buckets"]}
 
     def _loop(self) -> None:
-        import time
-
         before, at = self._read(), time.monotonic()
         self._first = before
         while not self._stop.wait(self._interval):
