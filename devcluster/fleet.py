@@ -11,6 +11,7 @@ from typing import Mapping
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from hooks.aws import rate_limits
 
@@ -77,6 +78,20 @@ def create_target_group(aws: Aws, name: str, cluster_name: str) -> str:
         Tags=cluster_tag(cluster_name),
     )
     return group["TargetGroups"][0]["TargetGroupArn"]
+
+
+def target_group_arns(aws: Aws) -> list[str]:
+    pages = aws.elbv2.get_paginator("describe_target_groups").paginate()
+    return [group["TargetGroupArn"] for page in pages for group in page["TargetGroups"]]
+
+
+def delete_target_group(aws: Aws, arn: str) -> None:
+    """Delete a target group; one already gone, or still behind a listener, is left as it is."""
+    try:
+        aws.elbv2.delete_target_group(TargetGroupArn=arn)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("TargetGroupNotFound", "ResourceInUse"):
+            raise
 
 
 def launch_instances(aws: Aws, count: int, cluster_name: str | None = None) -> list[str]:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable
 
 from hooks import machine_names, runtime, timefmt
-from hooks.aws import autoscaling, ec2_power, elb, gc, instances, sqs_messages
+from hooks.aws import autoscaling, ec2_power, elb, gc, instances, rate_limits, sqs_messages
 from hooks.aws.clients import error_code
 from hooks.ec2_names import GONE_STATES, OFF_STATES, OWNED, cluster_tag, cluster_tagged
 from hooks.fencing.node import request_to_make
@@ -86,20 +86,31 @@ def _send_within(ctx: runtime.Context, a: Action) -> float | None:
     return left
 
 
+def _in_time(ctx: runtime.Context, a: Action, service: str, operation: str, call: Callable[[object], object]):
+    """``call`` on the action's client, sent only before its ``sendBy``: its token is taken first and the
+    deadline read again with it in hand, so a wait for tokens never sends it late."""
+    client = ctx.aws.client(service, a.params.get("region"))
+    left = _send_within(ctx, a)
+    if left is None:
+        return call(client)
+    with rate_limits.paid_ahead(client, operation, left):
+        _send_within(ctx, a)
+        return call(client)
+
+
 def _deregister_instance(ctx: runtime.Context, a: Action):
-    _send_within(ctx, a)
-    return elb.deregister_instance(ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"])
+    return _in_time(ctx, a, "elb", "DeregisterInstancesFromLoadBalancer",
+                    lambda client: elb.deregister_instance(client, a.target, a.params["instance"]))
 
 
 def _register_targets(ctx: runtime.Context, a: Action):
-    _send_within(ctx, a)
-    return elb.register_targets(ctx.aws.client("elbv2", a.params.get("region")), a.target, a.params["instance"],
-                                a.params["ports"])
+    return _in_time(ctx, a, "elbv2", "RegisterTargets",
+                    lambda client: elb.register_targets(client, a.target, a.params["instance"], a.params["ports"]))
 
 
 def _register_instance(ctx: runtime.Context, a: Action):
-    _send_within(ctx, a)
-    return elb.register_instance(ctx.aws.client("elb", a.params.get("region")), a.target, a.params["instance"])
+    return _in_time(ctx, a, "elb", "RegisterInstancesWithLoadBalancer",
+                    lambda client: elb.register_instance(client, a.target, a.params["instance"]))
 
 
 # Actuators that hand their work over and return a ticket (a callable that waits for the result): a run of

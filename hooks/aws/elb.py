@@ -10,6 +10,7 @@ import time
 
 from botocore.exceptions import ClientError
 
+from hooks.aws import rate_limits
 from hooks.aws.clients import error_code
 from hooks.target_states import REGISTERED, UNREAD
 
@@ -20,7 +21,8 @@ GONE_CODES = ("TargetGroupNotFound", "LoadBalancerNotFound")
 # What register/deregister report when the load balancer was already gone.
 GONE = "gone"
 # How long a call sent here can take to land at AWS: longer than botocore's worst case for one call (3
-# attempts of 2 s connect + 5 s read, and backoff). A ticket gives up waiting for it then.
+# attempts of 2 s connect + 5 s read, and backoff); its token was taken before it was sent and a retry waits
+# for none (rate_limits.paid_ahead), so the limiter adds nothing. A ticket gives up waiting for it then.
 CALL_SECONDS = 30.0
 
 
@@ -295,6 +297,10 @@ class DeregisterCoalescer:
     targets a deadline to go out (``send_within``): if the group's turn comes
     later, they are left out of the call and the ticket raises NotSent, so no
     deregistration goes out long after the reading of the Node it rests on.
+    The leader waits for the call's token from the process's limiter
+    (rate_limits.paid_ahead) before it takes the batch, so the callers who
+    ask meanwhile go out in the same call, and the deadlines are checked with
+    the token in hand: waiting for it never carries a call past them.
     """
 
     TICKET_DEADLINE_SECONDS = CALL_SECONDS
@@ -343,24 +349,48 @@ class DeregisterCoalescer:
         return result
 
     def _send(self, elbv2, key: tuple, batch: _Batch, window: float) -> None:
-        """As leader: wait for the group's turn, take the batch, make its call(s), and answer every part."""
+        """As leader: wait for the group's turn and for the call's token, the batch open to later callers
+        all the while; then take the batch, make its call(s) at once, and answer every part."""
         try:
-            while True:
-                with self._lock:
-                    due = self._last.get(key, float("-inf")) + window
-                    if key not in self._busy and time.monotonic() >= due:
-                        self._busy.add(key)
-                        self._last[key] = time.monotonic()
-                        del self._pending[key]  # later callers start the next batch
-                        break
-                time.sleep(max(0.001, min(window, due - time.monotonic())))
-            batch.results = _in_time_parts(elbv2, key[1], batch)
+            self._wait_for_turn(key, window)
+            try:
+                with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
+                    self._close(key, batch)
+                    batch.results = _in_time_parts(elbv2, key[1], batch)
+            except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
+                self._close(key, batch)
+                batch.results = [exc] * len(batch.parts)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
+            self._close(key, batch)
             batch.results = [exc] * len(batch.parts)
         finally:
             with self._lock:
                 self._busy.discard(key)
             batch.done.set()
+
+    def _wait_for_turn(self, key: tuple, window: float) -> None:
+        while True:
+            with self._lock:
+                due = self._last.get(key, float("-inf")) + window
+                if key not in self._busy and time.monotonic() >= due:
+                    self._busy.add(key)
+                    self._last[key] = time.monotonic()
+                    return
+            time.sleep(max(0.001, min(window, due - time.monotonic())))
+
+    def _token_wait(self, batch: _Batch) -> float:
+        """How long the call may wait for its token: until the last of its parts' deadlines to go out."""
+        with self._lock:
+            deadlines = list(batch.send_by)
+        if any(d is None for d in deadlines):
+            return float("inf")  # the limiter's own bound for a call outside any hook call
+        return max(deadlines) - time.monotonic()
+
+    def _close(self, key: tuple, batch: _Batch) -> None:
+        """Later callers start the group's next batch."""
+        with self._lock:
+            if self._pending.get(key) is batch:
+                del self._pending[key]
 
 
 def _in_time_parts(elbv2, target_group_arn: str, batch: _Batch) -> list:

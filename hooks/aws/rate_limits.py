@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 from urllib.parse import parse_qsl
@@ -45,6 +46,10 @@ OUTSIDE_HOOK_WAIT_SECONDS = 5.0
 _allowance: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("aws_rate_allowance", default=None)
 # The tokens the calls of a counting_draws block drew, per bucket name (None: not counting).
 _drawn: contextvars.ContextVar[Drawn | None] = contextvars.ContextVar("aws_rate_drawn", default=None)
+# Operations whose next attempt in this block has its tokens already (paid_ahead).
+_prepaid: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("aws_rate_prepaid", default=None)
+# Each metered client's limiter, service and region, for paid_ahead.
+_METERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Limited(ClientError):
@@ -151,14 +156,18 @@ class Limiter:
                 if tokens is not None:
                     tokens.level, tokens.at = min(tokens.level, 0.0), now
 
-    def acquire(self, region: str, operation: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> float:
-        """Take the call's tokens, waiting for them while the hook call may; the seconds waited.
+    def acquire(self, region: str, operation: str, draws: tuple[aws_rate_buckets.Draw, ...],
+                within: float | None = None) -> float:
+        """Take the call's tokens, waiting for them while the hook call may (and at most ``within``); the
+        seconds waited.
 
         Raises Limited, taking nothing, when they would come later than that.
         """
         now = self._clock()
         allowance = _allowance.get()
         allowed = max(0.0, allowance[0]) if allowance is not None else self._outside_hook_wait
+        if within is not None:
+            allowed = min(allowed, max(0.0, within))
         with self._lock:
             held = []
             for draw in draws:
@@ -219,9 +228,37 @@ def wire_form(body) -> dict[str, str]:
     return dict(parse_qsl(body, keep_blank_values=True))
 
 
+@contextlib.contextmanager
+def paid_ahead(client, operation: str, within: float) -> Iterator[None]:
+    """Take the tokens of one ``operation`` call of ``client`` now, waiting for them at most ``within``
+    seconds (and no longer than the hook call may), for a call made in this block without waiting again:
+    its first attempt takes nothing more, and a retry goes out only on a token already there.
+
+    A call that must go out by a deadline checks it inside the block, after its tokens came, and is then
+    sent at once: the wait for tokens never carries it past its deadline. Raises Limited, taking nothing,
+    when the tokens would come later than ``within``.
+    """
+    paid = None
+    metered = _METERED.get(client)
+    if metered is not None:
+        limiter, service, region = metered
+        draws = aws_rate_buckets.request_draws(service, operation, {})
+        if draws:
+            limiter.acquire(region, operation, draws, within=within)
+            paid = _prepaid.set([operation])
+    no_wait = _allowance.set([0.0])
+    try:
+        yield
+    finally:
+        _allowance.reset(no_wait)
+        if paid is not None:
+            _prepaid.reset(paid)
+
+
 def meter(client, service: str, region: str, limiter: Limiter) -> None:
     """Make every HTTP attempt of ``client`` take its tokens from ``limiter`` before it is sent, and tell it
     of every attempt AWS answered with a throttling code."""
+    _METERED[client] = (limiter, service, region)
 
     def before_send(request=None, event_name: str = "", **_):
         operation = event_name.rsplit(".", 1)[-1]
@@ -230,7 +267,11 @@ def meter(client, service: str, region: str, limiter: Limiter) -> None:
             counted = _drawn.get()
             if counted is not None:
                 counted.add(draws)
-            limiter.acquire(region, operation, draws)
+            prepaid = _prepaid.get()
+            if prepaid and operation in prepaid:
+                prepaid.remove(operation)  # its tokens were taken by paid_ahead
+            else:
+                limiter.acquire(region, operation, draws)
         return None  # botocore sends the request itself
 
     def needs_retry(response=None, operation=None, request_dict=None, **_):

@@ -25,8 +25,8 @@ REATTACH = "reattach"  # schedulable again: undo exactly what we did
 REJOIN = "rejoin"  # back in service: register once more when no deregistration sent before can still land
 
 # Every load-balancer call of ours has landed this long after the call that decided it: node_detacher sends
-# each within 5 s of that call or not at all, one sent lands within hooks.aws.elb.CALL_SECONDS (30 s), and the
-# rest is room for two processes' clocks and timestamps to the second.
+# each within 5 s of that call or not at all (the check made with its rate-limit token in hand, so no wait
+# for one comes after it), one sent lands within hooks.aws.elb.CALL_SECONDS (30 s), and the rest is room for two processes' clocks and timestamps to the second.
 LANDED_SECONDS = 45.0
 
 

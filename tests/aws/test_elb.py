@@ -527,3 +527,146 @@ def test_once_no_registration_can_land_a_group_is_read_again_and_only_readings_s
         assert ask(after=1005) == {30080: "healthy"}, "read again: the one at hand began before 1005"
         assert ask(after=1005) == {30080: "healthy"}
         stub.assert_no_pending_responses()
+
+
+class _HeldSleep:
+    """The limiter's sleep, held until the test lets it go; then the limiter's clock moves by what it slept."""
+
+    def __init__(self, clock):
+        self.clock, self.asleep, self.go = clock, threading.Event(), threading.Event()
+
+    def __call__(self, seconds: float) -> None:
+        self.asleep.set()
+        assert self.go.wait(10)
+        self.clock.now += seconds
+
+
+def _paced_client(aws):
+    """A metered elbv2 client whose bucket is empty: the next DeregisterTargets waits 5 s, held by the test."""
+    from hooks import aws_rate_buckets
+    from hooks.aws import rate_limits
+    from hooks.aws.clients import AwsClients
+    from hooks.config import load_settings
+    from worlds.clock import ManualClock
+
+    clock = ManualClock()
+    held = _HeldSleep(clock)
+    limiter = rate_limits.Limiter(0.5, {"elb-mutating": 0.05}, clock=clock, sleep=held)
+    with rate_limits.hook_call(0):
+        limiter.acquire("us-east-1", "DeregisterTargets", aws_rate_buckets.request_draws("elbv2", "DeregisterTargets", {}))
+    client = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=limiter).client("elbv2")
+    calls = []
+    client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets",
+                                lambda params, **_: calls.append(sorted(t["Id"] for t in params["Targets"])))
+    return client, held, calls
+
+
+@pytest.mark.moto
+def test_callers_who_ask_while_the_leader_waits_for_its_token_go_out_in_its_call(aws):
+    elbv2, arn, (first, second, third) = _group_of(aws, 3)
+    client, held, calls = _paced_client(aws)
+    coalescer = elb.DeregisterCoalescer()
+    tickets = [coalescer.submit(client, "us-east-1", arn, first, [30080], window=0.01, send_within=30)]
+    assert held.asleep.wait(10), "the leader waits for the token"
+    tickets += [coalescer.submit(client, "us-east-1", arn, i, [30080], window=0.01, send_within=30)
+                for i in (second, third)]
+    held.go.set()
+    assert [ticket() for ticket in tickets] == [None, None, None]
+    assert calls == [sorted([first, second, third])], "one call, with everyone who asked meanwhile"
+    assert tg_members(elbv2, arn) == []
+
+
+@pytest.mark.moto
+def test_a_deadline_that_passes_while_the_token_is_awaited_keeps_its_targets_back(aws):
+    elbv2, arn, (timely, late) = _group_of(aws, 2)
+    client, held, calls = _paced_client(aws)
+    coalescer = elb.DeregisterCoalescer()
+    waiting_timely = coalescer.submit(client, "us-east-1", arn, timely, [30080], window=0.01, send_within=30)
+    assert held.asleep.wait(10)
+    waiting_late = coalescer.submit(client, "us-east-1", arn, late, [30080], window=0.01, send_within=0.05)
+    threading.Event().wait(0.2)  # the late one's deadline passes while the leader still waits
+    held.go.set()
+    assert waiting_timely() is None
+    with pytest.raises(elb.NotSent):
+        waiting_late()
+    assert calls == [[timely]]
+    assert tg_members(elbv2, arn) == [(late, 30080)], "never sent, so still registered"
+
+
+@pytest.mark.moto
+def test_a_token_that_would_come_after_every_deadline_sends_nothing(aws):
+    elbv2, arn, (instance,) = _group_of(aws, 1)
+    client, held, calls = _paced_client(aws)
+    ticket = elb.DeregisterCoalescer().submit(client, "us-east-1", arn, instance, [30080], window=0.01,
+                                              send_within=1)  # its token is 5 s away
+    with pytest.raises(ClientError) as refused:
+        ticket()
+    assert refused.value.response["Error"]["Code"] == "Throttling"
+    assert not held.asleep.is_set() and calls == []
+    assert tg_members(elbv2, arn) == [(instance, 30080)]
+
+
+@pytest.mark.moto
+@pytest.mark.parametrize("kind", ["elbv2.register", "elb.register"])
+def test_a_registration_whose_token_comes_after_its_send_by_is_not_sent(aws, make_ctx, kind):
+    """The token is awaited before the deadline is read: a registration goes out in time or not at all, both when
+    the token would come too late and when the wait for it took longer than it should (a busy machine)."""
+    import datetime as dt
+
+    from hooks import actuators, aws_rate_buckets, timefmt
+    from hooks.aws import rate_limits
+    from hooks.aws.clients import AwsClients
+    from hooks.plan import Action
+    from worlds.clock import ManualClock
+
+    vpc, (instance,) = make_instances(aws("ec2"), 1)
+    elbv2, classic = aws("elbv2"), aws("elb")
+    arn = make_target_group(elbv2, vpc, "paced", {})
+    classic.create_load_balancer(LoadBalancerName="paced", AvailabilityZones=["us-east-1a"],
+                                 Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 30080}])
+    now = [dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.timezone.utc)]
+    limiter_clock, overrun = ManualClock(), [0.0]
+
+    def sleep(seconds):  # the limiter's sleep; the hook's clock moves with it, and by any overrun
+        limiter_clock.sleep(seconds)
+        now[0] += dt.timedelta(seconds=seconds + overrun[0])
+
+    limiter = rate_limits.Limiter(0.5, {"elb-mutating": 0.05}, clock=limiter_clock, sleep=sleep)
+    ctx = make_ctx()
+    ctx.clock = lambda: now[0]
+    ctx._aws = AwsClients(ctx.settings, limiter=limiter)
+
+    service, operation = (("elbv2", "RegisterTargets") if kind == "elbv2.register"
+                          else ("elb", "RegisterInstancesWithLoadBalancer"))
+
+    def drain():
+        with rate_limits.hook_call(0):
+            limiter.acquire("us-east-1", operation, aws_rate_buckets.request_draws(service, operation, {}))
+
+    def register(send_within: float):
+        target = arn if kind == "elbv2.register" else "paced"
+        params = {"instance": instance, "region": "us-east-1", "ports": [30080],
+                  "sendBy": timefmt.fmt(now[0] + dt.timedelta(seconds=send_within))}
+        with rate_limits.hook_call(25):
+            return actuators.act("node-detacher", [Action(kind, target, params)], ctx)[0]
+
+    def registered() -> bool:
+        if kind == "elbv2.register":
+            return tg_members(elbv2, arn) == [(instance, 30080)]
+        return bool(classic.describe_load_balancers(LoadBalancerNames=["paced"])["LoadBalancerDescriptions"][0]
+                    ["Instances"])
+
+    drain()
+    too_soon = register(send_within=1)  # the token is 5 s away
+    assert (too_soon.ok, too_soon.code) == (False, "Throttling")
+    assert limiter_clock.slept == [] and not registered()
+
+    overrun[0] = 10.0
+    overslept = register(send_within=8)  # the token in 5 s, but the machine wakes the hook 10 s later still
+    assert (overslept.ok, overslept.code) == (False, "NotSent")
+    assert limiter_clock.slept and not registered()
+
+    overrun[0] = 0.0
+    in_time = register(send_within=8)  # the token in 5 s again, the hook awake on time
+    assert in_time.ok, in_time
+    assert registered()

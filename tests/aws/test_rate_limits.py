@@ -222,3 +222,39 @@ def test_a_real_client_stops_sending_what_aws_throttles(aws, throttling_aws, thr
     assert outcomes.count("sent") == 20, "the assumed bucket's 20 at once"
     assert "held back" in outcomes and outcomes[-1] == "held back"
     assert refused <= 3, "AWS refused the attempts of one call; every call after that was held back"
+
+
+def _target_group(aws):
+    vpc = aws("ec2").describe_vpcs()["Vpcs"][0]["VpcId"]
+    instance = aws("ec2").run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
+    arn = aws("elbv2").create_target_group(Name="ahead", Protocol="TCP", Port=80, VpcId=vpc,
+                                           TargetType="instance")["TargetGroups"][0]["TargetGroupArn"]
+    return arn, [{"Id": instance, "Port": 80}]
+
+
+def test_a_call_paid_ahead_takes_its_tokens_once_and_waits_no_more(aws):
+    """Through moto, on the code's clock: the wait comes before the block, and nothing in it waits again."""
+    limiter, clock = _limiter(shares={"elb-mutating": 0.05})  # one token, one more every 5 s
+    elbv2 = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=limiter).client("elbv2")
+    arn, targets = _target_group(aws)
+    with rate_limits.hook_call(10):
+        with rate_limits.paid_ahead(elbv2, "RegisterTargets", 10):
+            elbv2.register_targets(TargetGroupArn=arn, Targets=targets)
+        assert clock.slept == [], "the bucket's one token, taken once"
+        with rate_limits.paid_ahead(elbv2, "RegisterTargets", 10):
+            assert clock.slept == [pytest.approx(5.0)], "waited for before the call"
+            elbv2.register_targets(TargetGroupArn=arn, Targets=targets)
+            with pytest.raises(rate_limits.Limited):
+                elbv2.register_targets(TargetGroupArn=arn, Targets=targets)  # no token: not sent, no wait
+        with pytest.raises(rate_limits.Limited):
+            with rate_limits.paid_ahead(elbv2, "RegisterTargets", 1):  # the next token is 5 s away
+                raise AssertionError("the block never runs without its tokens")
+    assert clock.slept == [pytest.approx(5.0)]
+
+
+def test_a_client_nothing_meters_is_paid_ahead_of_nothing(aws):
+    elbv2 = aws("elbv2")
+    arn, targets = _target_group(aws)
+    with rate_limits.paid_ahead(elbv2, "RegisterTargets", 0):
+        elbv2.register_targets(TargetGroupArn=arn, Targets=targets)
+    assert len(elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]) == 1

@@ -26,11 +26,10 @@ from devcluster.layout import REPO
 
 CLASSIC_ELB = "e2e-classic"
 ATTACHMENTS = "/apis/nodewarden.io/v1alpha1/namespaces/nodewarden-system/attachments"
-# With NODEWARDEN_E2E_AWS_THROTTLING=on, moto meters calls with AWS's token buckets and the hooks keep to
-# their share of them, as against AWS. Off by default: discovery is uncached here (below), and the target
-# groups the suite's tests leave behind make each detach's pass outgrow the hooks' share of ELB's
-# Describe bucket late in the suite.
-AWS_THROTTLING = os.environ.get("NODEWARDEN_E2E_AWS_THROTTLING", "off") == "on"
+# moto meters calls with AWS's token buckets and the hooks keep to their share of them, as against AWS,
+# unless NODEWARDEN_E2E_AWS_THROTTLING=off. Each test's target groups go with it (_target_groups_go): the
+# hooks read every target group of the cluster on each detach, uncached here (below).
+AWS_THROTTLING = os.environ.get("NODEWARDEN_E2E_AWS_THROTTLING", "on") != "off"
 
 # The hook server's settings for the tests: each test's new target group must
 # be seen at once (a detach looks its node's load balancers up as it begins),
@@ -89,6 +88,20 @@ def _components_alive(request):
     """Fail a test at once, with the log, if a component died before it."""
     if "cluster" in request.fixturenames:
         request.getfixturevalue("cluster").check_running()
+
+
+@pytest.fixture(autouse=True)
+def _target_groups_go(request):
+    """Delete the target groups a test made once it is over, so the next test's detaches read no more of them
+    than a cluster of its size has."""
+    if "cluster" not in request.fixturenames:
+        yield
+        return
+    aws = request.getfixturevalue("cloud")
+    before = set(fleet.target_group_arns(aws))
+    yield
+    for arn in set(fleet.target_group_arns(aws)) - before:
+        fleet.delete_target_group(aws, arn)
 
 
 @pytest.fixture(scope="session")
