@@ -30,7 +30,7 @@ MAX_COUNTER = 1_000_000
 MAX_JSON_BYTES = 64 * 1024
 MAX_JSON_DEPTH = 6
 
-_DIGITS = re.compile(r"^[0-9]{1,18}$")  # ASCII only: "²".isdigit() is True
+_DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII only: "²".isdigit() is True
 
 
 def whole_number(value: Any, where: str, *, minimum: int, maximum: int, default: int | None = None,
@@ -43,7 +43,7 @@ def whole_number(value: Any, where: str, *, minimum: int, maximum: int, default:
     if isinstance(value, bool):
         raise RequestError(where, f"must be a whole number, got {value!r}")
     if isinstance(value, str) and strings:
-        if not _DIGITS.match(value.strip()):
+        if not _DIGITS.fullmatch(value.strip()):
             raise RequestError(where, f"must be a whole number, got {value[:40]!r}")
         value = int(value.strip())
     if isinstance(value, float):
@@ -82,7 +82,7 @@ def duration(value: Any, where: str, *, default: float | None = None, minimum: f
 def counter(annotations: Mapping[str, Any], key: str, maximum: int = MAX_COUNTER) -> int:
     """One of our own counters from an annotation; missing or unreadable reads as 0."""
     raw = annotations.get(key) if isinstance(annotations, Mapping) else None
-    if isinstance(raw, str) and _DIGITS.match(raw.strip()):
+    if isinstance(raw, str) and _DIGITS.fullmatch(raw.strip()):
         return min(int(raw.strip()), maximum)
     return 0
 

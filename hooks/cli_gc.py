@@ -194,12 +194,12 @@ class UsageError(ValueError):
 # What a cluster's name in a tag key can be: a Kubernetes object name, an EKS name (underscores from
 # CAPA's default). Nothing else reaches a tag filter: EC2's read ``*`` and ``?`` as wildcards, and an
 # empty name matches nothing, which an audit would call clean.
-_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 def checked_cluster(name: str) -> str:
     """``name`` if it can be a cluster's name in its tags; raises UsageError otherwise."""
-    if not _CLUSTER_NAME.match(name):
+    if not _CLUSTER_NAME.fullmatch(name):
         raise UsageError(f"{name!r} is not a cluster name (letters, digits, '.', '_' and '-', "
                          "starting with a letter or digit)")
     return name
@@ -239,7 +239,7 @@ def plan_inputs(args, kube) -> PlanInputs:
             tagged_name, problem = cluster_name(obj)
         except RequestError as exc:
             tagged_name, problem = "", f"cannot read {exc}"
-        if tagged_name and not _CLUSTER_NAME.match(tagged_name):
+        if tagged_name and not _CLUSTER_NAME.fullmatch(tagged_name):
             tagged_name, problem = "", f"its cluster name {tagged_name[:64]!r} cannot be a tag's"
         if tagged_name:
             name = tagged_name
@@ -375,8 +375,10 @@ def read_expected_kept(path: str, cluster: str, region: str) -> tuple[str, dict[
                                              and isinstance(r.get("id"), str) for r in keep):
         raise UsageError(f"--expect-kept {path}: not a plan of `nodewarden gc plan --output json` "
                          "(needs \"keep\": a list of objects with kind and id)")
-    if document.get("cluster") not in (None, cluster):
-        raise UsageError(f"--expect-kept {path} is the plan of cluster {document['cluster']!r}, not {cluster!r}")
+    if document.get("cluster") != cluster:  # a plan names its cluster: one that names none clears nothing
+        named = document.get("cluster")
+        raise UsageError(f"--expect-kept {path} is the plan of cluster {named!r}, not {cluster!r}" if named else
+                         f"--expect-kept {path} names no cluster (its \"cluster\"); a plan keeps only its own")
     planned_region = document.get("region") if isinstance(document.get("region"), str) else ""
     if region and planned_region and planned_region != region:
         raise UsageError(f"--expect-kept {path} is a plan for {planned_region}, not {region}")

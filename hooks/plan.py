@@ -45,6 +45,8 @@ from hooks.events import Event
 # Outcome.code of an action that did not run. An action a Gate answers for was not tried: DEFERRED is no
 # failure at all, HELD follows from a failure of its own call.
 PRECONDITION = "Precondition"  # a precondition did not hold, read right before it would have run
+# AWS not reached, or its answer never came (endpoint, connection, timeout): the call may or may not have landed.
+TRANSPORT = "Transport"
 DEFERRED = "Deferred"  # put off to the next call (this call's time is up, or AWS cannot take more now)
 HELD = "Held"  # held behind an earlier step of this call that did not succeed
 GATED = (DEFERRED, HELD)  # the codes a Gate answers with

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
-_ZONE = re.compile(r"^([a-z]{2}(?:-[a-z]+)+-\d+)[a-z]$")
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
+_ZONE = re.compile(r"([a-z]{2}(?:-[a-z]+)+-[0-9]+)[a-z]")
 
 
 class ProviderIDError(ValueError):
@@ -22,7 +22,7 @@ class ProviderID:
         """The zone minus its letter (us-east-1a → us-east-1); local zones included."""
         if not self.zone:
             return None
-        match = _ZONE.match(self.zone)
+        match = _ZONE.fullmatch(self.zone)
         if match:
             return match.group(1)
         # Local/Wavelength zones (us-east-1-bos-1a) end in a letter after a digit too.
@@ -38,7 +38,7 @@ def parse(provider_id: str | None) -> ProviderID:
     if not provider_id.startswith("aws://"):
         raise ProviderIDError(f"providerID {provider_id!r} is not an AWS providerID")
     segments = [s for s in provider_id[len("aws://"):].split("/") if s]
-    if not segments or not INSTANCE_ID.match(segments[-1]):
+    if not segments or not INSTANCE_ID.fullmatch(segments[-1]):
         raise ProviderIDError(f"providerID {provider_id!r} does not end in an instance id")
     zone = segments[-2] if len(segments) >= 2 else None
     return ProviderID(instance_id=segments[-1], zone=zone)

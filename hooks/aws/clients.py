@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from hooks.aws import rate_limits
 from hooks.config import Settings
 from hooks.metrics import AWS_CALLS
+from hooks.plan import TRANSPORT
 
 # Connections kept open per client. A process deregisters from every target group of a wave at once (one
 # call in flight per group) beside its drain reads and discovery: past botocore's default of 10, each call
@@ -29,7 +30,6 @@ _CONFIG = Config(
 )
 
 
-TRANSPORT = "Transport"  # error_code of a failure to reach AWS at all (endpoint, timeout)
 
 
 def error_code(exc: BaseException) -> str:
@@ -83,7 +83,12 @@ class AwsClients:
             client = self._clients.get(key)
             if client is None:
                 config = _CONFIG if read_timeout is None else _CONFIG.merge(Config(read_timeout=read_timeout))
-                client = self._session.client(service, region_name=region, config=config)
+                try:
+                    client = self._session.client(service, region_name=region, config=config)
+                except ValueError as exc:  # botocore's refusal of the region or its endpoint: a reason, not a 500
+                    raise ClientError({"Error": {"Code": "InvalidRegion",
+                                                 "Message": f"region {region[:64]!r}: {exc}"}},
+                                      f"{service} client") from None
                 after_call, after_call_error = _count_call(service)
                 client.meta.events.register("after-call", after_call)
                 client.meta.events.register("after-call-error", after_call_error)

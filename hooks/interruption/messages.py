@@ -43,7 +43,7 @@ MAX_BODY = 64 * 1024
 MAX_DEPTH = 8
 # A Health event may name many instances; more than this in one message is not an event we trust.
 MAX_INSTANCES = 100
-_MESSAGE_ID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9-]{1,128}")
 
 SPOT_WARNING = ("aws.ec2", "EC2 Spot Instance Interruption Warning")
 REBALANCE = ("aws.ec2", "EC2 Instance Rebalance Recommendation")
@@ -101,7 +101,7 @@ class Dropped:
 
 def message_id(raw) -> str:
     """The SQS message id, bounded (it becomes the signal's id)."""
-    return raw if isinstance(raw, str) and _MESSAGE_ID.match(raw) else ""
+    return raw if isinstance(raw, str) and _MESSAGE_ID.fullmatch(raw) else ""
 
 
 def _within(moment: dt.datetime, now: dt.datetime, before: float, after: float) -> bool:
@@ -141,7 +141,7 @@ def parse(ident: str, body, region: str, now: dt.datetime) -> Claim | Dropped:
     if key == HEALTH:
         return _health(ident, detail, at, event_region, now)
     instance = detail.get("instance-id")
-    if not isinstance(instance, str) or not INSTANCE_ID.match(instance):
+    if not isinstance(instance, str) or not INSTANCE_ID.fullmatch(instance):
         return Dropped(ident, MALFORMED, "no readable detail.instance-id", reason)
     if key == STATE_CHANGE:
         state = detail.get("state")
@@ -166,7 +166,7 @@ def _health(ident: str, detail: dict, at: dt.datetime, region: str, now: dt.date
     found = []
     for entity in entities:
         value = entity.get("entityValue") if isinstance(entity, dict) else None
-        if isinstance(value, str) and INSTANCE_ID.match(value) and value not in found:
+        if isinstance(value, str) and INSTANCE_ID.fullmatch(value) and value not in found:
             found.append(value)
     if not found:
         return Dropped(ident, MALFORMED, "no instance among affectedEntities", reason)

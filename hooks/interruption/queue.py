@@ -8,8 +8,8 @@ from hooks import bounds, fields
 from hooks.contract import RequestError
 
 # An SQS queue URL: https://sqs.<region>.amazonaws.com/<account>/<name> in AWS; any http(s) URL in moto.
-_URL = re.compile(r"^https?://[A-Za-z0-9.:\-\[\]]{1,253}/[0-9A-Za-z]{1,64}/[A-Za-z0-9_\-]{1,80}(\.fifo)?$")
-_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$")
+_URL = re.compile(r"https?://[A-Za-z0-9.:\-\[\]]{1,253}/[0-9A-Za-z]{1,64}/[A-Za-z0-9_\-]{1,80}(\.fifo)?")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}")
 # SQS answers at most 10 messages per ReceiveMessage.
 MAX_MESSAGES = 10
 # A long poll must end well within Metacontroller's 10 s hook timeout, with the look-ups and writes after
@@ -33,11 +33,11 @@ def parse(parent: dict) -> QueueSpec:
     if not isinstance(spec, dict):
         raise RequestError("spec", "is required")
     url = fields.string(parent, "spec", "queueURL")
-    if not url or len(url) > 512 or not _URL.match(url):
+    if not url or len(url) > 512 or not _URL.fullmatch(url):
         raise RequestError("spec.queueURL",
                            "must be an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)")
     region = spec.get("region")
-    if region is not None and (not isinstance(region, str) or (region and not _REGION.match(region))):
+    if region is not None and (not isinstance(region, str) or (region and not _REGION.fullmatch(region))):
         raise RequestError("spec.region", "must be an AWS region such as us-east-1")
     checks = fields.boolean(parent, "spec", "statusChecks", default=True)
     return QueueSpec(

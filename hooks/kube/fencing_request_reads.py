@@ -105,8 +105,11 @@ def _owner_proofs(request: HookRequest, ctx: runtime.Context, node: dict | None,
     if node is not None:
         if "instance" not in observed:
             _observe_instance(ctx, node, provider, observed)
-        wanted = owners.to_read(node, (observed.get("instance") or {}).get("tags"))
+        instance = observed.get("instance") or {}
+        wanted = owners.to_read(node, instance.get("tags"))
         _read_proofs(ctx, wanted, provider, proofs)
+        if instance.get("error") and not instance.get("notFound"):
+            proofs["instanceError"] = instance["error"]  # the tags' hints unread: attribute waits
     try:
         owner = owners.attribute(node, proofs) if node is not None else None
     except owners.Unreadable:

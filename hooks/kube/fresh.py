@@ -47,7 +47,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "DecoratorController": ("metacontroller.k8s.io", "decoratorcontrollers", False),
     NODECLAIM_KIND: (NODECLAIM_GROUP, "nodeclaims", False),
 }
-_VERSION = re.compile(r"^v[0-9]{1,3}((alpha|beta)[0-9]{1,3})?$")
+_VERSION = re.compile(r"v[0-9]{1,3}((alpha|beta)[0-9]{1,3})?")
 _DEFAULT_VERSION = {"": "v1", "apps": "v1", "nodewarden.io": "v1alpha1", "metacontroller.k8s.io": "v1alpha1",
                     NODECLAIM_GROUP: NODECLAIM_VERSION}
 
@@ -78,7 +78,7 @@ def version_of(obj: dict) -> str | None:
     api_version = obj.get("apiVersion") if isinstance(obj.get("apiVersion"), str) else ""
     group, _, version = api_version.rpartition("/")
     expected = KINDS.get(obj.get("kind"), (None,))[0]
-    if group != expected or not _VERSION.match(version):
+    if group != expected or not _VERSION.fullmatch(version):
         return None  # also keeps a crafted "version" from steering the read to another path
     return version
 

@@ -31,7 +31,7 @@ from hooks.contract import RequestError
 from hooks.machines import signals
 
 MAX_BUDGETS = 50
-_NODES = re.compile(r"^(?:(\d{1,4})|(\d{1,3})%)$")
+_NODES = re.compile(r"(?:([0-9]{1,4})|([0-9]{1,3})%)")
 DEFAULT_NODES = "10%"
 
 
@@ -44,7 +44,7 @@ class Budget:
 
     def limit(self, size: int) -> int:
         """How many Machines of ``size`` may be disrupting at once under this budget."""
-        count, percent = _NODES.match(self.nodes).groups()
+        count, percent = _NODES.fullmatch(self.nodes).groups()
         if count is not None:
             return int(count)
         return math.ceil(int(percent) * size / 100)
@@ -85,7 +85,7 @@ def parse(pool: dict) -> tuple[Budget, ...]:
 
 def _budget(item: dict, where: str) -> Budget:
     nodes = item.get("nodes")
-    if not isinstance(nodes, str) or not _NODES.match(nodes) or (nodes.endswith("%") and int(nodes[:-1]) > 100):
+    if not isinstance(nodes, str) or not _NODES.fullmatch(nodes) or (nodes.endswith("%") and int(nodes[:-1]) > 100):
         raise RequestError(f"{where}.nodes", 'must be a count ("3") or a percentage from "0%" to "100%"')
     reasons = item.get("reasons") if item.get("reasons") is not None else []
     if not isinstance(reasons, list) or len(reasons) > len(signals.BUDGETED) or \

@@ -44,10 +44,10 @@ WHEN_EMPTY = "WhenEmpty"
 WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
 CONSOLIDATION_POLICIES = (WHEN_EMPTY, WHEN_EMPTY_OR_UNDERUTILIZED)
 DEFAULT_CONSOLIDATE_AFTER = 30.0
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_INTEGER = re.compile(r"^[0-9]{1,18}$")
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_INTEGER = re.compile(r"[0-9]{1,18}")
 _QUANTITY_LENGTH = 64
 
 
@@ -253,7 +253,7 @@ def expire_after(spec: dict) -> float | None:
 
 
 def _label_key(key, where: str) -> str:
-    if not isinstance(key, str) or not key or len(key) > MAX_LABEL_KEY or not _LABEL_KEY.match(key):
+    if not isinstance(key, str) or not key or len(key) > MAX_LABEL_KEY or not _LABEL_KEY.fullmatch(key):
         raise RequestError(where, f"must be a label key of at most {MAX_LABEL_KEY} characters")
     if key.startswith(machine_names.OWN_KEY_PREFIX) and key not in provisioning_names.WELL_KNOWN:
         ours = ", ".join(k for k in provisioning_names.WELL_KNOWN if k.startswith(machine_names.OWN_KEY_PREFIX))
@@ -272,14 +272,14 @@ def _requirement(item: dict, where: str) -> Requirement:
     if not isinstance(raw, list) or len(raw) > MAX_REQUIREMENT_VALUES:
         raise RequestError(f"{where}.values", f"must be a list of at most {MAX_REQUIREMENT_VALUES} strings")
     for i, value in enumerate(raw):
-        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE or not _LABEL_VALUE.fullmatch(value):
             raise RequestError(f"{where}.values[{i}]", f"must be a label value of at most {MAX_LABEL_VALUE} "
                                                        "characters")
     if operator in (provisioning_names.IN, provisioning_names.NOT_IN) and not raw:
         raise RequestError(f"{where}.values", f"{operator} needs at least one value")
     if operator in (provisioning_names.EXISTS, provisioning_names.DOES_NOT_EXIST) and raw:
         raise RequestError(f"{where}.values", f"{operator} takes no values")
-    if operator in (provisioning_names.GT, provisioning_names.LT) and (len(raw) != 1 or not _INTEGER.match(raw[0])):
+    if operator in (provisioning_names.GT, provisioning_names.LT) and (len(raw) != 1 or not _INTEGER.fullmatch(raw[0])):
         raise RequestError(f"{where}.values", f"{operator} needs exactly one whole number (\"4\")")
     if key == provisioning_names.CAPACITY_TYPE_LABEL and any(v not in CAPACITY_TYPES for v in raw):
         raise RequestError(f"{where}.values", f"the capacity types are {', '.join(CAPACITY_TYPES)}")

@@ -15,8 +15,10 @@ own object names this node:
   ``status.nodeRef.name`` = the Node, and its ``spec.providerID``, when set,
   is the Node's.
 
-Owners are tried in that order. A hint whose proof could not be read is not
-"no owner": ``attribute`` raises Unreadable, and the caller waits.
+Owners are tried in that order. A hint whose proof could not be read, two
+NodeClaims naming one node, or instance tags that could not be read (the
+only hint of a group) are not "no owner": ``attribute`` raises Unreadable,
+and the caller waits.
 """
 from __future__ import annotations
 
@@ -108,6 +110,9 @@ def attribute(node: dict, proofs: dict) -> Owner | None:
         found = prove(node, pid, proofs)
         if found is not None:
             return Owner(kind=kind, region=region, instance_id=pid.instance_id, **found)
+    # The instance's tags are the only hint of an Auto Scaling group (and of Karpenter once its label is gone):
+    # tags that could not be read are no proof of "no owner".
+    _checked(proofs, "instance")
     return None
 
 
@@ -131,8 +136,12 @@ def _nodeclaim(node: dict, pid: providerid.ProviderID, proofs: dict) -> dict | N
     provider, name = _text(node, "spec", "providerID"), _text(node, "metadata", "name")
     matching = [c for c in claims or [] if isinstance(c, dict) and provider
                 and _text(c, "status", "providerID") == provider and _text(c, "status", "nodeName") == name]
-    if len(matching) != 1:  # none, or two claiming one node: not proven which
+    if not matching:
         return None
+    if len(matching) > 1:  # which of them Karpenter keeps for the node cannot be told: wait, naming them
+        named = ", ".join(sorted(_text(c, "metadata", "name") or "(unnamed)" for c in matching))
+        raise Unreadable(f"nodeClaims: {len(matching)} NodeClaims ({named}) name this node; which one owns it "
+                         "cannot be told")
     claim = matching[0]
     return {"name": _text(claim, "metadata", "name"), "uid": _text(claim, "metadata", "uid"),
             "group": nodeclaim_pool(claim)}

@@ -13,7 +13,7 @@ DEFAULT_MAX_UNHEALTHY = "40%"  # the storm guard's default too (hooks/fencing/po
 DEFAULT_MAX_REPLACING = 1
 MAX_MEMBERS = 9_999_999  # the CRD allows 7 digits
 MAX_REBOOT_TIMEOUT = 86400.0
-_PERCENT = re.compile(r"^([0-9]{1,3})%$")
+_PERCENT = re.compile(r"([0-9]{1,3})%")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def scaled(value: int | str, total: int, round_up: bool) -> int:
     """An int, or a percentage of ``total``."""
     if isinstance(value, int):
         return value
-    share = total * int(_PERCENT.match(value).group(1)) / 100
+    share = total * int(_PERCENT.fullmatch(value).group(1)) / 100
     return math.ceil(share) if round_up else math.floor(share)
 
 
@@ -64,7 +64,7 @@ def int_or_percent(raw, path: str, default: int | str, maximum: int = MAX_MEMBER
     if isinstance(raw, str):
         if raw.isascii() and raw.isdigit():  # "²".isdigit() is True too
             return bounds.whole_number(raw, path, minimum=0, maximum=maximum, strings=True)
-        match = _PERCENT.match(raw)
+        match = _PERCENT.fullmatch(raw)
         if match and int(match.group(1)) <= 100:
             return raw
     raise RequestError(path, f"must be an integer or a percentage from 0% to 100%, got {raw!r}")

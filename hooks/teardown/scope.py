@@ -28,12 +28,12 @@ BLOCKED = "blocked"  # hold the cluster: something must be fixed first
 COLLECT = "collect"
 
 # An AWS region's shape; anything else never reaches an endpoint name.
-_REGION = re.compile(r"^[a-z]{2,8}(-[a-z0-9]{1,16}){1,4}$")
+_REGION = re.compile(r"[a-z]{2,8}(-[a-z0-9]{1,16}){1,4}")
 
 
 def is_region(value: str) -> bool:
     """Whether ``value`` is shaped like an AWS region (``us-east-1``, ``us-gov-west-1``)."""
-    return bool(_REGION.match(value))
+    return bool(_REGION.fullmatch(value))
 
 
 @dataclass(frozen=True)

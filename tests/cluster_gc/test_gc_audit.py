@@ -152,6 +152,9 @@ def test_cli_audit_exits_1_with_the_leftovers_and_0_once_only_the_kept_remain(aw
     ("not json", "--expect-kept"),
     (json.dumps({"keep": [{"kind": "security-group"}]}), "needs \"keep\""),
     (json.dumps({"cluster": "beta", "keep": []}), "the plan of cluster 'beta'"),
+    (json.dumps({"keep": []}), "names no cluster"),
+    (json.dumps({"cluster": None, "keep": []}), "names no cluster"),
+    (json.dumps({"cluster": "alpha\n", "keep": []}), "the plan of cluster 'alpha\\n'"),
     (json.dumps({"cluster": "alpha", "region": "eu-west-1", "keep": []}), "a plan for eu-west-1"),
 ])
 def test_cli_audit_refuses_a_plan_it_cannot_use(aws, tmp_path, capsys, content, message):

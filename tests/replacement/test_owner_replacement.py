@@ -97,9 +97,34 @@ def test_a_nodeclaim_with_another_provider_id_is_not_the_owner():
     assert owners.attribute(node, {"nodeClaims": [nodeclaim(node_name="someone-else")]}) is None
 
 
-def test_two_nodeclaims_claiming_one_node_prove_neither():
+def test_two_nodeclaims_claiming_one_node_cannot_tell_which_owns_it():
     node = dead_node(labels=KARPENTER)
-    assert owners.attribute(node, {"nodeClaims": [nodeclaim("a"), nodeclaim("b")]}) is None
+    with pytest.raises(owners.Unreadable, match=r"\(a, b\) name this node"):
+        owners.attribute(node, {"nodeClaims": [nodeclaim("a"), nodeclaim("b")]})
+    assert owners.attribute(node, {"nodeClaims": [nodeclaim("a"), nodeclaim("b", node_name="elsewhere")]}).name == "a"
+
+
+def test_instance_tags_that_could_not_be_read_are_not_no_owner():
+    with pytest.raises(owners.Unreadable, match="Throttling"):
+        owners.attribute(dead_node(), {"instanceError": "Throttling: Rate exceeded"})
+    machine = {"metadata": {"name": "m-1", "uid": "uid-m-1"},
+               "status": {"nodeName": mf.NODE, "nodeUID": mf.NODE_UID, "instanceID": mf.INSTANCE}}
+    proven = owners.attribute(dead_node(labels={"nodewarden.io/machine": "m-1"}),
+                              {"machine": machine, "instanceError": "Throttling: Rate exceeded"})
+    assert proven.kind == owner_names.OWNER_MACHINE, "an owner proven without the tags needs none"
+
+
+@pytest.mark.parametrize("proofs, named", [
+    ({"nodeClaims": [nodeclaim("a"), nodeclaim("b")]}, "(a, b)"),
+    ({"instanceError": "RequestLimitExceeded: Request limit exceeded."}, "RequestLimitExceeded"),
+], ids=["two nodeclaims", "tags unread"])
+def test_what_cannot_be_told_waits_and_terminates_nothing(proofs, named):
+    labels = KARPENTER if "nodeClaims" in proofs else None
+    result = decide(request_of(dead_node(labels=labels), recovered_status(), unattributed="Terminate"),
+                    observed_with(proofs))
+    assert condition(result)["reason"] == "Error" and named in replacement_of(result)["lastError"]
+    assert "ec2.terminate" not in kinds(result) and "outcome" not in replacement_of(result)
+    assert not any(e["reason"] == "NodeUnattributed" for e in result["events"])
 
 
 def test_a_capi_machine_whose_node_ref_names_another_node_is_not_the_owner():
@@ -468,7 +493,10 @@ def test_a_refused_standby_means_no_reboot_and_the_group_replaces():
     action = Action("asg.enter-standby", mf.INSTANCE, {"group": "workers-asg", "region": "us-east-1"})
     said = replacement.failed(status, Outcome(action, False, "ValidationError: at min size", code="ValidationError"))
     assert status["replacement"]["standby"] == "Refused" and said.warning
-    assert replacement.failed({}, Outcome(action, False, "x", code="Throttling")) is None
+    for not_now in ("Throttling", "ThrottlingException", "Transport", "InternalError", "ServiceUnavailable"):
+        kept: dict = {}
+        assert replacement.failed(kept, Outcome(action, False, "x", code=not_now)) is None
+        assert "standby" not in kept["replacement"], not_now
     assert replacement.failed({}, Outcome(action, False, "x", code=PRECONDITION)) is None
     # Recovered with the Standby refused: Succeeded without a power-on, and the group asked at once.
     node = dead_node()

@@ -56,3 +56,81 @@ def test_the_storm_guard_holds_a_termination(aws, make_ctx):
     assert h.condition(owner_names.OWNER_REPLACEMENT)["reason"] == owner_names.HELD_STORM_GUARD
     assert h.status["replacement"]["heldReason"] == owner_names.HELD_STORM_GUARD
     assert instance_state(ec2, instance) == "stopped"
+
+
+def test_a_group_instance_whose_tags_cannot_be_read_is_not_taken_for_unattributed(aws, make_ctx):
+    """The instance's tags are the only hint of its Auto Scaling group: while DescribeInstances is throttled on
+    the call that attributes the node, the request waits (reason Error) instead of concluding Unattributed and
+    terminating the group's instance behind its back; once the tags are read, the group replaces it."""
+    from tests.support.autoscaling_groups import make_group
+    from worlds.cluster_gc import Faults
+    from worlds.fencing import CLUSTER_TAG
+
+    ec2 = aws("ec2")
+    (instance,) = make_group(aws("autoscaling"), ec2, "workers-asg", 1)
+    ec2.create_tags(Resources=[instance], Tags=[CLUSTER_TAG])
+    kube = FakeKube([_policy()])
+    kube.add_node(unready_node(instance))
+    h = RequestHarness(make_ctx, kube, {"replacement": {"mode": "Owner",
+                                                        "unattributed": owner_names.UNATTRIBUTED_TERMINATE}}, env=ENV)
+    h.run_until(lambda: h.status.get("phase") == fencing_names.SUCCEEDED)
+
+    faults = Faults().add("DescribeInstances", "RequestLimitExceeded", times=float("inf")).attach(h.ctx.aws,
+                                                                                                  services=("ec2",))
+    for _ in range(3):
+        h.call(after=30)
+    held = h.condition(owner_names.OWNER_REPLACEMENT)
+    assert held is not None and held["reason"] == owner_names.ERROR, held
+    assert "RequestLimitExceeded" in h.status["replacement"]["lastError"]
+    assert faults.injected, "the attribution's read was refused"
+    assert instance_state(ec2, instance) == "stopped"
+    assert "NodeUnattributed" not in kube.reasons()
+
+    faults.rules.clear()
+    h.run_until(lambda: (h.condition(owner_names.OWNER_REPLACEMENT) or {}).get("status") == "True")
+    assert h.condition(owner_names.OWNER_REPLACEMENT)["reason"] == owner_names.INSTANCE_MARKED_UNHEALTHY
+    assert h.status["replacement"]["owner"]["kind"] == owner_names.OWNER_ASG
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["answer lost", "never sent"])
+def test_an_enter_standby_that_never_answered_is_not_taken_for_a_refusal(aws, make_ctx, landed):
+    """A Reboot of a group's instance whose EnterStandby ends in a transport error (a read timeout after it
+    landed, or a connection that never reached AWS): "not now", never Auto Scaling's refusal, so the instance
+    is not powered off while InService for the group to destroy. The next call finds its own Standby, or asks
+    again, and the reboot goes on with the instance in Standby."""
+    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+    from hooks import events
+    from tests.support.autoscaling_groups import make_group
+    from worlds.fencing import CLUSTER_TAG
+
+    ec2, autoscaling = aws("ec2"), aws("autoscaling")
+    (instance, _) = make_group(autoscaling, ec2, "workers-asg", 2)
+    ec2.create_tags(Resources=[instance], Tags=[CLUSTER_TAG])
+    kube = FakeKube([_policy()])
+    kube.add_node(unready_node(instance))
+    h = RequestHarness(make_ctx, kube, {"action": "Reboot", "replacement": {"mode": "Owner"}}, env=ENV)
+    lost = []
+
+    def before(**_):
+        if not landed and not lost:
+            lost.append(1)
+            raise EndpointConnectionError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
+
+    def after(**_):
+        if landed and not lost:
+            lost.append(1)
+            raise ReadTimeoutError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
+
+    client = h.ctx.aws.client("autoscaling", "us-east-1")
+    client.meta.events.register("before-call.auto-scaling.EnterStandby", before)
+    client.meta.events.register("after-call.auto-scaling.EnterStandby", after)
+
+    def standby() -> str:
+        return autoscaling.describe_auto_scaling_instances(InstanceIds=[instance])["AutoScalingInstances"][0][
+            "LifecycleState"]
+
+    h.run_until(lambda: lost and (h.status.get("replacement") or {}).get("standby") == owner_names.STANDBY_ENTERED)
+    assert standby() == "Standby"
+    assert events.STANDBY_REFUSED not in kube.reasons()
+    assert h.status["replacement"].get("standby") != owner_names.STANDBY_REFUSED

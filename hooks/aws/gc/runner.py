@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from hooks.aws.clients import TRANSPORT
 from hooks.aws_rate_buckets import THROTTLE_CODES
-from hooks.plan import DEFERRED, GATED, HELD, Action, Gate, Outcome
+from hooks.plan import DEFERRED, GATED, HELD, TRANSPORT, Action, Gate, Outcome
 from hooks.teardown.tasks import TASK_ORDER
 
 # What an outcome means (classify); DELETED/GONE when the delete succeeded, and the Gate's codes when not

@@ -21,18 +21,21 @@ once the node is Ready again.
 from __future__ import annotations
 
 from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
+from hooks.aws_rate_buckets import THROTTLE_CODES
 from hooks.fencing import health
 from hooks.fencing.request_phases import authority, ownership
 from hooks.fencing.request_phases.state import Step, node_gone, reboots, recorded
-from hooks.plan import (PRECONDITION, Action, CapiMachineOf, Change, ClusterInstance, GroupMember, NodeClaimOf,
-                        Outcome, PoweredOff, SameObject, backoff)
+from hooks.plan import (PRECONDITION, TRANSPORT, Action, CapiMachineOf, Change, ClusterInstance, GroupMember,
+                        NodeClaimOf, Outcome, PoweredOff, SameObject, backoff)
 from hooks.replacement import guard, owners
 
 # Final outcomes besides the owner's replacement itself.
 _FINAL = (*owner_names.DONE_REASONS, owner_names.DISABLED, owner_names.UNATTRIBUTED, owner_names.ABANDONED,
           owner_names.NOT_NEEDED)
-# AWS error codes that say "not now" rather than "no": an EnterStandby failing so is tried again.
-_TRY_AGAIN = ("Throttling", "RequestLimitExceeded", "ServiceUnavailable", "InternalFailure", "ResourceContention")
+# What says "not now" rather than "no", so an EnterStandby failing so is tried again: AWS slowing us down or
+# failing, or not reached at all (the call may have landed; the next call finds the Standby it made).
+_TRY_AGAIN = (*THROTTLE_CODES, TRANSPORT, "ServiceUnavailable", "InternalFailure", "InternalError",
+              "ResourceContention")
 # The kinds of the actions this phase (and the standby steps) plans; settle reads their failures.
 ACTION_KINDS = ("kube.delete-nodeclaim", "kube.remediate-capi-machine", "kube.delete-machine", "asg.set-unhealthy",
                 "asg.enter-standby", "asg.exit-standby", "ec2.terminate")
@@ -451,8 +454,8 @@ def standby_before_stop(step: Step) -> bool:
 def failed(status: dict, outcome: Outcome) -> events.Event | None:
     """What a failed action of this phase means, written into ``status``; the Event that says so, if any.
 
-    A refused EnterStandby (anything but throttling, a server error or a precondition) means no reboot: the
-    instance is powered off and left to the group."""
+    A refused EnterStandby (anything but throttling, a server error, AWS not reached or a precondition) means
+    no reboot: the instance is powered off and left to the group."""
     rec = status.setdefault("replacement", {})
     rec["lastError"] = f"{outcome.action.kind} {outcome.action.target}: {outcome.error}"[:1000]
     if outcome.action.kind != "asg.enter-standby" or outcome.code in (PRECONDITION, *_TRY_AGAIN):
