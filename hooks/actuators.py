@@ -185,6 +185,8 @@ ACTUATORS: dict[str, Callable[[runtime.Context, Action], object]] = {
         ctx.kube, *_namespaced(a.target), a.params["uid"], a.params["message"], timefmt.fmt(ctx.now())),
     "asg.set-unhealthy": lambda ctx, a: autoscaling.set_unhealthy(
         ctx.aws.client("autoscaling", a.params.get("region") or None), a.target),
+    "asg.replace-from-standby": lambda ctx, a: autoscaling.replace_from_standby(
+        ctx.aws.client("autoscaling", a.params.get("region") or None), a.params["group"], a.target),
     "asg.enter-standby": lambda ctx, a: autoscaling.enter_standby(
         ctx.aws.client("autoscaling", a.params.get("region") or None), a.params["group"], a.target),
     "asg.exit-standby": lambda ctx, a: autoscaling.exit_standby(

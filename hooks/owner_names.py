@@ -37,6 +37,7 @@ CAPI_WAITING_FOR_REMEDIATION_REASON = "WaitingForRemediation"  # OwnerRemediated
 # EC2 Auto Scaling: an instance's lifecycle states and health as DescribeAutoScalingInstances reports them.
 ASG_IN_SERVICE = "InService"
 ASG_STANDBY = "Standby"
+ASG_ENTERING_STANDBY = "EnteringStandby"  # on its way to Standby: EnterStandby was taken
 ASG_HEALTHY = "Healthy"
 ASG_UNHEALTHY = "Unhealthy"
 

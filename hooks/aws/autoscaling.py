@@ -17,12 +17,10 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from hooks.aws.clients import error_code
-from hooks.owner_names import ASG_STANDBY, ASG_UNHEALTHY
+from hooks.owner_names import ASG_ENTERING_STANDBY, ASG_STANDBY, ASG_UNHEALTHY
 
 DONE = "done"
 GONE = "gone"
-# On its way to Standby: EnterStandby was taken, not to be asked again.
-ENTERING_STANDBY = "EnteringStandby"
 
 
 class StandbyRefused(RuntimeError):
@@ -90,7 +88,7 @@ def enter_standby(client, group: str, instance_id: str) -> str:
     found = _member(client, group, instance_id)
     if found is None:
         return GONE
-    if found["lifecycleState"] in (ASG_STANDBY, ENTERING_STANDBY):
+    if found["lifecycleState"] in (ASG_STANDBY, ASG_ENTERING_STANDBY):
         return DONE
     sizes = describe_group(client, group)
     if sizes is None:
@@ -107,10 +105,17 @@ def enter_standby(client, group: str, instance_id: str) -> str:
         now = _member(client, group, instance_id)
         if now is None:
             return GONE
-        if now["lifecycleState"] in (ASG_STANDBY, ENTERING_STANDBY):
+        if now["lifecycleState"] in (ASG_STANDBY, ASG_ENTERING_STANDBY):
             return DONE
         raise
     return DONE
+
+
+def replace_from_standby(client, group: str, instance_id: str) -> str:
+    """Return the instance from Standby to service and mark it Unhealthy there, so the group replaces it."""
+    if exit_standby(client, group, instance_id) == GONE:
+        return GONE
+    return set_unhealthy(client, instance_id)
 
 
 def exit_standby(client, group: str, instance_id: str) -> str:
@@ -118,7 +123,7 @@ def exit_standby(client, group: str, instance_id: str) -> str:
     found = _member(client, group, instance_id)
     if found is None:
         return GONE
-    if found["lifecycleState"] not in (ASG_STANDBY, ENTERING_STANDBY):
+    if found["lifecycleState"] not in (ASG_STANDBY, ASG_ENTERING_STANDBY):
         return DONE  # back in service already (Pending, InService), or on its way out of the group
     try:
         client.exit_standby(AutoScalingGroupName=group, InstanceIds=[instance_id])
@@ -126,7 +131,7 @@ def exit_standby(client, group: str, instance_id: str) -> str:
         now = _member(client, group, instance_id)
         if now is None:
             return GONE
-        if now["lifecycleState"] not in (ASG_STANDBY, ENTERING_STANDBY):
+        if now["lifecycleState"] not in (ASG_STANDBY, ASG_ENTERING_STANDBY):
             return DONE
         raise
     return DONE

@@ -34,6 +34,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
         _look_up_node(ctx, spec.node_name, observed)
         node = observed.get("node")
     if request.finalizing:
+        if replacement.standby_unanswered(status) and recorded(status, "providerStatus").get("instanceID"):
+            _observe_group_member(ctx, node, recorded(status, "providerStatus"), observed)
         if aftercare.ours_to_remove(status, spec, node):
             try:
                 observed["otherHolders"] = _other_holders(request, spec, ctx)
@@ -84,8 +86,9 @@ def _instance_of(node: dict, provider: dict) -> tuple[str, str | None]:
     return pid.instance_id, pid.region
 
 
-def _observe_group_member(ctx: runtime.Context, node: dict, provider: dict, observed: dict) -> None:
-    """Which Auto Scaling group holds the instance, before a Reboot's stop (it enters Standby first)."""
+def _observe_group_member(ctx: runtime.Context, node: dict | None, provider: dict, observed: dict) -> None:
+    """Which Auto Scaling group holds the instance: before a Reboot's stop (it enters Standby first), and when a
+    deleted request's EnterStandby went unanswered (finalize leaves the Standby it may have made)."""
     try:
         instance, region = _instance_of(node, provider)
         observed["asgInstance"] = autoscaling.describe_instance(ctx.aws.client("autoscaling", region),

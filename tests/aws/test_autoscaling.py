@@ -99,6 +99,17 @@ def test_standby_leaves_the_desired_capacity_and_comes_back(aws, asg):
     assert _desired(asg, "web") == 2, "not put back twice"
 
 
+def test_a_replacement_from_standby_puts_the_instance_back_and_marks_it_unhealthy(aws, asg):
+    first, _ = make_group(asg, aws("ec2"), "web", 2, min_size=1)
+    autoscaling.enter_standby(asg, "web", first)
+    assert autoscaling.replace_from_standby(asg, "web", first) == autoscaling.DONE
+    lifecycle, health = _state(asg, first)[1:]
+    assert lifecycle != "Standby" and health == "Unhealthy"
+    assert _desired(asg, "web") == 2, "its place in the group's capacity back, for the replacement"
+    assert autoscaling.replace_from_standby(asg, "web", first) == autoscaling.DONE, "done once"
+    assert autoscaling.replace_from_standby(asg, "web", lone_instance(aws("ec2"))) == autoscaling.GONE
+
+
 def test_standby_at_the_groups_minimum_size_is_refused_before_asking(aws, ctx, asg):
     (only,) = make_group(asg, aws("ec2"), "web", 1, min_size=1)
     calls = _count(ctx)

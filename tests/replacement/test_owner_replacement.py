@@ -445,17 +445,58 @@ def test_reboot_back_ready_is_not_replaced_and_leaves_standby():
 
 
 def test_reboot_waits_for_its_bound_then_leaves_standby_then_replaces():
+    """Running but not Ready after the reboot: out of Standby first (the group does not replace a running
+    instance by itself), then replaced through the group once the guards allow."""
     node = dead_node()  # NotReady since the power-off
     waiting = decide(reboot_request(node, recovered_status("Reboot")), {})
     assert waiting["actions"] == [] and condition(waiting) is None
     late = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg")
     late["recovery"]["completionTime"] = mf.at(301)
-    first = decide(reboot_request(node, late), {})
+    group = {"group": asg_group([asg_member(), asg_member("i-2")])}
+    running = {**observed_with({"asgInstance": asg_member()}, **group), **mf.ec2("running")}
+    first = decide(reboot_request(node, late), running)
     assert kinds(first) == ["asg.exit-standby"]
     late["replacement"].update(standby="Exited", claimTime=CLAIMED)
-    observed = observed_with({"asgInstance": asg_member()}, {"group": asg_group([asg_member(), asg_member("i-2")])})
-    second = decide(reboot_request(node, late), observed)
+    second = decide(reboot_request(node, late), observed_with({"asgInstance": asg_member()}, **group))
     assert "asg.set-unhealthy" in kinds(second)
+
+
+def _stopped_in_standby(**replacement_status):
+    """A Reboot whose power-on failed: Failed, Recovered, the instance stopped in the Standby it entered."""
+    status = recovered_status("Reboot", standby="Entered", standbyGroup="workers-asg", **replacement_status)
+    status["phase"] = "Failed"
+    status["errorReason"] = "PowerOnFailed"
+    status["recovery"]["completionTime"] = mf.at(301)
+    return status
+
+
+def test_a_stopped_instance_leaves_standby_only_with_its_replacement_once_the_guards_allow():
+    node = dead_node()
+    in_standby = asg_member()
+    in_standby["lifecycleState"] = "Standby"
+    group = {"group": asg_group([in_standby, asg_member("i-2")])}
+    storm = mf.policy(status=mf.counted(holds=True))
+    held = decide(reboot_request(node, _stopped_in_standby()),
+                  observed_with({"asgInstance": in_standby}, policies=[storm], **group))
+    assert condition(held)["reason"] == owner_names.HELD_STORM_GUARD
+    assert kinds(held) == [], "not back in service, where the group would replace it at once"
+    claimed = decide(reboot_request(node, _stopped_in_standby(claimTime=CLAIMED)),
+                     observed_with({"asgInstance": in_standby}, **group))
+    (replace,) = [a for a in claimed["actions"] if a["kind"].startswith("asg.")]
+    assert replace["kind"] == "asg.replace-from-standby" and replace["params"]["group"] == "workers-asg"
+    recorded = {tuple(c["path"]): c["value"] for c in replace["record"]}
+    assert recorded[("status", "replacement", "standby")] == "Exited"
+    assert recorded[("status", "replacement", "outcome")] == owner_names.INSTANCE_MARKED_UNHEALTHY
+
+
+def test_a_stopped_instance_held_until_the_timeout_is_left_in_standby_and_named():
+    node = dead_node()
+    status = _stopped_in_standby(startTime=mf.at(100000), heldReason=owner_names.HELD_STORM_GUARD)
+    result = decide(reboot_request(node, status), observed_with({"asgInstance": asg_member()}))
+    assert replacement_of(result)["outcome"] == owner_names.ABANDONED
+    assert f"instance {mf.INSTANCE} is left in Standby in Auto Scaling group workers-asg" in \
+        replacement_of(result)["message"]
+    assert not [a for a in result["actions"] if a["kind"].startswith("asg.")]
 
 
 def pending_reboot(node, **extra):

@@ -92,45 +92,90 @@ def test_a_group_instance_whose_tags_cannot_be_read_is_not_taken_for_unattribute
     assert h.status["replacement"]["owner"]["kind"] == owner_names.OWNER_ASG
 
 
+class _GroupReboot:
+    """A Reboot of an Auto Scaling group's instance, whose first EnterStandby ends in a transport error: a read
+    timeout after it landed (``landed``), or a connection that never reached AWS."""
+
+    def __init__(self, aws, make_ctx, landed: bool):
+        from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+        from tests.support.autoscaling_groups import make_group
+        from worlds.fencing import CLUSTER_TAG
+
+        ec2, self.autoscaling = aws("ec2"), aws("autoscaling")
+        (self.instance, _) = make_group(self.autoscaling, ec2, "workers-asg", 2)
+        ec2.create_tags(Resources=[self.instance], Tags=[CLUSTER_TAG])
+        self.kube = FakeKube([_policy()])
+        self.kube.add_node(unready_node(self.instance))
+        self.h = RequestHarness(make_ctx, self.kube, {"action": "Reboot", "replacement": {"mode": "Owner"}}, env=ENV)
+        self.lost: list[str] = []
+        endpoint = "https://autoscaling.us-east-1.amazonaws.com"
+
+        def before(**_):
+            if not landed and not self.lost:
+                self.lost.append("never sent")
+                raise EndpointConnectionError(endpoint_url=endpoint)
+
+        def after(**_):
+            if landed and not self.lost:
+                self.lost.append("answer lost")
+                raise ReadTimeoutError(endpoint_url=endpoint)
+
+        client = self.h.ctx.aws.client("autoscaling", "us-east-1")
+        client.meta.events.register("before-call.auto-scaling.EnterStandby", before)
+        client.meta.events.register("after-call.auto-scaling.EnterStandby", after)
+
+    def lifecycle(self) -> str:
+        return self.autoscaling.describe_auto_scaling_instances(InstanceIds=[self.instance])[
+            "AutoScalingInstances"][0]["LifecycleState"]
+
+
 @pytest.mark.parametrize("landed", [True, False], ids=["answer lost", "never sent"])
 def test_an_enter_standby_that_never_answered_is_not_taken_for_a_refusal(aws, make_ctx, landed):
-    """A Reboot of a group's instance whose EnterStandby ends in a transport error (a read timeout after it
-    landed, or a connection that never reached AWS): "not now", never Auto Scaling's refusal, so the instance
-    is not powered off while InService for the group to destroy. The next call finds its own Standby, or asks
-    again, and the reboot goes on with the instance in Standby."""
-    from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
-
+    """A transport error on EnterStandby is "not now", never Auto Scaling's refusal: the instance is not powered
+    off while InService for the group to destroy. The next call finds its own Standby, or asks again, and the
+    reboot goes on with the instance in Standby."""
     from hooks import events
-    from tests.support.autoscaling_groups import make_group
-    from worlds.fencing import CLUSTER_TAG
 
-    ec2, autoscaling = aws("ec2"), aws("autoscaling")
-    (instance, _) = make_group(autoscaling, ec2, "workers-asg", 2)
-    ec2.create_tags(Resources=[instance], Tags=[CLUSTER_TAG])
-    kube = FakeKube([_policy()])
-    kube.add_node(unready_node(instance))
-    h = RequestHarness(make_ctx, kube, {"action": "Reboot", "replacement": {"mode": "Owner"}}, env=ENV)
-    lost = []
+    reboot = _GroupReboot(aws, make_ctx, landed)
+    h = reboot.h
+    h.run_until(lambda: reboot.lost and (h.status.get("replacement") or {}).get("standby") ==
+                owner_names.STANDBY_ENTERED)
+    assert reboot.lifecycle() == "Standby"
+    assert events.STANDBY_REFUSED not in reboot.kube.reasons()
 
-    def before(**_):
-        if not landed and not lost:
-            lost.append(1)
-            raise EndpointConnectionError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
 
-    def after(**_):
-        if landed and not lost:
-            lost.append(1)
-            raise ReadTimeoutError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
+def test_a_request_deleted_after_its_enter_standby_went_unanswered_leaves_the_standby(aws, make_ctx):
+    """EnterStandby landed, its answer was lost, and the FencingRequest is deleted before the next sync records
+    it: finalize reads the membership and takes the instance out of Standby before the finalizer goes."""
+    reboot = _GroupReboot(aws, make_ctx, landed=True)
+    h = reboot.h
+    h.run_until(lambda: reboot.lost)
+    assert reboot.lifecycle() == "Standby"
+    assert (h.status.get("replacement") or {}).get("standbyGroup") == "workers-asg"
+    assert not h.status["replacement"].get("standby"), "the answer was lost: nothing recorded"
+    for _ in range(5):
+        if h.call("finalize", after=5).get("finalized"):
+            break
+    assert h.responses[-1].get("finalized") is True
+    assert reboot.lifecycle() == "InService"
+    assert "InstanceStandbyExited" in reboot.kube.reasons()
 
-    client = h.ctx.aws.client("autoscaling", "us-east-1")
-    client.meta.events.register("before-call.auto-scaling.EnterStandby", before)
-    client.meta.events.register("after-call.auto-scaling.EnterStandby", after)
 
-    def standby() -> str:
-        return autoscaling.describe_auto_scaling_instances(InstanceIds=[instance])["AutoScalingInstances"][0][
-            "LifecycleState"]
+def test_a_deleted_requests_unanswered_standby_that_cannot_be_read_holds_the_finalizer_until_the_timeout(
+        aws, make_ctx):
+    from worlds.cluster_gc import Faults
 
-    h.run_until(lambda: lost and (h.status.get("replacement") or {}).get("standby") == owner_names.STANDBY_ENTERED)
-    assert standby() == "Standby"
-    assert events.STANDBY_REFUSED not in kube.reasons()
-    assert h.status["replacement"].get("standby") != owner_names.STANDBY_REFUSED
+    reboot = _GroupReboot(aws, make_ctx, landed=True)
+    h = reboot.h
+    h.run_until(lambda: reboot.lost)
+    Faults().add("DescribeAutoScalingInstances", "Throttling", times=float("inf")).attach(h.ctx.aws,
+                                                                                         services=("autoscaling",))
+    first = h.call("finalize", after=5)
+    assert first.get("finalized") is False
+    assert "could not be read" in h.status["replacement"]["lastError"]
+    timeout = h.ctx.settings.replacement_timeout_seconds
+    last = h.call("finalize", after=timeout + 1)
+    assert last.get("finalized") is True, "every wait has its deadline"
+    assert "OwnerReplacementAbandoned" in reboot.kube.reasons()
+    assert reboot.lifecycle() == "Standby", "left where it is, and said so"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
 from hooks.aws_rate_buckets import THROTTLE_CODES
+from hooks.ec2_names import RUNNING
 from hooks.fencing import health
 from hooks.fencing.request_phases import authority, ownership
 from hooks.fencing.request_phases.state import Step, node_gone, reboots, recorded
@@ -38,7 +39,7 @@ _TRY_AGAIN = (*THROTTLE_CODES, TRANSPORT, "ServiceUnavailable", "InternalFailure
               "ResourceContention")
 # The kinds of the actions this phase (and the standby steps) plans; settle reads their failures.
 ACTION_KINDS = ("kube.delete-nodeclaim", "kube.remediate-capi-machine", "kube.delete-machine", "asg.set-unhealthy",
-                "asg.enter-standby", "asg.exit-standby", "ec2.terminate")
+                "asg.replace-from-standby", "asg.enter-standby", "asg.exit-standby", "ec2.terminate")
 
 
 # --------------------------------------------------------------------------- when
@@ -70,7 +71,7 @@ def needs_proofs(status: dict, spec, node: dict | None, now) -> bool:
     rec = recorded(status, "replacement")
     if rec.get("outcome"):
         return False
-    if rec.get("standby") == owner_names.STANDBY_ENTERED:
+    if rec.get("standby") == owner_names.STANDBY_ENTERED and not reboots(status, spec):
         return False  # the Standby is left first
     return not reboots(status, spec) or _reboot_waited_out(status, spec, node, now)
 
@@ -135,6 +136,9 @@ def replace(step: Step) -> None:
     waited = timefmt.seconds_since(rec.get("startTime"), step.now) or 0.0
     if waited >= step.settings.replacement_timeout_seconds:
         message = f"gave up after {waited:.0f}s: {rec.get('heldReason') or rec.get('lastError') or 'not requested'}"
+        if _in_standby(step):
+            message += f"; instance {step.provider.get('instanceID')} is left in Standby in Auto Scaling group " \
+                       f"{rec.get('standbyGroup')}"
         step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
         return _conclude(step, owner_names.ABANDONED, message)
     proofs = step.observed.get("replacement")
@@ -269,12 +273,24 @@ def _cleared(step: Step, owner: owners.Owner | None, proofs: dict) -> bool:
 def _request(step: Step, owner: owners.Owner, fenced: dict | None) -> None:
     """The owner's replacement action, recorded (and said) only once it succeeded."""
     node = step.spec.node_name
+    if _in_standby(step) and owner.kind != owner_names.OWNER_ASG:
+        _exit_standby(step, f"its owner, {owner.kind} {owner.name}, replaces node {node}")
+        return
     provider_id = ((fenced or {}).get("spec") or {}).get("providerID") or ""
     if owner.kind == owner_names.OWNER_NODECLAIM:
         reason, action = owner_names.NODECLAIM_DELETED, Action(
             "kube.delete-nodeclaim", owner.name, {"uid": owner.uid},
             requires=(NodeClaimOf(owner.name, owner.uid, provider_id, node),))
         said = f"Deleted NodeClaim {owner.name} (NodePool {owner.group}): Karpenter replaces node {node}"
+    elif owner.kind == owner_names.OWNER_ASG and _in_standby(step):
+        # Out of Standby and Unhealthy in one step: in service and stopped, the group replaces it anyway.
+        reason, action = owner_names.INSTANCE_MARKED_UNHEALTHY, Action(
+            "asg.replace-from-standby", owner.instance_id, {"group": owner.group, "region": owner.region or None},
+            requires=(GroupMember(owner.instance_id, owner.group, owner.region or None),))
+        said = f"Took instance {owner.instance_id} out of Standby and set it Unhealthy in Auto Scaling group " \
+               f"{owner.group}: the group replaces node {node}"
+        return _ask(step, action, reason, said,
+                    Change(("status", "replacement", "standby"), owner_names.STANDBY_EXITED))
     elif owner.kind == owner_names.OWNER_ASG:
         reason, action = owner_names.INSTANCE_MARKED_UNHEALTHY, Action(
             "asg.set-unhealthy", owner.instance_id, {"group": owner.group, "region": owner.region or None},
@@ -302,12 +318,16 @@ def _request(step: Step, owner: owners.Owner, fenced: dict | None) -> None:
     _ask(step, action, reason, said)
 
 
-def _ask(step: Step, action: Action, reason: str, said: str) -> None:
+def _in_standby(step: Step) -> bool:
+    return _rec(step).get("standby") == owner_names.STANDBY_ENTERED
+
+
+def _ask(step: Step, action: Action, reason: str, said: str, *also: Change) -> None:
     step.actions.append(Action(
         action.kind, action.target, action.params, requires=action.requires,
         record=(Change(("status", "replacement", "outcome"), reason),
                 Change(("status", "replacement", "message"), said),
-                Change(("status", "replacement", "requestedTime"), step.stamp())),
+                Change(("status", "replacement", "requestedTime"), step.stamp()), *also),
         reports=events.normal(events.OWNER_REPLACEMENT_REQUESTED, said)))
     step.resync(step.settings.fencing_poll_seconds)
 
@@ -368,10 +388,17 @@ def _reboot_settled(step: Step) -> bool:
     if waited < bound:
         step.resync(min(step.settings.fencing_resync_seconds, bound - waited))
         return False
-    if rec.get("standby") == owner_names.STANDBY_ENTERED:
+    if rec.get("standby") == owner_names.STANDBY_ENTERED and _running(step):
         _exit_standby(step, f"node {step.spec.node_name} is not Ready {bound:g}s after the reboot")
         return False
+    # Not running (its power-on failed, say): back in service, the group would replace it at once, whatever the
+    # guards say; it leaves Standby only with its replacement, once they allow it.
     return True
+
+
+def _running(step: Step) -> bool:
+    """The instance is running, as read in this call (unread is not running)."""
+    return (step.observed.get("instance") or {}).get("state") == RUNNING
 
 
 def _exit_standby(step: Step, why: str) -> bool:
@@ -398,13 +425,48 @@ def _exit_standby(step: Step, why: str) -> bool:
     return True
 
 
+def standby_unanswered(status: dict) -> bool:
+    """An EnterStandby was asked and neither its success nor its refusal recorded (its answer was lost): whether
+    the instance is in Standby is known only from its group."""
+    rec = recorded(status, "replacement")
+    return bool(rec.get("standbyGroup")) and not rec.get("standby")
+
+
 def leave_standby(step: Step, why: str) -> bool:
-    """The ExitStandby of an instance this request put in Standby, if it is still there (True when planned)."""
+    """The ExitStandby of an instance this request put in Standby, if it is still there; True when the request
+    must stay for it (planned, or whether it is there cannot be read yet)."""
     rec = recorded(step.status, "replacement")
-    if rec.get("standby") != owner_names.STANDBY_ENTERED or not recorded(step.status, "providerStatus").get("instanceID") or \
-            rec.get("outcome") == owner_names.ABANDONED:
+    instance = recorded(step.status, "providerStatus").get("instanceID")
+    if not instance or rec.get("outcome") == owner_names.ABANDONED:
+        return False
+    if standby_unanswered(step.status):
+        if "asgInstance" not in step.observed or step.observed.get("asgError"):
+            return _wait_for_membership(step, instance, rec["standbyGroup"])
+        found = step.observed["asgInstance"]
+        if not (isinstance(found, dict) and found.get("group") == rec["standbyGroup"] and
+                found.get("lifecycleState") in (owner_names.ASG_STANDBY, owner_names.ASG_ENTERING_STANDBY)):
+            return False  # the EnterStandby never took: nothing to leave
+        _rec(step)["standby"] = owner_names.STANDBY_ENTERED
+    elif rec.get("standby") != owner_names.STANDBY_ENTERED:
         return False
     return _exit_standby(step, why)
+
+
+def _wait_for_membership(step: Step, instance: str, group: str) -> bool:
+    """Whether an unanswered EnterStandby took cannot be read: wait, until the replacement timeout."""
+    rec = _rec(step)
+    rec.setdefault("standbyExitStartTime", step.stamp())
+    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
+    detail = str(step.observed.get("asgError") or "not read")
+    if waited >= step.settings.replacement_timeout_seconds:
+        message = f"instance {instance} may be left in Standby in Auto Scaling group {group}: its membership " \
+                  f"could not be read for {waited:.0f}s: {detail}"
+        step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
+        _conclude(step, owner_names.ABANDONED, message)
+        return False
+    _wait(step, f"whether instance {instance} entered Standby in Auto Scaling group {group} could not be read: "
+                f"{detail}")
+    return True
 
 
 def standby_before_stop(step: Step) -> bool:
