@@ -48,7 +48,7 @@ from hooks.kube import fresh
 from hooks.plan import Outcome, Plan, error_text, unverified_text
 from hooks.teardown import decision
 from hooks.teardown_names import PARENT_KINDS, finalizer
-from hooks.teardown.progress import progress_response, stall
+from hooks.teardown.progress import progress_response, stall, waited_out
 from hooks.teardown.scope import COLLECT, awaits_verification, scope_of
 
 NAME = "cluster-gc"
@@ -98,6 +98,7 @@ def gather(request: HookRequest, ctx, now: dt.datetime) -> dict:
         tasks=scope.tasks,
         include_lb_controller=ctx.settings.gc_include_lb_controller,
         use_tagging_api=ctx.settings.gc_use_tagging_api,
+        listing_too=waited_out(request, ctx.settings, now),
     )
     try:
         found = discovery.discover(ctx.aws, query)

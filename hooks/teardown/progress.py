@@ -17,7 +17,7 @@ from hooks.plan import Outcome, Plan
 from hooks.teardown_names import (KEEP_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE,
                                   WAITING_SINCE)
 from hooks.teardown.scope import Scope
-from hooks.teardown.targets import Target, still_collected, summarize
+from hooks.teardown.targets import Target, on_the_way_out, still_collected, summarize
 
 _MESSAGE_LIMIT = 1024
 
@@ -43,9 +43,15 @@ def give_up_waiting(request: HookRequest, settings: Settings, now: dt.datetime,
     left where it is and holds the cluster no more; one that frees later is still deleted while the cluster
     is held for anything else.
     """
-    if (now - _waiting_since(request, now)).total_seconds() < settings.gc_wait_limit_seconds:
+    if not waited_out(request, settings, now) or on_the_way_out(targets):
         return targets
     return [t if t.deletable else dataclasses.replace(t, given_up=True) for t in targets]
+
+
+def waited_out(request: HookRequest, settings: Settings, now: dt.datetime) -> bool:
+    """The deletion has waited ``gc_wait_limit_seconds`` for resources to be free: what still is not is given
+    up (give_up_waiting)."""
+    return (now - _waiting_since(request, now)).total_seconds() >= settings.gc_wait_limit_seconds
 
 
 def left_in_place(settings: Settings, targets: list[Target]) -> str:
@@ -106,8 +112,12 @@ def progress_response(
     elif waiting:
         states = ", ".join(f"{t.kind} {t.id} ({_why_waiting(t)})" for t in waiting[:5])
         problem = f"waiting for {len(waiting)} resource(s) to be free: {states}"
+    # The wait for what something else holds starts again while anything of the cluster's own goes (but not
+    # for what giving up let go: that would bring back the wait just ended).
+    moving = not given_up and (bool(done) or bool(failures) or on_the_way_out(left))
+    waiting_since = now if moving else _waiting_since(request, now)
     annotations: dict = {REMAINING: summarize(left),
-                         WAITING_SINCE: timefmt.fmt(_waiting_since(request, now)) if waiting or given_up else None}
+                         WAITING_SINCE: timefmt.fmt(waiting_since) if waiting or given_up else None}
     said: list[events.Event] = []
     if done:
         deleted = summarize([t for t in targets if t.key in done]).replace("=", " ")

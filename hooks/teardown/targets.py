@@ -5,6 +5,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from hooks.config import Settings
+from hooks.ec2_names import SHUTTING_DOWN
 from hooks.plan import Action, Collectable
 from hooks.teardown.plan import verdict
 from hooks.teardown.scope import Scope
@@ -65,6 +66,19 @@ def plan_deletes(targets: list[Target], scope: Scope, settings: Settings) -> lis
         if len(actions) >= budget or len(ready) < len(in_stage):
             break
     return actions
+
+
+def on_the_way_out(targets: list[Target]) -> bool:
+    """Something of the cluster's own is still going: an instance shutting down, or a target deletable now in
+    a task the deletion has reached (up to the first one that waits). Waiting for what something else holds
+    counts only while nothing is."""
+    for stage in sorted({t.stage for t in targets if not t.given_up}):
+        in_stage = [t for t in targets if t.stage == stage and not t.given_up]
+        if any(t.deletable or (t.kind == EC2_INSTANCE and t.state == SHUTTING_DOWN) for t in in_stage):
+            return True
+        if not all(t.deletable for t in in_stage):
+            return False
+    return False
 
 
 def still_collected(targets: list[Target]) -> list[Target]:

@@ -285,3 +285,70 @@ def test_waiting_for_a_resource_held_by_something_not_collected_ends_at_the_wait
     assert len(left) == 1
     assert made.network_interfaces[0] in left[0] and made.elastic_ips[0] in left[0]
     assert all(value is None for value in run.responses[-1]["annotations"].values())
+
+
+def test_once_everything_the_tagging_api_lists_is_given_up_the_listing_still_looks(aws, net, gc_ctx):
+    """An ENI held by an instance no controller of alpha made is given up at the wait limit, and it is all the
+    tagging API lists: a load balancer made moments ago is not listed yet (injected: its answer leaves load
+    balancers out). The listing in that call finds it, and it is deleted before the cluster is let go."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), network_interfaces=1)
+    aws("ec2").attach_network_interface(NetworkInterfaceId=made.network_interfaces[0],
+                                        InstanceId=bystander_instance(aws, net), DeviceIndex=1)
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_WAIT_LIMIT_SECONDS": "900"})
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=3, advance=ctx.clock.advance)
+    assert not run.finalized
+
+    late = w.build_cluster(aws, net, "b", w.cluster_tags("alpha"), load_balancers=1)
+
+    def lagging(parsed=None, model=None, **_):
+        if model.name == "GetResources" and isinstance(parsed, dict):
+            parsed["ResourceTagMappingList"] = [m for m in parsed.get("ResourceTagMappingList", [])
+                                                if ":loadbalancer/" not in m["ResourceARN"]]
+
+    ctx.aws.client("resourcegroupstaggingapi", w.REGION).meta.events.register("after-call", lagging)
+    ctx.clock.advance(900)
+    first = w.finalize_once(ctx, run.parent)
+    assert first["finalized"] is False, "the listing found the load balancer"
+    run = w.finalize_until_done(ctx, w.apply_decorator_response(run.parent, first), advance=ctx.clock.advance)
+    assert run.finalized, run.responses
+    assert w.existing(aws, late).count() == 0
+    assert w.existing(aws, made) == made, "the held ENI is left, and named"
+    assert any(reason == "ExternalResourcesLeft" for _, reason, _ in kube.events)
+
+
+def test_the_wait_limit_counts_only_while_nothing_of_the_clusters_own_is_on_its_way_out(aws, net, gc_ctx):
+    """The cluster's instance holds its Elastic IP. Its termination is refused for longer than the wait limit
+    (injected), then it shuts down for a while (moto terminates at once, and keeps the address associated: the
+    state is injected, and the address freed as AWS frees it once the instance is gone): the Elastic IP is
+    waited for all that time and deleted once free, never given up for the time the instance took."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), instances=1, elastic_ips=1)
+    association = aws("ec2").associate_address(AllocationId=made.elastic_ips[0],
+                                               InstanceId=made.instances[0])["AssociationId"]
+    # The listing alone: moto's tagging API does not list Elastic IPs.
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_TAGGING_API": "false", "NODEWARDEN_GC_WAIT_LIMIT_SECONDS": "900"})
+    refused = w.Faults().add("TerminateInstances", "InternalError", times=float("inf")).attach(ctx.aws)
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=20, advance=lambda s: ctx.clock.advance(120))
+    assert not run.finalized and refused.injected, "held by the error past the wait limit"
+    assert w.existing(aws, made) == made
+
+    refused.rules.clear()
+    shutting_down = {"calls": 0}
+
+    def still_shutting_down(parsed=None, model=None, **_):
+        if model.name != "DescribeInstances" or not isinstance(parsed, dict):
+            return
+        for reservation in parsed.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if instance["InstanceId"] in made.instances and instance["State"]["Name"] == "terminated":
+                    shutting_down["calls"] += 1
+                    if shutting_down["calls"] <= 4:
+                        instance["State"] = {"Code": 32, "Name": "shutting-down"}
+                    elif shutting_down["calls"] == 5:
+                        aws("ec2").disassociate_address(AssociationId=association)
+
+    ctx.aws.client("ec2", w.REGION).meta.events.register("after-call", still_shutting_down)
+    run = w.finalize_until_done(ctx, run.parent, max_calls=20, advance=lambda s: ctx.clock.advance(120))
+    assert run.finalized, run.responses
+    assert shutting_down["calls"] > 4
+    assert w.existing(aws, made).count() == 0, "the Elastic IP was given up"
+    assert "ExternalResourcesLeft" not in kube.reasons()

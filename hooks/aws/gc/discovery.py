@@ -44,7 +44,7 @@ from hooks.teardown.tasks import (CLASSIC_ELB, EC2_INSTANCE, EIP, ELBV2_LB, ENI,
 
 TAGGING_API = "tagging-api"
 LISTING = "listing"
-BOTH = "tagging-api+listing"  # discover_all: the union of the two
+BOTH = "tagging-api+listing"  # the union of the two (discover_all, and discover once waited out)
 EC2_KINDS = (EC2_INSTANCE, ENI, EIP, SG, VOL)
 # The tagging API's resource type of each kind of load balancer: classic ELBs and ELBv2 ones share one.
 _LOAD_BALANCER_TYPES = {TG: "elasticloadbalancing:targetgroup", CLASSIC_ELB: "elasticloadbalancing:loadbalancer",
@@ -65,6 +65,9 @@ class Query:
     made_by_only: bool = True
     # Every resource tagged for the cluster by any key of cluster_tag_filters, whoever made it.
     every_tag: bool = False
+    # The describe calls' listing too, whatever the tagging API found (merged): once cluster-gc has waited out
+    # its wait limit, all it lists may be given up, and its lag must not let the cluster go.
+    listing_too: bool = False
 
     @property
     def kinds(self) -> set[str]:
@@ -112,6 +115,8 @@ def discover(aws, query: Query) -> dict:
             fallback = f"tagging API refused: {error_text(exc)}"
         else:
             found = _existing(aws, query, candidates)
+            if query.listing_too:
+                return _merged(BOTH, "", _listed(aws, query), found)
             if _collectable(found, query):
                 return _result(TAGGING_API, "", found)
             # The tagging API lags behind the services (a resource made moments
@@ -150,9 +155,7 @@ def discover_all(aws, cluster_name: str, region: str, include_lb_controller: boo
     else:
         found = _existing(aws, query, _candidates(listed, query.kinds))
         others = {arn: tags for arn, tags in listed.items() if parse_arn(arn) is None}
-    merged = {(r["kind"], r["id"]): r for r in _listed(aws, query)}
-    merged.update({(r["kind"], r["id"]): r for r in found})  # the tagging API's records carry the ARN
-    result = _result(method, fallback, list(merged.values()))
+    result = _merged(method, fallback, _listed(aws, query), found)
     result["others"] = [{"arn": arn, "tags": dict(sorted(tags.items()))} for arn, tags in sorted(others.items())]
     return result
 
@@ -162,6 +165,13 @@ def _collectable(resources: list[dict], query: Query) -> bool:
     if not query.made_by_only:
         return bool(resources)
     return any(made_by(r["kind"], r["tags"], query.cluster_name, query.include_lb_controller) for r in resources)
+
+
+def _merged(method: str, fallback: str, listed: list[dict], tagged: list[dict]) -> dict:
+    """Both ways' records, one per resource; the tagging API's carry the ARN."""
+    merged = {(r["kind"], r["id"]): r for r in listed}
+    merged.update({(r["kind"], r["id"]): r for r in tagged})
+    return _result(method, fallback, list(merged.values()))
 
 
 def _result(method: str, fallback: str, resources: list[dict]) -> dict:
