@@ -20,7 +20,11 @@ LAST_ERROR = "cluster-gc.nodewarden.io/last-error"
 STALLED_SINCE = "cluster-gc.nodewarden.io/stalled-since"
 # Since when the deletion waits for resources of the cluster to be free (hooks.teardown.progress).
 WAITING_SINCE = "cluster-gc.nodewarden.io/waiting-since"
-PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE, WAITING_SINCE)
+# What AWS refused to delete as in use on the last call (``kind/id``, comma-separated): held by something
+# cluster-gc does not delete (another cluster's load balancer, a hand-made rule), so waited for like an
+# attachment, within the same wait limit.
+REFUSED_IN_USE = "cluster-gc.nodewarden.io/refused-in-use"
+PROGRESS_ANNOTATIONS = (REMAINING, LAST_ERROR, STALLED_SINCE, WAITING_SINCE, REFUSED_IN_USE)
 
 
 def finalizer(settings: Settings) -> str:
@@ -38,6 +42,7 @@ KEEP_EKS = "EKS's own: EKS deletes it with the cluster"
 KEEP_TASK_OFF = "its task is not selected"
 KEEP_IN_USE = "in use (attached, associated or terminating): waited for"
 KEEP_RECENT = "made by the VPC CNI moments ago, which may still attach it: waited for"
+KEEP_REFUSED_IN_USE = "refused as in use by something cluster-gc does not delete: tried again, and waited for"
 KEEP_GONE = "already gone"
 KEEP_REASONS = (KEEP_NOT_OWNED, KEEP_NOT_MADE_BY_CONTROLLER, KEEP_LB_CONTROLLER_OFF, KEEP_CAPA, KEEP_EKS,
                 KEEP_TASK_OFF, KEEP_IN_USE, KEEP_RECENT, KEEP_GONE)

@@ -74,7 +74,9 @@ def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: 
     failures = [o for o in outcomes if not o.ok and runner.classify(o) in (runner.IN_USE, runner.THROTTLED,
                                                                             runner.FAILED)]
     throttled = any(runner.classify(o) == runner.THROTTLED for o in failures)
-    response, said = progress_response(request, settings, now, scope, targets, done, failures, throttled)
+    refused = frozenset((o.action.params["kind"], o.action.target) for o in failures
+                        if runner.classify(o) == runner.IN_USE)
+    response, said = progress_response(request, settings, now, scope, targets, done, failures, throttled, refused)
     return dataclasses.replace(plan, response=response, events=said)
 
 

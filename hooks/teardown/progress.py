@@ -14,8 +14,8 @@ from hooks import events, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
 from hooks.plan import Outcome, Plan
-from hooks.teardown_names import (KEEP_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS, REMAINING, STALLED_SINCE,
-                                  WAITING_SINCE)
+from hooks.teardown_names import (KEEP_IN_USE, KEEP_REFUSED_IN_USE, LAST_ERROR, PROGRESS_ANNOTATIONS,
+                                  REFUSED_IN_USE, REMAINING, STALLED_SINCE, WAITING_SINCE)
 from hooks.teardown.scope import Scope
 from hooks.teardown.targets import Target, on_the_way_out, still_collected, summarize
 
@@ -24,6 +24,8 @@ _MESSAGE_LIMIT = 1024
 
 def _why_waiting(target: Target) -> str:
     """The state that holds a target (``in-use``, ``associated``, ``shutting-down``), or the reason."""
+    if target.waiting == KEEP_REFUSED_IN_USE:
+        return "refused as in use"
     return (target.state or "unknown") if target.waiting == KEEP_IN_USE else target.waiting
 
 
@@ -33,19 +35,45 @@ def _waiting_since(request: HookRequest, now: dt.datetime) -> dt.datetime:
     return now if since is None or since > now else since
 
 
+# At most this many refusals are recorded (the annotation stays small); more wait all the same, uncounted.
+_REFUSALS_KEPT = 100
+
+
+def refused_in_use(request: HookRequest) -> set[tuple[str, str]]:
+    """The targets AWS refused to delete as in use on the last call, as recorded (``kind/id``)."""
+    raw = request.annotations.get(REFUSED_IN_USE)
+    if not isinstance(raw, str):
+        return set()
+    found = set()
+    for item in raw.split(",")[:_REFUSALS_KEPT]:
+        kind, _, ident = item.strip().partition("/")
+        if kind and ident:
+            found.add((kind, ident))
+    return found
+
+
+def _as_waiting(targets: list[Target], refused: set[tuple[str, str]]) -> list[Target]:
+    """``targets``, those AWS refused as in use counted as waited for (they are still tried)."""
+    return [dataclasses.replace(t, waiting=KEEP_REFUSED_IN_USE) if t.deletable and t.key in refused else t
+            for t in targets]
+
+
 def give_up_waiting(request: HookRequest, settings: Settings, now: dt.datetime,
                     targets: list[Target]) -> list[Target]:
     """``targets``, those not free marked given up once the deletion has waited ``gc_wait_limit_seconds``.
 
     What holds a resource (an ENI attached, an Elastic IP associated, a volume attached, an instance
     shutting down) and is the cluster's goes first, in task order, and frees it within minutes; one still
-    held after that long is held by something cluster-gc does not delete, which no wait frees. It is then
+    held after that long, or still refused by AWS as in use (a security group another cluster's load balancer
+    uses, say), is held by something cluster-gc does not delete, which no wait frees. It is then
     left where it is and holds the cluster no more; one that frees later is still deleted while the cluster
     is held for anything else.
     """
-    if not waited_out(request, settings, now) or on_the_way_out(targets):
+    refused = refused_in_use(request)
+    if not waited_out(request, settings, now) or on_the_way_out(_as_waiting(targets, refused)):
         return targets
-    return [t if t.deletable else dataclasses.replace(t, given_up=True) for t in targets]
+    return [t if t.deletable else dataclasses.replace(t, given_up=True)
+            for t in _as_waiting(targets, refused)]
 
 
 def waited_out(request: HookRequest, settings: Settings, now: dt.datetime) -> bool:
@@ -96,15 +124,18 @@ def progress_response(
     done: set[tuple[str, str]],
     failures: list[Outcome],
     throttled: bool = False,
+    refused: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[dict, list[events.Event]]:
     """The response after deleting ``done`` (and failing ``failures``) of ``targets``, plus its Events.
 
-    ``throttled``: AWS asked to slow down in this call, so the backoff applies even after progress.
+    ``throttled``: AWS asked to slow down in this call, so the backoff applies even after progress;
+    ``refused``: the targets AWS refused to delete as in use in this call.
     """
     left = [t for t in targets if t.key not in done]
     given_up = [t for t in left if t.given_up]
-    left = still_collected(left)
+    left = _as_waiting(still_collected(left), set(refused))
     waiting = [t for t in left if not t.deletable]
+    moved = [o for o in failures if (o.action.params["kind"], o.action.target) not in refused]
     problem = ""
     if failures:
         first = failures[0]
@@ -114,10 +145,12 @@ def progress_response(
         problem = f"waiting for {len(waiting)} resource(s) to be free: {states}"
     # The wait for what something else holds starts again while anything of the cluster's own goes (but not
     # for what giving up let go: that would bring back the wait just ended).
-    moving = not given_up and (bool(done) or bool(failures) or on_the_way_out(left))
+    moving = not given_up and (bool(done) or bool(moved) or on_the_way_out(left))
     waiting_since = now if moving else _waiting_since(request, now)
+    kept_refusals = sorted(t.key for t in left if t.waiting == KEEP_REFUSED_IN_USE)[:_REFUSALS_KEPT]
     annotations: dict = {REMAINING: summarize(left),
-                         WAITING_SINCE: timefmt.fmt(waiting_since) if waiting or given_up else None}
+                         WAITING_SINCE: timefmt.fmt(waiting_since) if waiting or given_up else None,
+                         REFUSED_IN_USE: ",".join(f"{kind}/{ident}" for kind, ident in kept_refusals) or None}
     said: list[events.Event] = []
     if done:
         deleted = summarize([t for t in targets if t.key in done]).replace("=", " ")

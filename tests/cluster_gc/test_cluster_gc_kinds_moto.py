@@ -352,3 +352,26 @@ def test_the_wait_limit_counts_only_while_nothing_of_the_clusters_own_is_on_its_
     assert shutting_down["calls"] > 4
     assert w.existing(aws, made).count() == 0, "the Elastic IP was given up"
     assert "ExternalResourcesLeft" not in kube.reasons()
+
+
+def test_a_security_group_refused_as_in_use_for_ever_is_left_at_the_wait_limit(aws, net, gc_ctx):
+    """Something cluster-gc does not delete uses the cluster's security group (another cluster's load balancer, a
+    rule of another group; injected: moto refuses no DeleteSecurityGroup). It is tried on every call and waited
+    for like an attachment: at the wait limit the cluster is let go with a Warning naming it."""
+    made = w.build_cluster(aws, net, "a", w.cluster_tags("alpha"), security_groups=1, load_balancers=1)
+    ctx, kube = gc_ctx({"NODEWARDEN_GC_WAIT_LIMIT_SECONDS": "900"})
+    refusals = w.Faults().add("DeleteSecurityGroup", "DependencyViolation", times=float("inf"),
+                              message="resource sg has a dependent object").attach(ctx.aws)
+    run = w.finalize_until_done(ctx, w.aws_cluster(), max_calls=4, advance=lambda s: ctx.clock.advance(60))
+    assert not run.finalized
+    assert w.existing(aws, made) == w.Made(security_groups=made.security_groups), "the load balancer went"
+    annotations = run.parent["metadata"]["annotations"]
+    assert annotations[teardown_names.REFUSED_IN_USE] == f"security-group/{made.security_groups[0]}"
+    assert annotations[teardown_names.WAITING_SINCE]
+
+    run = w.finalize_until_done(ctx, run.parent, max_calls=30, advance=lambda s: ctx.clock.advance(60))
+    assert run.finalized, run.responses
+    assert refusals.injected[("DeleteSecurityGroup", "DependencyViolation")] > 4, "tried on every call"
+    left = [message for _, reason, message in kube.events if reason == "ExternalResourcesLeft"]
+    assert len(left) == 1 and made.security_groups[0] in left[0] and "refused as in use" in left[0]
+    assert all(value is None for value in run.responses[-1]["annotations"].values())
