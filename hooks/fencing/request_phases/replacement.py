@@ -20,6 +20,8 @@ once the node is Ready again.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from hooks import conditions, events, fencing_names, owner_names, providerid, timefmt
 from hooks.aws_rate_buckets import THROTTLE_CODES
 from hooks.ec2_names import RUNNING
@@ -407,13 +409,9 @@ def _exit_standby(step: Step, why: str) -> bool:
     rec = _rec(step)
     instance, group = step.provider.get("instanceID"), rec.get("standbyGroup")
     region = step.provider.get("region") or None
-    rec.setdefault("standbyExitStartTime", step.stamp())
-    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
-    if waited >= step.settings.replacement_timeout_seconds:
-        message = f"instance {instance} stays in Standby in Auto Scaling group {group}: ExitStandby failed for " \
-                  f"{waited:.0f}s: {rec.get('lastError') or 'not done'}"
-        step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
-        _conclude(step, owner_names.ABANDONED, message)
+    if _standby_given_up(step, lambda waited: f"instance {instance} stays in Standby in Auto Scaling group {group}: "
+                                              f"ExitStandby failed for {waited:.0f}s: "
+                                              f"{rec.get('lastError') or 'not done'}"):
         return False
     step.actions.append(Action(
         "asg.exit-standby", instance, {"group": group, "region": region},
@@ -422,6 +420,20 @@ def _exit_standby(step: Step, why: str) -> bool:
         reports=events.normal(events.STANDBY_EXITED, f"Instance {instance} left Standby in Auto Scaling group "
                                                      f"{group}: {why}")))
     step.resync(step.settings.fencing_poll_seconds)
+    return True
+
+
+def _standby_given_up(step: Step, message: Callable[[float], str]) -> bool:
+    """NODEWARDEN_REPLACEMENT_TIMEOUT_SECONDS after the first try to leave Standby: abandoned, ``message`` (of the
+    seconds waited) said in a Warning (True)."""
+    rec = _rec(step)
+    rec.setdefault("standbyExitStartTime", step.stamp())
+    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
+    if waited < step.settings.replacement_timeout_seconds:
+        return False
+    said = message(waited)
+    step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {said}", warning=True)
+    _conclude(step, owner_names.ABANDONED, said)
     return True
 
 
@@ -454,15 +466,10 @@ def leave_standby(step: Step, why: str) -> bool:
 
 def _wait_for_membership(step: Step, instance: str, group: str) -> bool:
     """Whether an unanswered EnterStandby took cannot be read: wait, until the replacement timeout."""
-    rec = _rec(step)
-    rec.setdefault("standbyExitStartTime", step.stamp())
-    waited = timefmt.seconds_since(rec.get("standbyExitStartTime"), step.now) or 0.0
     detail = str(step.observed.get("asgError") or "not read")
-    if waited >= step.settings.replacement_timeout_seconds:
-        message = f"instance {instance} may be left in Standby in Auto Scaling group {group}: its membership " \
-                  f"could not be read for {waited:.0f}s: {detail}"
-        step.event(events.OWNER_REPLACEMENT_ABANDONED, f"Node {step.spec.node_name}: {message}", warning=True)
-        _conclude(step, owner_names.ABANDONED, message)
+    if _standby_given_up(step, lambda waited: f"instance {instance} may be left in Standby in Auto Scaling group "
+                                              f"{group}: its membership could not be read for {waited:.0f}s: "
+                                              f"{detail}"):
         return False
     _wait(step, f"whether instance {instance} entered Standby in Auto Scaling group {group} could not be read: "
                 f"{detail}")
