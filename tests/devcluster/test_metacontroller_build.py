@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -181,13 +180,11 @@ def test_a_refused_v4_builds_v1_5_20_says_why_and_is_not_rebuilt(tmp_path, refus
     # Next time: v4 is asked for again, still refused, and nothing is rebuilt.
     built_at = binary.stat().st_mtime_ns
     asked = len(refusing_proxy.requests)
-    started = time.monotonic()
     second = _build(bin_dir, refusing_proxy.url)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "metacontroller is up to date (v1.5.20, the fallback: v4.17.2" in second.stdout
     assert len(refusing_proxy.requests) > asked
     assert binary.stat().st_mtime_ns == built_at
-    assert time.monotonic() - started < 30
 
 
 def test_forcing_v4_fails_loudly_when_it_is_refused(tmp_path, refusing_proxy):

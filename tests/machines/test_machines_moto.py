@@ -586,9 +586,8 @@ def test_forged_bodies_write_no_events_look_nothing_up_and_change_no_children(aw
 
 
 def test_hostile_user_data_is_cut_off_and_refused(aws, make_ctx):
-    """A Machine the API server has, whose template would loop for hours or write gigabytes."""
-    import time
-
+    """A Machine the API server has, whose template would loop for hours or write gigabytes: the call that
+    renders it returns (it would not for hours), refusing the template."""
     loops = ("#!/bin/bash\n{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
              "{{ kubelet_args }}\n")
     huge = "#!/bin/bash\n{{ kubelet_args }}\n{{ 'x' * 100000000 }}\n"
@@ -596,18 +595,16 @@ def test_hostile_user_data_is_cut_off_and_refused(aws, make_ctx):
         world = MachineWorld(make_ctx, aws, name=f"web-hostile-{n}", uid=f"uid-hostile-{n}",
                              spec=machine_spec(default_subnet(aws("ec2")), userData=template))
         world.call()
-        started = time.monotonic()
         world.call(after=1)
-        assert time.monotonic() - started < 5
         assert "userData" in world.status["lastError"] and not machine_instances(world.ec2, world.uid)
         assert world.condition(machine_names.LAUNCHED) == "False"
 
 
 def test_hostile_bodies_never_hold_the_hook_server(aws, moto_endpoint, tmp_path):
     """The real gunicorn server (2 workers x 4 threads), eight forged Machine bodies whose user data would
-    loop for hours: each is answered at once, and /healthz stays responsive throughout."""
+    loop for hours: each is answered (within the client's 30 s, which a rendered loop would outlast by hours),
+    and /healthz answers throughout, while they are in flight."""
     import concurrent.futures
-    import time
 
     import requests
 
@@ -617,28 +614,24 @@ def test_hostile_bodies_never_hold_the_hook_server(aws, moto_endpoint, tmp_path)
                 "{{ kubelet_args }}\n")
     env = {"AWS_ENDPOINT_URL": moto_endpoint, "NODEWARDEN_WORKERS": "2", "NODEWARDEN_THREADS": "4"}
     with HookServer(tmp_path / "server", env=env) as server:
-        def forge(n: int) -> float:
+        def forge(n: int) -> int | str:
             body = machine_object(f"forged-{n}", f"uid-forged-{n}", machine_spec("subnet-1", userData=template))
             body["status"] = {"launchRequestedAt": fmt(dt.datetime.now(dt.timezone.utc))}
-            started = time.monotonic()
             try:
-                requests.post(server.url("/machine/sync", "http"), json=hook_request("machine", body), timeout=30)
-            except requests.RequestException:
-                pass
-            return time.monotonic() - started
+                return requests.post(server.url("/machine/sync", "http"), json=hook_request("machine", body),
+                                     timeout=30).status_code
+            except requests.RequestException as exc:
+                return type(exc).__name__
 
-        slowest_health = 0.0
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             sent = [pool.submit(forge, n) for n in range(8)]
-            deadline = time.monotonic() + 6
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                assert requests.get(f"{server.metrics_url}/healthz", timeout=10).status_code == 200
-                slowest_health = max(slowest_health, time.monotonic() - started)
-                time.sleep(0.25)
+            health = [requests.get(f"{server.metrics_url}/healthz", timeout=10).status_code]
+            while not all(f.done() for f in sent):
+                concurrent.futures.wait(sent, timeout=0.25)
+                health.append(requests.get(f"{server.metrics_url}/healthz", timeout=10).status_code)
             answered = [f.result() for f in sent]
-        assert slowest_health < 2, f"/healthz took {slowest_health:.1f}s"
-        assert max(answered) < 5, answered
+        assert all(isinstance(code, int) and code < 500 for code in answered), answered
+        assert set(health) == {200}
         assert server.proc.poll() is None
 
 
