@@ -106,6 +106,7 @@ def test_a_pools_gather_reads_its_subnets_zones_and_the_image_of_a_pool_of_mixed
     ctx = make_ctx({}, now=NOW, kube=kube)
     request = dataclasses.replace(parse_request(hook_request("nodepool", mixed), "composite", "sync"), verified=True)
     observed = nodepool.gather(request, ctx, NOW)
+    assert "provisioning" in observed, observed.get("provisioningError")
     readings = observed["provisioning"]
     assert readings["subnetZones"] == {subnets[z]: z for z in ("us-east-1a", "us-east-1b", "us-east-1c")}
     assert readings["images"] == {"mixed": {"id": KNOWN, "architecture": "x86_64"}}, \
