@@ -8,6 +8,7 @@ and never checks the instance type's architecture against the image's.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 from botocore.stub import Stubber
@@ -105,7 +106,13 @@ def test_a_pools_gather_reads_its_subnets_zones_and_the_image_of_a_pool_of_mixed
     kube = FakeKube([mixed, x86, raw_pod("web-0")])
     ctx = make_ctx({}, now=NOW, kube=kube)
     request = dataclasses.replace(parse_request(hook_request("nodepool", mixed), "composite", "sync"), verified=True)
+    # The zones offering each type are read once per process in the background: a gather that comes while
+    # that read runs says so (NotReadYet) and the next one has them.
+    deadline = time.monotonic() + 120
     observed = nodepool.gather(request, ctx, NOW)
+    while "NotReadYet" in (observed.get("provisioningError") or "") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        observed = nodepool.gather(request, ctx, NOW)
     assert "provisioning" in observed, observed.get("provisioningError")
     readings = observed["provisioning"]
     assert readings["subnetZones"] == {subnets[z]: z for z in ("us-east-1a", "us-east-1b", "us-east-1c")}
