@@ -353,13 +353,10 @@ class DeregisterCoalescer:
         all the while; then take the batch, make its call(s) at once, and answer every part."""
         try:
             self._wait_for_turn(key, window)
-            try:
-                with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
-                    self._close(key, batch)
-                    batch.results = _in_time_parts(elbv2, key[1], batch)
-            except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
+            # Limited (no token before the last part's deadline) sends nothing, and is every part's answer.
+            with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
                 self._close(key, batch)
-                batch.results = [exc] * len(batch.parts)
+                batch.results = _in_time_parts(elbv2, key[1], batch)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
             self._close(key, batch)
             batch.results = [exc] * len(batch.parts)
