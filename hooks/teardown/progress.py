@@ -69,11 +69,12 @@ def give_up_waiting(request: HookRequest, settings: Settings, now: dt.datetime,
     left where it is and holds the cluster no more; one that frees later is still deleted while the cluster
     is held for anything else.
     """
-    refused = refused_in_use(request)
-    if not waited_out(request, settings, now) or on_the_way_out(_as_waiting(targets, refused)):
+    if not waited_out(request, settings, now):
         return targets
-    return [t if t.deletable else dataclasses.replace(t, given_up=True)
-            for t in _as_waiting(targets, refused)]
+    weighed = _as_waiting(targets, refused_in_use(request))
+    if on_the_way_out(weighed):
+        return targets
+    return [t if t.deletable else dataclasses.replace(t, given_up=True) for t in weighed]
 
 
 def waited_out(request: HookRequest, settings: Settings, now: dt.datetime) -> bool:
