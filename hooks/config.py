@@ -78,11 +78,13 @@ class Settings:
     # head together, and for each read of a body or write of an answer.
     client_timeout_seconds: float = 5
     # This deployment's share of each of the account's AWS request buckets (hooks/aws/rate_limits.py), split
-    # over its processes; per bucket name, shares that override it; what one hook call's AWS calls may wait.
+    # over its processes; per bucket name, shares that override it; what one hook call's AWS calls may wait;
+    # the time within which a hook call's retries of AWS calls must be able to end.
     aws_rate_share: float = 0.5
     aws_rate_processes: int = 4
     aws_rate_shares: tuple[tuple[str, float], ...] = ()
     aws_rate_wait_seconds: float = 2.0
+    hook_aws_retry_seconds: float = 9.0
     # How old the process's view of the cluster's instances may be; how long a fresh read waits for others.
     instance_view_seconds: float = 10.0
     instance_read_window_seconds: float = 0.02
@@ -185,6 +187,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         aws_rate_processes=int(_number(env, "NODEWARDEN_AWS_RATE_PROCESSES", 4, minimum=1)),
         aws_rate_shares=_shares(env, "NODEWARDEN_AWS_RATE_SHARES"),
         aws_rate_wait_seconds=_number(env, "NODEWARDEN_AWS_RATE_WAIT_SECONDS", 2.0),
+        hook_aws_retry_seconds=_number(env, "NODEWARDEN_HOOK_AWS_RETRY_SECONDS", 9.0),
         instance_view_seconds=_number(env, "NODEWARDEN_INSTANCE_VIEW_SECONDS", 10.0),
         instance_read_window_seconds=min(1.0, _number(env, "NODEWARDEN_INSTANCE_READ_WINDOW_SECONDS", 0.02)),
         require_auth=_bool(env, "NODEWARDEN_REQUIRE_AUTH", False),

@@ -24,7 +24,8 @@ def serve(controller_name: str, hook: str, body, ctx: runtime.Context | None = N
     kind, fn = resolved or resolve(controller_name, hook)
     ctx = ctx or runtime.current()
     try:
-        with rate_limits.hook_call(ctx.settings.aws_rate_wait_seconds), lb_discovery.CACHE.one_call():
+        with rate_limits.hook_call(ctx.settings.aws_rate_wait_seconds, ctx.settings.hook_aws_retry_seconds), \
+                lb_discovery.CACHE.one_call():
             if hook == "customize":
                 return fn(parse_customize(body), ctx=ctx)
             response = fn(parse_request(body, kind, hook), ctx=ctx)

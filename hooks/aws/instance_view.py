@@ -89,7 +89,7 @@ class InstanceView:
         self._read = read
         self._lock = threading.Lock()
         self._snapshots: dict[tuple[str, str], Snapshot] = {}
-        self._reading: dict[tuple[str, str], threading.Lock] = {}
+        self._reading: dict[tuple[str, str], _Batch] = {}  # the read in flight per key; its keys: the waiting
 
     def snapshot(self, ec2, region: str, cluster_name: str) -> Snapshot:
         key = (region, cluster_name)
@@ -97,15 +97,35 @@ class InstanceView:
         if kept is not None:
             return kept
         with self._lock:
-            reading = self._reading.setdefault(key, threading.Lock())
-        with reading:
-            kept = self._fresh(key)
-            if kept is not None:
-                return kept
-            snapshot = self._read(ec2, cluster_name, self._clock)
-            with self._lock:
-                self._snapshots[key] = snapshot
-            return snapshot
+            flight = self._reading.get(key)
+            leads = flight is None
+            if leads:
+                flight = self._reading[key] = _Batch()
+            else:
+                flight.keys.append(key)
+        if leads:
+            try:
+                snapshot = self._read(ec2, cluster_name, self._clock)
+                flight.answers = {key: snapshot}
+                with self._lock:
+                    self._snapshots[key] = snapshot
+            except Exception as exc:  # noqa: BLE001 - every caller waiting for this read gets it
+                flight.error = exc
+            finally:
+                with self._lock:
+                    del self._reading[key]
+                flight.done.set()
+        else:
+            flight.done.wait()
+        if flight.error is not None:
+            raise flight.error
+        return flight.answers[key]
+
+    def waiting(self, region: str, cluster_name: str) -> int:
+        """How many callers wait for the read in flight (0: none in flight)."""
+        with self._lock:
+            flight = self._reading.get((region, cluster_name))
+            return len(flight.keys) if flight is not None else 0
 
     def forget(self) -> None:
         with self._lock:

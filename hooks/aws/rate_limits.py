@@ -16,6 +16,15 @@ fails at once with the service's own throttling error (``RequestLimitExceeded``
 or ``Throttling``), which every caller already treats as "try again later",
 so the hook answers and comes back.
 
+A slow or refusing AWS never holds a hook call past Metacontroller's hook
+timeout either. Within ``NODEWARDEN_HOOK_AWS_RETRY_SECONDS`` of the hook
+call's start, botocore retries an attempt only if the retry, its back-off
+and its timeouts at their longest, ends in time; otherwise the call fails
+with the error its last attempt had, as it would once its retries were
+spent. Once an attempt of the hook call has timed out, a later attempt that
+could not end in time is not sent (TimedOut), so a hook call meeting a slow
+AWS answers instead of making its next call wait as long again.
+
 A bucket AWS publishes no figure for is not limited until AWS itself says
 "slow down" to a call that draws from it: from then on, for
 ENGAGED_SECONDS, the process limits it too, at its share of the figure the
@@ -33,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 from urllib.parse import parse_qsl
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectTimeoutError, ReadTimeoutError
 
 from hooks import aws_rate_buckets
 from hooks.metrics import AWS_RATE_LIMITED, AWS_RATE_WAIT_SECONDS
@@ -46,6 +55,8 @@ OUTSIDE_HOOK_WAIT_SECONDS = 5.0
 _allowance: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("aws_rate_allowance", default=None)
 # The tokens the calls of a counting_draws block drew, per bucket name (None: not counting).
 _drawn: contextvars.ContextVar[Drawn | None] = contextvars.ContextVar("aws_rate_drawn", default=None)
+# The time the hook call being served gives its AWS attempts (None: not in one).
+_window: contextvars.ContextVar[_Window | None] = contextvars.ContextVar("aws_attempt_window", default=None)
 # Operations whose next attempt in this block has its tokens already (paid_ahead).
 _prepaid: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("aws_rate_prepaid", default=None)
 # Each metered client's limiter, service and region, for paid_ahead.
@@ -55,21 +66,62 @@ _METERED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 class Limited(ClientError):
     """No token within the time the hook call may wait: the call was not sent."""
 
-    def __init__(self, bucket: aws_rate_buckets.Bucket, key: str, operation: str, wait: float):
-        super().__init__({"Error": {"Code": bucket.throttle_code,
-                                    "Message": f"not sent: this process's share of {key} has no token for "
-                                               f"{wait:.1f} s (nodewarden's own rate limit)"},
+    def __init__(self, bucket: aws_rate_buckets.Bucket, key: str, operation: str, wait: float,
+                 why: str | None = None):
+        why = why or f"this process's share of {key} has no token for {wait:.1f} s (nodewarden's own rate limit)"
+        super().__init__({"Error": {"Code": bucket.throttle_code, "Message": f"not sent: {why}"},
                           "ResponseMetadata": {"HTTPStatusCode": 0}}, operation)
 
 
+class TimedOut(Limited):
+    """An attempt of the hook call timed out, and this one could not end within the hook call's time: not
+    sent. A throttling code, so every caller takes it as "try again later"."""
+
+
+@dataclass
+class _Window:
+    clock: Callable[[], float]
+    started: float
+    seconds: float
+    timed_out: bool = False  # an attempt within it has timed out: AWS is slow now
+
+    def left(self) -> float:
+        return self.seconds - (self.clock() - self.started)
+
+
 @contextlib.contextmanager
-def hook_call(wait_seconds: float) -> Iterator[None]:
-    """Within this block, AWS calls together wait at most ``wait_seconds`` for tokens."""
+def hook_call(wait_seconds: float, retry_seconds: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+    """Within this block, AWS calls together wait at most ``wait_seconds`` for tokens, and an attempt is
+    retried only if it can end within ``retry_seconds`` of the block's start (None: botocore decides alone)."""
     token = _allowance.set([wait_seconds])
+    window = _window.set(None if retry_seconds is None else _Window(clock, clock(), retry_seconds))
     try:
         yield
     finally:
+        _window.reset(window)
         _allowance.reset(token)
+
+
+def retry_fits(attempts: int, attempt_seconds: float) -> bool:
+    """Whether a retry after ``attempts`` attempts, its back-off and the attempt itself at their longest
+    (botocore's standard back-off: up to 2 ** (attempts - 1) seconds), ends within the hook call's time."""
+    window = _window.get()
+    return window is None or 2 ** max(0, attempts - 1) + attempt_seconds <= window.left()
+
+
+def attempt_fits(attempt_seconds: float) -> bool:
+    """Whether an attempt may be sent: always, unless one of the hook call's has timed out and this one, at
+    its longest, would end past the hook call's time."""
+    window = _window.get()
+    return window is None or not window.timed_out or attempt_seconds <= window.left()
+
+
+def timed_out() -> None:
+    """An attempt of the hook call being served timed out."""
+    window = _window.get()
+    if window is not None:
+        window.timed_out = True
 
 
 class Drawn:
@@ -257,8 +309,11 @@ def paid_ahead(client, operation: str, within: float) -> Iterator[None]:
 
 def meter(client, service: str, region: str, limiter: Limiter) -> None:
     """Make every HTTP attempt of ``client`` take its tokens from ``limiter`` before it is sent, and tell it
-    of every attempt AWS answered with a throttling code."""
+    of every attempt AWS answered with a throttling code; hold its retries and attempts to the hook call's
+    time."""
     _METERED[client] = (limiter, service, region)
+    # The longest one attempt can take: its connection, then its answer.
+    attempt_seconds = (client.meta.config.connect_timeout or 0) + (client.meta.config.read_timeout or 0)
 
     def before_send(request=None, event_name: str = "", **_):
         operation = event_name.rsplit(".", 1)[-1]
@@ -267,6 +322,10 @@ def meter(client, service: str, region: str, limiter: Limiter) -> None:
             counted = _drawn.get()
             if counted is not None:
                 counted.add(draws)
+            if not attempt_fits(attempt_seconds):
+                raise TimedOut(draws[0].bucket, draws[0].key, operation, 0.0,
+                               "an attempt of this hook call timed out, and this one could not end within the "
+                               "hook call's time (NODEWARDEN_HOOK_AWS_RETRY_SECONDS)")
             prepaid = _prepaid.get()
             if prepaid and operation in prepaid:
                 prepaid.remove(operation)  # its tokens were taken by paid_ahead
@@ -281,5 +340,14 @@ def meter(client, service: str, region: str, limiter: Limiter) -> None:
                 service, operation.name, wire_form((request_dict or {}).get("body"))))
         return None  # botocore's own retry handler decides
 
+    def retry_within_hook_call(attempts: int = 1, caught_exception=None, **_):
+        if isinstance(caught_exception, (ConnectTimeoutError, ReadTimeoutError)):
+            timed_out()
+        # botocore takes the first answer that is not None, and this handler comes before its retry handler:
+        # False is "no retry", None leaves the choice to it.
+        return None if retry_fits(attempts, attempt_seconds) else False
+
     client.meta.events.register("before-send", before_send)
     client.meta.events.register("needs-retry", needs_retry)
+    client.meta.events.register_first(f"needs-retry.{client.meta.service_model.service_id.hyphenize()}",
+                                      retry_within_hook_call)

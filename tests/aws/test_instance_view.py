@@ -167,6 +167,37 @@ def test_concurrent_callers_of_a_stale_view_wait_for_one_read():
     assert reads == [1]
 
 
+def test_a_failed_read_is_the_error_of_every_caller_that_waited_for_it():
+    """The waiting callers are answered by the read they waited for, not each by a read of its own after it:
+    against a slow AWS, each would wait out the read before it and then its own."""
+    reads, outcomes = [], []
+
+    def read(ec2, cluster, clock):
+        reads.append(1)
+        deadline = time.monotonic() + 30
+        while view.waiting("r", "c") < 4 and time.monotonic() < deadline:  # the others have joined it
+            time.sleep(0.01)
+        raise TimeoutError("AWS did not answer")
+
+    view = instance_view.InstanceView(10, read=read)
+
+    def call():
+        try:
+            view.snapshot(None, "r", "c")
+            outcomes.append("answered")
+        except TimeoutError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=call) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert reads == [1]
+    assert outcomes == ["AWS did not answer"] * 5
+    assert view.waiting("r", "c") == 0
+
+
 def test_read_by_ids_leaves_out_an_id_ec2_does_not_know(aws):
     ec2 = aws("ec2")
     iid = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]

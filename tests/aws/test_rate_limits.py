@@ -6,7 +6,7 @@ import threading
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from hooks import aws_rate_buckets
 from hooks.aws import rate_limits
@@ -258,3 +258,71 @@ def test_a_client_nothing_meters_is_paid_ahead_of_nothing(aws):
     with rate_limits.paid_ahead(elbv2, "RegisterTargets", 0):
         elbv2.register_targets(TargetGroupArn=arn, Targets=targets)
     assert len(elbv2.describe_target_health(TargetGroupArn=arn)["TargetHealthDescriptions"]) == 1
+
+
+def test_a_retry_is_made_only_if_it_can_end_within_the_hook_calls_window():
+    """On the code's clock: the back-off before the retry and the attempt itself, at their longest."""
+    clock = ManualClock()
+    attempt = 7.0  # connect 2 s + read 5 s, as the hooks' clients have them
+    assert rate_limits.retry_fits(1, attempt) and rate_limits.retry_fits(5, attempt), "outside a hook call"
+    with rate_limits.hook_call(0, 8.5, clock=clock):
+        assert rate_limits.retry_fits(1, attempt), "0 s in: up to 1 s of back-off, 7 s of attempt"
+        assert not rate_limits.retry_fits(2, attempt), "a second retry's back-off is up to 2 s"
+        clock.advance(1.0)
+        assert not rate_limits.retry_fits(1, attempt), "1 s in, the retry could end at 9 s"
+    with rate_limits.hook_call(0, None, clock=clock):
+        assert rate_limits.retry_fits(4, attempt), "no window: botocore decides alone"
+
+
+@pytest.mark.moto
+def test_a_throttled_call_is_not_retried_past_the_hook_calls_window(aws, throttling_aws, retries_at_once):
+    """Through the throttling moto, which refuses the first two attempts: with room in the window botocore
+    retries until one goes through; with none, the hook call gets AWS's refusal after one attempt and answers."""
+    throttling_aws.disable()
+    ec2 = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=_limiter()[0]).client("ec2")
+
+    def attempts_refused() -> int:
+        return sum(fault["matched"] for fault in throttling_aws.state()["faults"])
+
+    throttling_aws.add_fault("ec2", "throttle", operation="DescribeInstances", count=2)
+    with rate_limits.hook_call(0, 60.0):
+        ec2.describe_instances()  # the third attempt goes through
+    assert throttling_aws.state()["faults"] == [], "both refusals were spent on its retries"
+
+    throttling_aws.add_fault("ec2", "throttle", operation="DescribeInstances", count=2)
+    with rate_limits.hook_call(0, 5.0), pytest.raises(ClientError) as refused:
+        ec2.describe_instances()
+    assert refused.value.response["Error"]["Code"] == "RequestLimitExceeded"
+    assert not isinstance(refused.value, rate_limits.Limited), "AWS's own answer, not the limiter's"
+    assert attempts_refused() == 1, "one attempt, no retry"
+
+    ec2.describe_instances()  # outside any hook call: botocore's retries as ever
+    assert throttling_aws.state()["faults"] == []
+
+
+@pytest.mark.moto
+def test_once_an_attempt_timed_out_the_hook_call_sends_nothing_that_could_end_past_its_time(aws):
+    """On the code's clock, AWS answering DescribeInstances later than the client waits
+    (worlds/cluster_gc.Late: botocore's ReadTimeoutError): 5 s into a hook call of 9, a call that could take
+    7 s is not sent once an attempt has timed out, and is sent when none has."""
+    from worlds.cluster_gc import Late
+
+    clock = ManualClock()
+    ec2 = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=_limiter()[0]).client("ec2")
+    Late("DescribeInstances", latency=30).attach_client(ec2)
+    sent = []
+    ec2.meta.events.register("after-call.ec2.DescribeSubnets", lambda **_: sent.append(1))
+
+    with rate_limits.hook_call(0, 9.0, clock=clock):
+        clock.advance(5)
+        ec2.describe_subnets()  # nothing has timed out: sent, whatever the time
+        with pytest.raises(ReadTimeoutError):
+            ec2.describe_instances()
+        with pytest.raises(rate_limits.TimedOut) as held:
+            ec2.describe_subnets()
+    assert held.value.response["Error"]["Code"] == "RequestLimitExceeded", "a code every caller retries later"
+    assert sent == [1], "the second DescribeSubnets never went out"
+
+    with rate_limits.hook_call(0, 9.0, clock=clock):
+        ec2.describe_subnets()  # a new hook call: its own time
+    assert sent == [1, 1]
