@@ -24,12 +24,28 @@ taken. Spot trials: a spot pool and an InterruptionQueue in moto; a spot
 interruption warning is put on EventBridge, and the times to the Node
 cordoned, the replacement Initialized and the instance terminated are taken.
 
+``faults`` (the local stack): every AWS call refused for --fault-seconds in
+the middle of a scale-out and a fencing storm. A NodePool of --machines
+Initialized Machines under a NodeFencingPolicy; --fenced of its Nodes die;
+once their Ready is Unknown the pool is raised by --scale-out and, a moment
+later, every call to every AWS service is throttled (--kind throttle), fails
+with a 500 (error) or answers only after --delay seconds, past the hooks'
+read timeout, having been done all the same (slow). Once the faults are lifted
+the run waits, with a deadline, for the pool to be whole again. It then
+checks what a fault must never cause: an instance stopped or terminated that
+was neither fenced nor its Machine's to end, a Machine with no instance or
+two, an instance of the pool no Machine owns, a FencingRequest for a healthy
+Node or two for one, a hook answered with a 5xx or after Metacontroller's
+10 s timeout.
+
     .venv/bin/python bench/disruption.py storm [--machines 100] [--budget 10%] [--json out.json]
     .venv/bin/python bench/disruption.py signal [--repair-trials 3] [--spot-trials 3] [--json out.json]
+    .venv/bin/python bench/disruption.py faults [--kind throttle|error|slow] [--fault-seconds 60] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import copy
 import datetime as dt
 import json
@@ -299,6 +315,171 @@ def signal(args) -> dict:
             "repair": _summary(repair), "spot": _summary(spot)}
 
 
+# --------------------------------------------------------------------------- faults (the local stack)
+
+
+def _hook_calls_gone_wrong(metrics_url: str) -> tuple[Counter, Counter]:
+    """From the hook server's /metrics (every worker added up), per controller and hook: the calls answered
+    with a 5xx, and those that took longer than Metacontroller's 10 s hook timeout (answered too late)."""
+    import re
+    import requests
+
+    errors, every, in_time = Counter(), Counter(), Counter()
+    for line in requests.get(f"{metrics_url}/metrics", timeout=10).text.splitlines():
+        name, _, value = line.rpartition(" ")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', name))
+        hook = f"{labels.get('controller')}/{labels.get('hook')}"
+        if name.startswith("nodewarden_hook_duration_seconds_count{"):
+            every[hook] += int(float(value))
+            if labels.get("code", "").startswith("5"):
+                errors[hook] += int(float(value))
+        elif name.startswith("nodewarden_hook_duration_seconds_bucket{") and labels.get("le") == "10.0":
+            in_time[hook] += int(float(value))
+    return errors, every - in_time
+
+
+def _fault(kind: str, seconds: float, delay: float) -> dict:
+    fault = {"service": "*", "kind": kind, "seconds": seconds}
+    if kind == "slow":
+        fault["delay"] = delay
+    return fault
+
+
+class FencingWatch:
+    """Every FencingRequest seen while the run lasts, read every half second on a thread of its own: a request
+    ends with its Node, so looking at the end would miss it. Node -> the uids of its requests, and the nodes
+    whose power-off was seen confirmed (FencingSucceeded)."""
+
+    def __init__(self, api):
+        import threading
+
+        self._api = api
+        self.requests: dict[str, set[str]] = {}
+        self.succeeded: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fencing-watch", daemon=True)
+
+    def _loop(self) -> None:
+        from devcluster import failover
+        from devcluster.pools import condition_status
+        from hooks import fencing_names
+
+        while not self._stop.wait(0.5):
+            try:
+                found = self._api.get(failover.REQUESTS)["items"]
+            except Exception:  # the API server busy for a moment: the next read sees it
+                continue
+            for request in found:
+                node = request["spec"]["nodeRef"]["name"]
+                self.requests.setdefault(node, set()).add(request["metadata"]["uid"])
+                if condition_status(request, fencing_names.FENCING_SUCCEEDED) == "True":
+                    self.succeeded.add(node)
+
+    def __enter__(self) -> "FencingWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _describe_machines(machines: list[dict]) -> None:
+    for m in machines:
+        status = m.get("status") or {}
+        print("  Machine", m["metadata"]["name"], status.get("nodeName"), m["metadata"].get("deletionTimestamp"),
+              [(c["type"], c["status"], c.get("reason")) for c in status.get("conditions", [])], flush=True)
+
+
+def faults(args) -> dict:
+    from devcluster import Cluster, Layout, failover, fleet
+    from devcluster.api import AdminApi, wait_for
+    from hooks import machine_names
+    from devcluster.pools import (POOLS, condition_status, initialized_machines, live_machines, pool_instance_tags,
+                                  pool_machines, pool_manifest, pool_subnet)
+
+    layout = Layout(workdir=ROOT / ".local" / "bench" / f"disruption-{os.getpid()}")
+    pool, size = "bench-faults", args.machines + args.scale_out
+    with Cluster(layout, port_mode="dynamic") as cluster:
+        api = AdminApi(cluster.kubeconfig)
+        cloud = fleet.Aws(cluster.aws_env())
+        control = cluster.throttling_control
+        api.create(POOLS, pool_manifest(pool, pool_subnet(cloud), args.machines))
+        originals = initialized_machines(api, pool, args.machines)
+        api.create(failover.POLICIES, failover.policy_manifest(pool, "", duration=args.duration,
+                                                               max_unhealthy=args.fenced, selector={"e2e-pool": pool}))
+        dying = {m["status"]["nodeName"]: m["status"]["instanceID"] for m in originals[:args.fenced]}
+        healthy = {m["status"]["nodeName"]: m["status"]["instanceID"] for m in originals[args.fenced:]}
+        errors_before, late_before = _hook_calls_gone_wrong(cluster.hook_server.metrics_url)
+
+        def whole():
+            machines = pool_machines(api, pool)
+            live = live_machines(machines)
+            ready = [m for m in live if condition_status(m, machine_names.INITIALIZED) == "True"]
+            left = [m for m in machines if (m.get("status") or {}).get("nodeName") in dying]
+            return (len(ready) == len(live) == size and not left) or None
+
+        with FencingWatch(api) as fencing:
+            started = time.time()
+            failover.kill(api, list(dying))
+            api.patch(f"{POOLS}/{pool}", {"spec": {"replicas": size}})
+            time.sleep(args.fault_after)
+            control.add_fault(**_fault(args.kind, args.fault_seconds, args.delay))
+            fault_began = time.time()
+            print(f"faults ({args.kind}) on every AWS call for {args.fault_seconds} s, "
+                  f"{fault_began - started:.1f} s into the storm", flush=True)
+            # A spent fault leaves the control API's report, so its count is read a moment before it ends.
+            time.sleep(max(0.0, args.fault_seconds - 1))
+            refused = sum(fault["matched"] for fault in control.state()["faults"])
+            time.sleep(max(0.0, fault_began + args.fault_seconds - time.time()))
+            fault_ended = time.time()
+            converged = True
+            try:
+                wait_for(whole, "the pool whole again", timeout=args.deadline)
+            except AssertionError as error:  # wait_for's timeout; the findings below say what is missing
+                print(f"not converged: {error}", flush=True)
+                _describe_machines(pool_machines(api, pool))
+                converged = False
+            whole_at = time.time()
+
+        live = live_machines(pool_machines(api, pool))
+        instances = pool_instance_tags(cloud, pool)
+        unended = {i: tags for i, tags in instances.items() if tags["state"] not in ("shutting-down", "terminated")}
+        findings = []
+        for node, instance in healthy.items():
+            state = instances.get(instance, {}).get("state")
+            if state != "running":
+                findings.append(f"healthy node {node}'s instance {instance} is {state}")
+        for machine in live:
+            own = [i for i, tags in unended.items()
+                   if tags.get(machine_names.TAG_MACHINE_UID) == machine["metadata"]["uid"]]
+            if len(own) != 1:
+                findings.append(f"Machine {machine['metadata']['name']} has {len(own)} instances: {own}")
+        owned = {m["metadata"]["uid"] for m in live}
+        for instance, tags in unended.items():
+            if tags.get(machine_names.TAG_MACHINE_UID) not in owned:
+                findings.append(f"instance {instance} ({tags['state']}) belongs to no Machine")
+        for node, uids in fencing.requests.items():
+            if node not in dying:
+                findings.append(f"healthy node {node} was fenced")
+            elif len(uids) > 1:
+                findings.append(f"node {node} had {len(uids)} FencingRequests")
+        for node in set(dying) - fencing.succeeded:
+            findings.append(f"dead node {node}'s power-off was never confirmed")
+        errors, late = _hook_calls_gone_wrong(cluster.hook_server.metrics_url)
+        if errors - errors_before:
+            findings.append(f"hook calls answered with a 5xx: {dict(errors - errors_before)}")
+        if late - late_before:
+            findings.append(f"hook calls longer than Metacontroller's 10 s timeout: {dict(late - late_before)}")
+        api.delete(f"{failover.POLICIES}/{pool}")
+        api.delete(f"{POOLS}/{pool}")
+    return {"kind": args.kind, "fault_seconds": args.fault_seconds, "delay": args.delay if args.kind == "slow" else None,
+            "machines": args.machines, "scale_out": args.scale_out, "fenced": args.fenced,
+            "faults_began_after_storm_seconds": round(fault_began - started, 1), "calls_refused": refused,
+            "converged": converged, "whole_after_faults_seconds": round(whole_at - fault_ended, 1),
+            "instances_launched": len(instances) - args.machines, "findings": findings}
+
+
 def _summary(samples: list[dict]) -> dict:
     out: dict = {"trials": len(samples), "samples": samples}
     for key in sorted({k for s in samples for k in s}):
@@ -332,6 +513,18 @@ def main() -> int:
     g.add_argument("--spot-trials", type=int, default=3)
     g.add_argument("--duration", default="10s", help="the NodeFencingPolicy's unhealthy duration")
     g.add_argument("--json", type=pathlib.Path)
+    f = sub.add_parser("faults")
+    f.add_argument("--machines", type=int, default=6)
+    f.add_argument("--fenced", type=int, default=2, help="Nodes of the pool that die")
+    f.add_argument("--scale-out", type=int, default=4, help="Machines the pool is raised by")
+    f.add_argument("--kind", choices=("throttle", "error", "slow"), default="throttle")
+    f.add_argument("--delay", type=float, default=8.0, help="seconds a slow call takes (the hooks wait 5)")
+    f.add_argument("--fault-seconds", type=float, default=60.0)
+    f.add_argument("--fault-after", type=float, default=3.0,
+                   help="seconds from the pool's raise and the Nodes' Ready Unknown to the faults")
+    f.add_argument("--duration", default="10s", help="the NodeFencingPolicy's unhealthy duration")
+    f.add_argument("--deadline", type=float, default=300.0, help="seconds after the faults for the pool to be whole")
+    f.add_argument("--json", type=pathlib.Path)
     args = parser.parse_args()
     if args.mode == "storm":
         import logging
@@ -341,11 +534,13 @@ def main() -> int:
         from devcluster.cluster import configure_logging
         configure_logging()
         try:
-            results = signal(args)
+            results = signal(args) if args.mode == "signal" else faults(args)
         finally:
             shutil.rmtree(ROOT / ".local" / "bench" / f"disruption-{os.getpid()}", ignore_errors=True)
     print(json.dumps(results, indent=2))
     write_json(args.json, results)
+    if args.mode == "faults":
+        return 0 if results["converged"] and not results["findings"] else 1
     return 0 if args.mode != "storm" or results["worst_over_budget"] == 0 else 1
 
 
