@@ -18,12 +18,13 @@ so the hook answers and comes back.
 
 A slow or refusing AWS never holds a hook call past Metacontroller's hook
 timeout either. Within ``NODEWARDEN_HOOK_AWS_RETRY_SECONDS`` of the hook
-call's start, botocore retries an attempt only if the retry, its back-off
-and its timeouts at their longest, ends in time; otherwise the call fails
-with the error its last attempt had, as it would once its retries were
-spent. Once an attempt of the hook call has timed out, a later attempt that
-could not end in time is not sent (TimedOut), so a hook call meeting a slow
-AWS answers instead of making its next call wait as long again.
+call's start, botocore retries an attempt only if the retry's back-off at its
+longest ends in time; otherwise the call fails with the error its last
+attempt had, as it would once its retries were spent. Once an attempt of the
+hook call has timed out, AWS is slow: a later attempt, retry or not, is sent
+only if it could end in time at its longest (connect and read timeouts), or
+not at all (TimedOut), so a hook call meeting a slow AWS answers instead of
+making its next call wait as long again.
 
 A bucket AWS publishes no figure for is not limited until AWS itself says
 "slow down" to a call that draws from it: from then on, for
@@ -104,10 +105,13 @@ def hook_call(wait_seconds: float, retry_seconds: float | None = None,
 
 
 def retry_fits(attempts: int, attempt_seconds: float) -> bool:
-    """Whether a retry after ``attempts`` attempts, its back-off and the attempt itself at their longest
-    (botocore's standard back-off: up to 2 ** (attempts - 1) seconds), ends within the hook call's time."""
+    """Whether a retry after ``attempts`` attempts ends within the hook call's time: its back-off at its
+    longest (botocore's standard back-off: up to 2 ** (attempts - 1) seconds), and, once an attempt of the
+    hook call has timed out, the attempt itself at its longest too."""
     window = _window.get()
-    return window is None or 2 ** max(0, attempts - 1) + attempt_seconds <= window.left()
+    if window is None:
+        return True
+    return 2 ** max(0, attempts - 1) + (attempt_seconds if window.timed_out else 0.0) <= window.left()
 
 
 def attempt_fits(attempt_seconds: float) -> bool:

@@ -261,15 +261,21 @@ def test_a_client_nothing_meters_is_paid_ahead_of_nothing(aws):
 
 
 def test_a_retry_is_made_only_if_it_can_end_within_the_hook_calls_window():
-    """On the code's clock: the back-off before the retry and the attempt itself, at their longest."""
+    """On the code's clock: the back-off before the retry at its longest, and once an attempt has timed out,
+    the attempt itself at its longest too."""
     clock = ManualClock()
     attempt = 7.0  # connect 2 s + read 5 s, as the hooks' clients have them
     assert rate_limits.retry_fits(1, attempt) and rate_limits.retry_fits(5, attempt), "outside a hook call"
     with rate_limits.hook_call(0, 8.5, clock=clock):
-        assert rate_limits.retry_fits(1, attempt), "0 s in: up to 1 s of back-off, 7 s of attempt"
+        clock.advance(7.0)
+        assert rate_limits.retry_fits(1, attempt), "7 s in: up to 1 s of back-off, then a quick answer"
         assert not rate_limits.retry_fits(2, attempt), "a second retry's back-off is up to 2 s"
-        clock.advance(1.0)
-        assert not rate_limits.retry_fits(1, attempt), "1 s in, the retry could end at 9 s"
+    with rate_limits.hook_call(0, 8.5, clock=clock):
+        rate_limits.timed_out()
+        clock.advance(0.5)
+        assert rate_limits.retry_fits(1, attempt), "AWS is slow: 0.5 s in, 1 s of back-off, 7 s of attempt"
+        clock.advance(0.5)
+        assert not rate_limits.retry_fits(1, attempt), "1 s in, that retry could end at 9 s"
     with rate_limits.hook_call(0, None, clock=clock):
         assert rate_limits.retry_fits(4, attempt), "no window: botocore decides alone"
 
@@ -290,7 +296,7 @@ def test_a_throttled_call_is_not_retried_past_the_hook_calls_window(aws, throttl
     assert throttling_aws.state()["faults"] == [], "both refusals were spent on its retries"
 
     throttling_aws.add_fault("ec2", "throttle", operation="DescribeInstances", count=2)
-    with rate_limits.hook_call(0, 5.0), pytest.raises(ClientError) as refused:
+    with rate_limits.hook_call(0, 0.5), pytest.raises(ClientError) as refused:  # less than a back-off
         ec2.describe_instances()
     assert refused.value.response["Error"]["Code"] == "RequestLimitExceeded"
     assert not isinstance(refused.value, rate_limits.Limited), "AWS's own answer, not the limiter's"
