@@ -58,7 +58,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from measure import percentile, write_json  # noqa: E402
+from measure import HookMetrics, percentile, write_json  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, tzinfo=dt.timezone.utc)
 NS = "nodewarden-system"
@@ -318,23 +318,18 @@ def signal(args) -> dict:
 # --------------------------------------------------------------------------- faults (the local stack)
 
 
-def _hook_calls_gone_wrong(metrics_url: str) -> tuple[Counter, Counter]:
-    """From the hook server's /metrics (every worker added up), per controller and hook: the calls answered
+def _hook_calls_gone_wrong(metrics: HookMetrics) -> tuple[Counter, Counter]:
+    """Per controller and hook, from the hook server's /metrics (every worker added up): the calls answered
     with a 5xx, and those that took longer than Metacontroller's 10 s hook timeout (answered too late)."""
-    import re
-    import requests
-
     errors, every, in_time = Counter(), Counter(), Counter()
-    for line in requests.get(f"{metrics_url}/metrics", timeout=10).text.splitlines():
-        name, _, value = line.rpartition(" ")
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', name))
-        hook = f"{labels.get('controller')}/{labels.get('hook')}"
-        if name.startswith("nodewarden_hook_duration_seconds_count{"):
-            every[hook] += int(float(value))
-            if labels.get("code", "").startswith("5"):
-                errors[hook] += int(float(value))
-        elif name.startswith("nodewarden_hook_duration_seconds_bucket{") and labels.get("le") == "10.0":
-            in_time[hook] += int(float(value))
+    for sample in metrics.samples():
+        hook = f"{sample.labels.get('controller')}/{sample.labels.get('hook')}"
+        if sample.name == "nodewarden_hook_duration_seconds_count":
+            every[hook] += sample.value
+            if sample.labels.get("code", "").startswith("5"):
+                errors[hook] += sample.value
+        elif sample.name == "nodewarden_hook_duration_seconds_bucket" and float(sample.labels["le"]) == 10.0:
+            in_time[hook] += sample.value
     return errors, every - in_time
 
 
@@ -410,7 +405,8 @@ def faults(args) -> dict:
                                                                max_unhealthy=args.fenced, selector={"e2e-pool": pool}))
         dying = {m["status"]["nodeName"]: m["status"]["instanceID"] for m in originals[:args.fenced]}
         healthy = {m["status"]["nodeName"]: m["status"]["instanceID"] for m in originals[args.fenced:]}
-        errors_before, late_before = _hook_calls_gone_wrong(cluster.hook_server.metrics_url)
+        metrics = HookMetrics(cluster)
+        errors_before, late_before = _hook_calls_gone_wrong(metrics)
 
         def whole():
             machines = pool_machines(api, pool)
@@ -466,7 +462,7 @@ def faults(args) -> dict:
                 findings.append(f"node {node} had {len(uids)} FencingRequests")
         for node in set(dying) - fencing.succeeded:
             findings.append(f"dead node {node}'s power-off was never confirmed")
-        errors, late = _hook_calls_gone_wrong(cluster.hook_server.metrics_url)
+        errors, late = _hook_calls_gone_wrong(metrics)
         if errors - errors_before:
             findings.append(f"hook calls answered with a 5xx: {dict(errors - errors_before)}")
         if late - late_before:

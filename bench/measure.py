@@ -1,5 +1,5 @@
-"""What the benchmarks share: the percentile they report, where they write their results, and the throttling
-AWS's buckets sampled over a run."""
+"""What the benchmarks share: the percentile they report, where they write their results, the throttling
+AWS's buckets sampled over a run, and the hook server's metrics."""
 from __future__ import annotations
 
 import json
@@ -7,6 +7,9 @@ import math
 import pathlib
 import threading
 import time
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -76,3 +79,44 @@ class BucketSampler:
 def sampled_buckets(cluster) -> BucketSampler | None:
     """The local stack's throttling AWS's buckets sampled from now (None when its moto does not throttle)."""
     return BucketSampler(cluster.throttling_control).start() if cluster.aws_throttling else None
+
+
+class HookMetrics:
+    """The hook server's /metrics, parsed."""
+
+    def __init__(self, cluster):
+        self.url = f"{cluster.hook_server.metrics_url}/metrics"
+
+    def samples(self) -> list:
+        text = requests.get(self.url, timeout=10).text
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+    def syncs(self, controller: str, hook: str = "sync") -> float:
+        return sum(s.value for s in self.samples() if s.name == "nodewarden_hook_duration_seconds_count"
+                   and s.labels.get("controller") == controller and s.labels.get("hook") == hook)
+
+    def aws_calls(self) -> dict[str, float]:
+        calls: dict[str, float] = {}
+        for s in self.samples():
+            if s.name == "nodewarden_aws_calls_total":
+                calls[s.labels["operation"]] = calls.get(s.labels["operation"], 0) + s.value
+        return calls
+
+    def latency(self, controller: str) -> dict:
+        """The controller's hook latency histogram: cumulative bucket counts by bound, sum and count."""
+        return self.histogram("nodewarden_hook_duration_seconds", controller)
+
+    def histogram(self, name: str, controller: str) -> dict:
+        """One of the hook server's histograms for a controller, every hook summed: cumulative bucket
+        counts by bound, sum and count."""
+        buckets: dict[float, float] = {}
+        totals = {"sum": 0.0, "count": 0.0}
+        for s in self.samples():
+            if s.labels.get("controller") != controller:
+                continue
+            if s.name == f"{name}_bucket":
+                le = float(s.labels["le"])
+                buckets[le] = buckets.get(le, 0) + s.value
+            elif s.name in (f"{name}_sum", f"{name}_count"):
+                totals[s.name.rsplit("_", 1)[1]] += s.value
+        return {"buckets": buckets, **totals}

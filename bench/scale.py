@@ -66,7 +66,7 @@ from devcluster.cluster import CLUSTER_NAME, configure_logging  # noqa: E402
 from hook_throughput import realistic  # noqa: E402
 from hooks import detacher_names  # noqa: E402
 from hooks.detacher import targets as detacher_targets  # noqa: E402
-from measure import sampled_buckets, write_json  # noqa: E402
+from measure import HookMetrics, sampled_buckets, write_json  # noqa: E402
 
 NODES = "/api/v1/nodes"
 POLICIES = "/apis/nodewarden.io/v1alpha1/nodefencingpolicies"
@@ -117,47 +117,6 @@ def each(fn, names: list[str]) -> None:
 
 def patch_all(api: AdminApi, names: list[str], body: dict) -> None:
     each(lambda n: api.patch(f"{NODES}/{n}", copy.deepcopy(body)), names)
-
-
-class HookMetrics:
-    """The hook server's /metrics, parsed."""
-
-    def __init__(self, cluster: Cluster):
-        self.url = f"{cluster.hook_server.metrics_url}/metrics"
-
-    def samples(self) -> list:
-        text = requests.get(self.url, timeout=10).text
-        return [s for family in text_string_to_metric_families(text) for s in family.samples]
-
-    def syncs(self, controller: str, hook: str = "sync") -> float:
-        return sum(s.value for s in self.samples() if s.name == "nodewarden_hook_duration_seconds_count"
-                   and s.labels.get("controller") == controller and s.labels.get("hook") == hook)
-
-    def aws_calls(self) -> dict[str, float]:
-        calls: dict[str, float] = {}
-        for s in self.samples():
-            if s.name == "nodewarden_aws_calls_total":
-                calls[s.labels["operation"]] = calls.get(s.labels["operation"], 0) + s.value
-        return calls
-
-    def latency(self, controller: str) -> dict:
-        """The controller's hook latency histogram: cumulative bucket counts by bound, sum and count."""
-        return self.histogram("nodewarden_hook_duration_seconds", controller)
-
-    def histogram(self, name: str, controller: str) -> dict:
-        """One of the hook server's histograms for a controller, every hook summed: cumulative bucket
-        counts by bound, sum and count."""
-        buckets: dict[float, float] = {}
-        totals = {"sum": 0.0, "count": 0.0}
-        for s in self.samples():
-            if s.labels.get("controller") != controller:
-                continue
-            if s.name == f"{name}_bucket":
-                le = float(s.labels["le"])
-                buckets[le] = buckets.get(le, 0) + s.value
-            elif s.name in (f"{name}_sum", f"{name}_count"):
-                totals[s.name.rsplit("_", 1)[1]] += s.value
-        return {"buckets": buckets, **totals}
 
 
 def bucket_percentile(before: dict[float, float], after: dict[float, float], p: float) -> tuple[float, float, float]:

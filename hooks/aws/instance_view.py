@@ -104,17 +104,16 @@ class InstanceView:
             else:
                 flight.keys.append(key)
         if leads:
-            try:
+            def read(_keys) -> dict:
                 snapshot = self._read(ec2, cluster_name, self._clock)
-                flight.answers = {key: snapshot}
                 with self._lock:
                     self._snapshots[key] = snapshot
-            except Exception as exc:  # noqa: BLE001 - every caller waiting for this read gets it
-                flight.error = exc
+                return {key: snapshot}
+            try:
+                flight.run(read)  # its answer or its error, every waiting caller's
             finally:
                 with self._lock:
                     del self._reading[key]
-                flight.done.set()
         else:
             flight.done.wait()
         if flight.error is not None:
