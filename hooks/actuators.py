@@ -14,6 +14,7 @@ reported, and its outcome handed to the caller's ``done``.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -31,7 +32,7 @@ from hooks.metrics import (CONSOLIDATIONS, INTERRUPTION_MESSAGES, MACHINE_EVENTS
                            OWNER_REPLACEMENTS, PROVISIONED_PODS, PROVISIONED_REQUEST_RATIO,
                            REPLACEMENT_SECONDS, STORM_GUARD, record_action)
 from hooks.owner_names import NODECLAIM_KIND
-from hooks.plan import (PRECONDITION, Action, CapiMachineOf, ClusterInstance, Collectable, Gate, GroupMember,
+from hooks.plan import (DEFERRED, PRECONDITION, UNDER_WAY, Action, CapiMachineOf, ClusterInstance, Collectable, Gate, GroupMember,
                         InstanceOf, NodeClaimOf, Orphaned, Outcome, PoweredOff, SameObject, error_text)
 from hooks.recent import Recent
 from hooks.teardown.plan import verdict
@@ -93,7 +94,12 @@ def _in_time(ctx: runtime.Context, a: Action, service: str, operation: str, call
     left = _send_within(ctx, a)
     if left is None:
         return call(client)
-    with rate_limits.paid_ahead(client, operation, left):
+    with contextlib.ExitStack() as paid:
+        try:
+            paid.enter_context(rate_limits.paid_ahead(client, operation, left))
+        except rate_limits.Limited as exc:  # its token would come too late: never sent
+            raise elb.NotSent(f"{a.kind} {a.target}: no token before its deadline to go out "
+                              f"({a.params['sendBy']}): {exc.response['Error']['Message']}") from exc
         _send_within(ctx, a)
         return call(client)
 
@@ -404,7 +410,9 @@ def _unmet(ctx: runtime.Context, action: Action) -> Outcome | None:
 
 
 def _failed(action: Action, exc: Exception) -> Outcome:
-    return Outcome(action, False, error=error_text(exc), code=error_code(exc))
+    # Not sent before its deadline: put off to a later call, which decides it again on a fresher reading.
+    code = DEFERRED if isinstance(exc, elb.NotSent) else error_code(exc)
+    return Outcome(action, False, error=error_text(exc), code=code)
 
 
 def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
@@ -418,7 +426,9 @@ def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
 
 
 def _submitted(ctx: runtime.Context, action: Action):
-    """The action handed over: a callable answering its Outcome once its work is done."""
+    """The action handed over: a callable answering its Outcome once its work is done. A ``carry_on`` action
+    whose work waits to go out answers UNDER_WAY at once instead, ``later`` being that wait (none for a
+    renewal: whoever asked first waits)."""
     unmet = _unmet(ctx, action)
     if unmet is not None:
         return lambda: unmet
@@ -433,6 +443,10 @@ def _submitted(ctx: runtime.Context, action: Action):
             return Outcome(action, True, result=ticket())
         except Exception as exc:  # noqa: BLE001
             return _failed(action, exc)
+    if action.carry_on and ticket.queued:
+        under_way = Outcome(action, False, "under way: its call waits to go out, carried on after this call",
+                            code=UNDER_WAY, later=None if ticket.renewal else outcome)
+        return lambda: under_way
     return outcome
 
 
@@ -456,7 +470,8 @@ def act(controller: str, actions: list[Action], ctx: runtime.Context, gate: Gate
     def collect() -> None:
         for outcome in waiting:
             outcomes.append(outcome())
-            _report(controller, outcomes[-1])
+            if outcomes[-1].code != UNDER_WAY:  # reported once it answers (carry_on)
+                _report(controller, outcomes[-1])
         waiting.clear()
 
     for action in actions:
@@ -487,12 +502,18 @@ def act_in_background(controller: str, actions: list[Action], ctx: runtime.Conte
     """Carry ``actions`` on after the call has answered: a submitter's work is handed over now, before this
     returns; the rest runs, and every outcome is reported, on a background thread, which then calls
     ``done(outcomes)``. Preconditions are read again right before each, as in ``act``."""
-    handed = [(action, _submitted(ctx, action) if action.kind in SUBMITTERS else None) for action in actions]
+    carry_on(controller, [_submitted(ctx, action) if action.kind in SUBMITTERS
+                          else (lambda action=action: _run_one(ctx, action)) for action in actions], done)
+
+
+def carry_on(controller: str, waits: list[Callable[[], Outcome]], done: Callable[[list[Outcome]], None]) -> None:
+    """On a background thread: each of ``waits`` waited on in order and its Outcome reported, then
+    ``done(outcomes)``. Each wait ends: a submitter's ticket has its own deadline."""
 
     def finish() -> None:
         outcomes = []
-        for action, ticket in handed:
-            outcomes.append(ticket() if ticket is not None else _run_one(ctx, action))
+        for wait_for in waits:
+            outcomes.append(wait_for())
             _report(controller, outcomes[-1])
         try:
             done(outcomes)

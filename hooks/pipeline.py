@@ -20,7 +20,8 @@ registered controller) and its ``sync``/``finalize`` hand the request to
    right before it runs; an action whose precondition fails does not run.
    Background actions are handed over only once every other action
    succeeded, and the call answers without waiting for them
-   (``in_background``).
+   (``in_background``); so does it for a ``carry_on`` action still waiting
+   to go out (UNDER_WAY), whose record is written as theirs is.
 5. Each succeeded action's ``record`` is applied to the response; when an
    action failed, ``settle`` adds what that means (an error, a backoff) and
    may change the Events. The annotations the plan names in ``persist`` are
@@ -42,7 +43,7 @@ from hooks import actuators, events, runtime
 from hooks.config import Settings
 from hooks.contract import COMPOSITE, HookRequest
 from hooks.kube import fresh
-from hooks.plan import DEFERRED, GATED, Action, Outcome, Plan, failure_text, unverified_text
+from hooks.plan import GATED, PUT_OFF, UNDER_WAY, Action, Outcome, Plan, failure_text, unverified_text
 
 
 @runtime_checkable
@@ -102,6 +103,9 @@ def run(controller: Controller, request: HookRequest, ctx: runtime.Context | Non
                              started)
     if background and request.verified and all(o.ok for o in outcomes):
         in_background(controller, request, background, plan.background_events, ctx)
+    carried = [o.later for o in outcomes if o.code == UNDER_WAY and o.later is not None]
+    if carried and request.verified:
+        actuators.carry_on(controller.NAME, carried, recorder(controller, request, [], ctx))
     settled = Plan(recorded(plan.response, outcomes), plan.actions, plan.events, basis=plan.basis,
                    persist=plan.persist)
     if any(not o.ok for o in outcomes):
@@ -151,15 +155,17 @@ def persisted(controller: Controller, request: HookRequest, plan: Plan, ctx: run
     it fails, the annotations stay in the response for Metacontroller.
     """
     annotations = dict(plan.response.get("annotations") or {})
-    wanted = {k: annotations[k] for k in plan.persist
-              if annotations.get(k) is not None and annotations[k] != request.annotations.get(k)}
     uid = request.meta.get("uid")
-    if not wanted or not uid:
+    if not uid:
         return plan
-    write = Action("kube.annotate-node", request.name, {"annotations": wanted, "uid": uid})
-    if not actuators.act(controller.NAME, [write], ctx)[0].ok:
-        return plan
-    kept = {k: v for k, v in annotations.items() if k not in wanted}
+    # One the Node already has is left out of the response too: written again by Metacontroller's update
+    # (the Node as its cache had it, retried on a conflict), it would undo a background record made since.
+    same = {k for k in plan.persist if k in annotations and annotations[k] == request.annotations.get(k)}
+    wanted = {k: annotations[k] for k in plan.persist if annotations.get(k) is not None and k not in same}
+    if wanted and not actuators.act(controller.NAME, [Action("kube.annotate-node", request.name,
+                                                             {"annotations": wanted, "uid": uid})], ctx)[0].ok:
+        wanted = {}
+    kept = {k: v for k, v in annotations.items() if k not in wanted and k not in same}
     return dataclasses.replace(plan, response=dict(plan.response, annotations=kept))
 
 
@@ -169,6 +175,12 @@ def in_background(controller: Controller, request: HookRequest, actions: list[Ac
     written to the parent Node (merged with what it has by then, with its uid as the precondition), and the
     Events ``said`` are sent if every one succeeded. One that failed records
     nothing, so the next call does its step again, in the call, where a failure is reported."""
+    actuators.act_in_background(controller.NAME, actions, ctx, recorder(controller, request, said, ctx))
+
+
+def recorder(controller: Controller, request: HookRequest, said: list, ctx: runtime.Context):
+    """What is done with the outcomes of actions carried on after the call: the records of those that
+    succeeded written to the parent Node, then ``said`` sent if every one succeeded."""
     uid = request.meta.get("uid")
     parent = events.ref(request.parent)
 
@@ -181,8 +193,7 @@ def in_background(controller: Controller, request: HookRequest, actions: list[Ac
         if all(o.ok for o in outcomes):
             for event in said:
                 ctx.events.record(controller.NAME, event.about or parent, event)
-
-    actuators.act_in_background(controller.NAME, actions, ctx, done)
+    return done
 
 
 def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: list[Outcome],
@@ -191,7 +202,7 @@ def report(controller: Controller, request: HookRequest, plan: Plan, outcomes: l
     parent = events.ref(request.parent)
     sent = list(plan.events)
     sent += [o.action.reports for o in outcomes if o.ok and o.action.reports is not None]
-    failed = [o for o in outcomes if not o.ok and o.code != DEFERRED]  # put off is not failed
+    failed = [o for o in outcomes if not o.ok and o.code not in PUT_OFF]  # put off is not failed
     if controller.FAILURE_REASON and failed:
         sent.append(events.warning(controller.FAILURE_REASON, failure_text(failed)))
     for event in sent:

@@ -24,6 +24,14 @@ handed over once every other action of the call has succeeded, and its
 would otherwise redo may be one: a background action lost with its process
 is simply done again.
 
+A ``carry_on`` action is one the call waits for only while it is being
+sent: handed over to a call that cannot go out at once (its batch waits for
+its turn or its rate-limit token), it answers UNDER_WAY and is carried on
+after the call, its ``record`` written as a background action's is. So a
+wave of callers never holds the hook server's threads while AWS's budget
+is spent; a failure met in the background is met again, and said, by a
+later call.
+
 A ``Gate`` sequences a plan's actions: it may answer for one, unrun, with an
 Outcome whose ``code`` says why (DEFERRED, HELD); an action whose
 precondition does not hold answers PRECONDITION. ``failure_text`` and
@@ -50,6 +58,8 @@ TRANSPORT = "Transport"
 DEFERRED = "Deferred"  # put off to the next call (this call's time is up, or AWS cannot take more now)
 HELD = "Held"  # held behind an earlier step of this call that did not succeed
 GATED = (DEFERRED, HELD)  # the codes a Gate answers with
+UNDER_WAY = "UnderWay"  # a carry_on action still waiting to go out as the call answered: carried on after it
+PUT_OFF = (DEFERRED, UNDER_WAY)  # not done in this call, and no failure: a later call or the background does it
 
 
 @dataclass(frozen=True)
@@ -224,11 +234,14 @@ class Action:
     requires: tuple[Precondition, ...] = ()
     reports: Event | None = None
     background: bool = False  # carried on after the call answers (see the module docstring)
+    carry_on: bool = False  # waited for only while being sent, else carried on after the call (UNDER_WAY)
 
     def to_dict(self) -> dict:
         out: dict = {"kind": self.kind, "target": self.target, "params": self.params}
         if self.background:
             out["background"] = True
+        if self.carry_on:
+            out["carryOn"] = True
         if self.record:
             out["record"] = [c.to_dict() for c in self.record]
         if self.requires:
@@ -245,6 +258,8 @@ class Outcome:
     error: str = ""
     result: Any = None
     code: str = ""  # the AWS error code or exception class of a failure, or why it did not run (PRECONDITION, GATED)
+    # An UNDER_WAY outcome's own: waits for the action's answer (after the call) and gives its final Outcome.
+    later: Callable[[], Outcome] | None = field(default=None, compare=False, repr=False)
 
 
 class Gate:

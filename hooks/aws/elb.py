@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from botocore.exceptions import ClientError
 
@@ -272,6 +273,23 @@ class _Batch:
         self.results: list = []  # per part: None, GONE, or the exception it failed with
 
 
+class Ticket:
+    """One caller's part of a batch: called, it waits for the batch's call and answers for the part.
+
+    ``queued``: the process's share of the bucket had no token for a call when the part joined, so the
+    answer may be seconds away. ``renewal``: the part was already waiting, asked again by a later reading of
+    the Node (its deadline to go out moved to that reading's); whoever asked first waits for it.
+    """
+
+    def __init__(self, coalescer: DeregisterCoalescer, batch: _Batch, index: int, target_group_arn: str,
+                 renewal: bool, queued: bool):
+        self._coalescer, self._batch, self._index, self._arn = coalescer, batch, index, target_group_arn
+        self.renewal, self.queued = renewal, queued
+
+    def __call__(self) -> str | None:
+        return self._coalescer._answer(self._batch, self._index, self._arn)
+
+
 class DeregisterCoalescer:
     """DeregisterTargets per target group, coalesced across the nodes a process deregisters at once.
 
@@ -300,13 +318,18 @@ class DeregisterCoalescer:
     The leader waits for the call's token from the process's limiter
     (rate_limits.paid_ahead) before it takes the batch, so the callers who
     ask meanwhile go out in the same call, and the deadlines are checked with
-    the token in hand: waiting for it never carries a call past them.
+    the token in hand: waiting for it never carries a call past them; no
+    token before the last deadline is NotSent for every part. The same
+    targets asked for again while their part waits join that part, its
+    deadline moved to the later asking's, so a node asking on each sync
+    keeps its place instead of piling duplicates into the call.
     """
 
     TICKET_DEADLINE_SECONDS = CALL_SECONDS
 
-    def __init__(self, window: float = 0.02):
+    def __init__(self, window: float = 0.02, clock: Callable[[], float] = time.monotonic):
         self.window = window
+        self._clock = clock  # what the parts' deadlines to go out are kept on
         self._lock = threading.Lock()
         self._last: dict[tuple, float] = {}  # group -> when its last call went out (monotonic)
         self._busy: set[tuple] = set()  # groups with a call in flight
@@ -326,18 +349,26 @@ class DeregisterCoalescer:
         targets = _targets(instance_id, ports)
         if send_within is not None and send_within <= 0:
             raise NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out had passed")
+        send_by = None if send_within is None else self._clock() + send_within
         with self._lock:
             batch = self._pending.get(key)
             lead = batch is None
             if lead:
                 batch = self._pending[key] = _Batch()
-            index = len(batch.parts)
-            batch.parts.append(targets)
-            batch.send_by.append(None if send_within is None else time.monotonic() + send_within)
+            index = batch.parts.index(targets) if targets in batch.parts else None
+            renewal = index is not None
+            if renewal:
+                old = batch.send_by[index]
+                batch.send_by[index] = None if old is None or send_by is None else max(old, send_by)
+            else:
+                index = len(batch.parts)
+                batch.parts.append(targets)
+                batch.send_by.append(send_by)
         if lead:  # the batch's call is made off the caller's thread, so one caller can lead many groups
             threading.Thread(target=self._send, args=(elbv2, key, batch, window), daemon=True,
                              name="deregister").start()
-        return lambda: self._answer(batch, index, target_group_arn)
+        return Ticket(self, batch, index, target_group_arn, renewal,
+                      queued=not rate_limits.ready(elbv2, "DeregisterTargets"))
 
     def _answer(self, batch: _Batch, index: int, target_group_arn: str) -> str | None:
         if not batch.done.wait(self.TICKET_DEADLINE_SECONDS):
@@ -353,10 +384,14 @@ class DeregisterCoalescer:
         all the while; then take the batch, make its call(s) at once, and answer every part."""
         try:
             self._wait_for_turn(key, window)
-            # Limited (no token before the last part's deadline) sends nothing, and is every part's answer.
-            with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
+            try:
+                with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
+                    self._close(key, batch)
+                    batch.results = _in_time_parts(elbv2, key[1], batch, self._clock())
+            except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
                 self._close(key, batch)
-                batch.results = _in_time_parts(elbv2, key[1], batch)
+                batch.results = [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go "
+                                         f"out: {exc.response['Error']['Message']}")] * len(batch.parts)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
             self._close(key, batch)
             batch.results = [exc] * len(batch.parts)
@@ -381,7 +416,7 @@ class DeregisterCoalescer:
             deadlines = list(batch.send_by)
         if any(d is None for d in deadlines):
             return float("inf")  # the limiter's own bound for a call outside any hook call
-        return max(deadlines) - time.monotonic()
+        return max(deadlines) - self._clock()
 
     def _close(self, key: tuple, batch: _Batch) -> None:
         """Later callers start the group's next batch."""
@@ -390,9 +425,8 @@ class DeregisterCoalescer:
                 del self._pending[key]
 
 
-def _in_time_parts(elbv2, target_group_arn: str, batch: _Batch) -> list:
-    """The batch's call(s) with the parts whose deadline has not passed; NotSent for the others."""
-    now = time.monotonic()
+def _in_time_parts(elbv2, target_group_arn: str, batch: _Batch, now: float) -> list:
+    """The batch's call(s) with the parts whose deadline has not passed at ``now``; NotSent for the others."""
     sent = [i for i, send_by in enumerate(batch.send_by) if send_by is None or now <= send_by]
     results: list = [NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out passed while "
                              "the group's call waited its turn")] * len(batch.parts)

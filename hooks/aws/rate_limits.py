@@ -247,6 +247,18 @@ class Limiter:
             self._sleep(wait)
         return max(0.0, wait)
 
+    def ready(self, region: str, draws: tuple[aws_rate_buckets.Draw, ...]) -> bool:
+        """Whether a call with these draws would get its tokens now, without waiting (nothing is taken)."""
+        now = self._clock()
+        with self._lock:
+            for draw in draws:
+                tokens = self._tokens(region, draw, now)
+                if tokens is not None:
+                    tokens.refill(now)
+                    if tokens.level < min(draw.tokens, tokens.capacity):
+                        return False
+        return True
+
     def _tokens(self, region: str, draw: aws_rate_buckets.Draw, now: float) -> _Tokens | None:
         share = self.share_of(draw.bucket)
         if share <= 0:
@@ -282,6 +294,16 @@ def wire_form(body) -> dict[str, str]:
     if not isinstance(body, str) or not body or body.lstrip().startswith("{"):
         return {}
     return dict(parse_qsl(body, keep_blank_values=True))
+
+
+def ready(client, operation: str) -> bool:
+    """Whether one ``operation`` call of ``client`` would get its tokens now (always, for a client no limiter
+    meters)."""
+    metered = _METERED.get(client)
+    if metered is None:
+        return True
+    limiter, service, region = metered
+    return limiter.ready(region, aws_rate_buckets.request_draws(service, operation, {}))
 
 
 @contextlib.contextmanager

@@ -36,18 +36,19 @@ import datetime as dt
 import logging
 import sys
 
-from hooks import bounds, detacher_names, events, pipeline, runtime, timefmt
+from hooks import detacher_names, events, pipeline, runtime
 from hooks.config import Settings
 from hooks.contract import HookRequest, decorator_response
-from hooks.detacher import assess, deregister, drain, exclude, idle, pod_trigger, reattach, rejoin, shutdown, targets
+from hooks.detacher import assess, deregister, drain, exclude, idle, outcomes, pod_trigger, reattach, rejoin, shutdown
 from hooks.detacher.step import deletion_deadline_passed
 from hooks.kube import fresh, node_detacher_reads
-from hooks.plan import Outcome, Plan, backoff, failure_text, unverified_text
+from hooks.plan import Plan, backoff, unverified_text
 
 NAME = "node-detacher"
 FAILURE_REASON = events.DETACH_FAILED
 log = logging.getLogger(__name__)
 gather = node_detacher_reads.gather
+settle = outcomes.settle
 
 
 # --------------------------------------------------------------------------- decide
@@ -82,43 +83,6 @@ def decide(request: HookRequest, settings: Settings, now: dt.datetime, observed:
 
 
 # --------------------------------------------------------------------------- act
-
-
-def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,
-           now: dt.datetime) -> Plan:
-    """What failed steps mean: the error on the node, a backoff, and for a re-attach, the detach state kept.
-
-    A failed deregistration needs nothing here: it is recorded as deregistered
-    only when it succeeds. The plan's Events are not sent: DetachFailed says it.
-    """
-    failed = [o for o in outcomes if not o.ok]
-    response = plan.response
-    if deletion_deadline_passed(request, settings, now):
-        # A deleting node is never held past its deadline.
-        return Plan(dict(response, finalized=True), persist=plan.persist)
-    annotations = dict(response.get("annotations") or {})
-    for o in failed:
-        if o.action.kind == "kube.label-node":
-            # Not written by the hook: Metacontroller writes them, and the next call deregisters (nothing was
-            # handed over, so nothing is said to be under way).
-            response = dict(response, labels={**(response.get("labels") or {}), **o.action.params["labels"]})
-            annotations.update({k: v for k, v in o.action.params["annotations"].items()
-                                if k != detacher_names.DEREGISTERING_SINCE})
-    if any(o.action.kind.endswith(".register") for o in failed):
-        # Re-attach incomplete: keep detach state, remember what still needs registering.
-        failed_memberships = {tuple(m) for o in failed for m in o.action.params.get("memberships", [])}
-        response = dict(response, labels={}, status=None)
-        annotations = {detacher_names.DEREGISTERED: targets.encode(failed_memberships),
-                       detacher_names.REATTACH_FAILING_SINCE: request.annotations.get(detacher_names.REATTACH_FAILING_SINCE)
-                       or timefmt.fmt(now),
-                       **{k: v for k, v in annotations.items() if k in (detacher_names.FOR_POD, detacher_names.FOR_POD_SINCE)}}
-        if "finalized" in response:
-            response["finalized"] = False
-    attempt = bounds.counter(request.annotations, detacher_names.ATTEMPTS) + 1
-    annotations[detacher_names.ERROR] = failure_text(outcomes)
-    annotations[detacher_names.ATTEMPTS] = str(attempt)
-    return Plan(dict(response, annotations=annotations, resyncAfterSeconds=backoff(settings, attempt)),
-                persist=plan.persist)
 
 
 # --------------------------------------------------------------------------- hooks

@@ -55,8 +55,11 @@ def deregister(request, sit, settings, now, observed) -> Plan:
     if any(m not in listed for m in pending):
         return list_before_leaving(request, attachments, listed | set(pending))
     # Each recorded as deregistered only once its call succeeded; the record is
-    # written by this call, so a conflict on Metacontroller's write cannot lose it.
-    actions = membership_actions("deregister", pending, sit, record=True,
+    # written by this call, so a conflict on Metacontroller's write cannot lose it. A group's call that must
+    # wait for its turn or its token (a wave of nodes leaving, AWS's budget spent) is carried on after the
+    # call and recorded when it answers: the hook server's threads go on to the other nodes meanwhile, which
+    # join the same calls.
+    actions = membership_actions("deregister", pending, sit, record=True, carry_on=True,
                                  send_by=now + dt.timedelta(seconds=SEND_SECONDS))
     annotations = {detacher_names.DEREGISTERED: targets.encode(done | (set(memberships) - set(pending)))}
     clear_error(annotations, request)

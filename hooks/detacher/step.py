@@ -78,9 +78,11 @@ def written_first(request: HookRequest, attachments: list[dict], annotations: di
 
 
 def membership_actions(verb: str, memberships, sit: Situation, record: bool = False,
-                       background: bool = False, send_by: dt.datetime | None = None) -> list[Action]:
+                       background: bool = False, send_by: dt.datetime | None = None,
+                       carry_on: bool = False) -> list[Action]:
     """One batched (de)register call per target group or classic ELB, with every port of the instance; each
-    goes out by ``send_by`` or not at all."""
+    goes out by ``send_by`` or not at all. ``carry_on``: a target-group call that waits to go out is carried
+    on after the call (hooks.plan)."""
     actions = []
     deadline = {"sendBy": timefmt.fmt(send_by)} if send_by is not None else {}
     for (lb_type, lb), ports in targets.group_by_load_balancer(memberships).items():
@@ -90,5 +92,5 @@ def membership_actions(verb: str, memberships, sit: Situation, record: bool = Fa
             {"instance": sit.instance_id, "region": sit.region, "ports": ports,
              "memberships": [list(m) for m in covered], **deadline},
             record=(Change(("annotations", detacher_names.DEREGISTERED), union=tuple(covered)),) if record else (),
-            background=background))
+            background=background, carry_on=carry_on and lb_type == "tg"))
     return actions

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from hooks.aws import elb
+from hooks.plan import DEFERRED
 from tests.support.load_balancers import (make_instances, make_target_group, tg_members,
                                           world)  # noqa: F401 - world is a fixture
 from tests.support.stubbed_aws import ACCOUNT, stubbed_client
@@ -264,7 +265,8 @@ def test_a_deregistration_past_its_send_by_is_not_sent_on_the_contexts_clock(aws
                 Action("elb.deregister", "late", {**params, "ports": []})]
 
     late = actuators.act("node-detacher", actions(now - dt.timedelta(seconds=1)), ctx)
-    assert [(o.ok, o.code) for o in late] == [(False, "NotSent")] * 2
+    assert [(o.ok, o.code) for o in late] == [(False, DEFERRED)] * 2  # put off to a fresher reading
+    assert all("deadline to go out" in o.error for o in late)
     assert tg_members(elbv2, arn) == [(instance, 30080)]
     assert classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]
     in_time = actuators.act("node-detacher", actions(now + dt.timedelta(seconds=5)), ctx)
@@ -296,7 +298,8 @@ def test_a_registration_past_its_send_by_is_not_sent_on_the_contexts_clock(aws, 
                 Action("elb.register", "late", {**params, "ports": []})]
 
     late = actuators.act("node-detacher", actions(now - dt.timedelta(seconds=1)), ctx)
-    assert [(o.ok, o.code) for o in late] == [(False, "NotSent")] * 2
+    assert [(o.ok, o.code) for o in late] == [(False, DEFERRED)] * 2  # put off to a fresher reading
+    assert all("deadline to go out" in o.error for o in late)
     assert tg_members(elbv2, arn) == []
     assert not classic.describe_load_balancers(LoadBalancerNames=["late"])["LoadBalancerDescriptions"][0]["Instances"]
     in_time = actuators.act("node-detacher", actions(now + dt.timedelta(seconds=5)), ctx)
@@ -599,11 +602,79 @@ def test_a_token_that_would_come_after_every_deadline_sends_nothing(aws):
     client, held, calls = _paced_client(aws)
     ticket = elb.DeregisterCoalescer().submit(client, "us-east-1", arn, instance, [30080], window=0.01,
                                               send_within=1)  # its token is 5 s away
-    with pytest.raises(ClientError) as refused:
+    with pytest.raises(elb.NotSent, match="no token before its deadline"):
         ticket()
-    assert refused.value.response["Error"]["Code"] == "Throttling"
     assert not held.asleep.is_set() and calls == []
     assert tg_members(elbv2, arn) == [(instance, 30080)]
+
+
+@pytest.mark.moto
+def test_targets_asked_again_while_they_wait_keep_their_place_with_the_later_deadline(aws):
+    """A node asking again on its next sync joins its own waiting part: one target in the call, sent by the
+    later reading's deadline though the first one's passed while the token was awaited."""
+    elbv2, arn, (instance, other) = _group_of(aws, 2)
+    client, held, calls = _paced_client(aws)
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)  # deadlines on the limiter's clock
+    first = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=5.5)
+    assert held.asleep.wait(10), "the leader waits for the token, 5 s away"
+    held.clock.advance(1.0)
+    again = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=5)
+    beside = coalescer.submit(client, "us-east-1", arn, other, [30080], window=0.01, send_within=5)
+    assert (first.renewal, again.renewal, beside.renewal) == (False, True, False)
+    held.go.set()  # the token comes 5 s on: past the first deadline (5.5), within the renewed one (6)
+    assert (first(), again(), beside()) == (None, None, None)
+    assert calls == [sorted([instance, other])], "one call, each target once"
+    assert tg_members(elbv2, arn) == []
+
+
+@pytest.mark.moto
+def test_a_part_is_queued_when_the_processs_share_has_no_token_for_its_call(aws):
+    elbv2, arn, (instance, other) = _group_of(aws, 2)
+    client, held, _ = _paced_client(aws)
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)
+    waiting = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=30)
+    at_once = coalescer.submit(elbv2, "us-east-1", arn + "-unmetered", other, [30080], window=0.01)
+    assert (waiting.queued, at_once.queued) == (True, False), "no limiter meters the second client"
+    held.go.set()
+    assert waiting() is None
+
+
+@pytest.mark.moto
+def test_carried_on_deregistrations_answer_at_once_and_go_out_together_when_the_token_comes(aws, make_ctx):
+    """A wave through one hook process while its share of ELB's mutating bucket is spent: every node's
+    deregister call answers UNDER_WAY while the group's call still waits for its token (held here), and
+    that one call then carries them all; each waited-on answer comes after the call. A renewal has no wait
+    of its own."""
+    from hooks import actuators
+    from hooks.plan import UNDER_WAY, Action
+
+    elbv2, arn, ids = _group_of(aws, 12)
+    client, held, calls = _paced_client(aws)
+    ctx = make_ctx()
+    ctx._aws = type("OneClient", (), {"client": lambda self, service, region=None: client})()
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)
+
+    def leaving(instance):
+        return Action("elbv2.deregister", arn, {"instance": instance, "region": "us-east-1", "ports": [30080]},
+                      carry_on=True)
+
+    answered: list = []
+    original = elb.DEREGISTRATIONS
+    elb.DEREGISTRATIONS = coalescer
+    try:
+        wave = threading.Thread(target=lambda: answered.extend(
+            actuators.act("node-detacher", [leaving(i)], ctx)[0] for i in ids + ids[:1]), daemon=True)
+        wave.start()
+        wave.join(10)
+        assert not wave.is_alive(), "no call waited for the token"
+    finally:
+        elb.DEREGISTRATIONS = original
+    assert [o.code for o in answered] == [UNDER_WAY] * 13 and calls == []
+    assert answered[-1].later is None, "asked again while waiting: the first asker waits for it"
+    held.go.set()
+    assert [o.later().ok for o in answered[:-1]] == [True] * 12
+    assert calls == [sorted(ids)]
+    assert tg_members(elbv2, arn) == []
 
 
 @pytest.mark.moto
@@ -658,12 +729,12 @@ def test_a_registration_whose_token_comes_after_its_send_by_is_not_sent(aws, mak
 
     drain()
     too_soon = register(send_within=1)  # the token is 5 s away
-    assert (too_soon.ok, too_soon.code) == (False, "Throttling")
+    assert (too_soon.ok, too_soon.code) == (False, DEFERRED) and "no token before its deadline" in too_soon.error
     assert limiter_clock.slept == [] and not registered()
 
     overrun[0] = 10.0
     overslept = register(send_within=8)  # the token in 5 s, but the machine wakes the hook 10 s later still
-    assert (overslept.ok, overslept.code) == (False, "NotSent")
+    assert (overslept.ok, overslept.code) == (False, DEFERRED) and "had passed" in overslept.error
     assert limiter_clock.slept and not registered()
 
     overrun[0] = 0.0

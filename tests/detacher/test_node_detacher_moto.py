@@ -266,6 +266,43 @@ def test_aws_failure_mid_detach_keeps_progress_and_resumes(world, harness):
         client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", flaky)
 
 
+def test_a_deregistration_waiting_for_its_token_is_put_off_not_failed_and_recorded_when_it_goes_out(world, harness):
+    """AWS has throttled this process's DeregisterTargets, so its share of ELB's mutating bucket starts from
+    empty: the deregister step's call for the group waits for its token. The hook call carries it on instead
+    of waiting: no error on the Node, no DetachFailed, a look again within the call's deadline to go out;
+    the call goes out when the token comes, and its record lands on the Node."""
+    from hooks import aws_rate_buckets
+
+    h, kube = harness
+    elbv2 = world["elbv2"]
+    h.sync()
+    client = h.ctx.aws.client("elbv2", "us-east-1")
+    calls = []
+
+    def failing_once(params, **_):  # the exclude step's background call fails: the deregister step redoes it
+        calls.append(params["TargetGroupArn"])
+        if params["TargetGroupArn"] == world["lbc"] and calls.count(world["lbc"]) == 1:
+            raise ClientError({"Error": {"Code": "InternalFailure", "Message": "boom"}}, "DeregisterTargets")
+
+    client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets", failing_once)
+    try:
+        h.node["spec"]["unschedulable"] = True
+        h.sync()
+        h.node["metadata"]["annotations"][detacher_names.DEREGISTERING_SINCE] = "2026-01-01T00:00:00Z"
+        h.ctx.aws.limiter.throttled("us-east-1", aws_rate_buckets.request_draws("elbv2", "DeregisterTargets", {}))
+        put_off = h.sync()  # the harness waits for what the call carried on before it returns
+        ann = h.node["metadata"]["annotations"]
+        assert detacher_names.ERROR not in ann and detacher_names.ATTEMPTS not in ann
+        assert "DetachFailed" not in kube.reasons()
+        assert put_off["resyncAfterSeconds"] <= 2.5
+        assert calls.count(world["lbc"]) == 2
+        assert ["tg", world["lbc"], 31000] in json.loads(ann[detacher_names.DEREGISTERED]), "recorded when it went out"
+        assert tg_members(elbv2, world["lbc"]) == []
+    finally:
+        client.meta.events.unregister("provide-client-params.elastic-load-balancing-v2.DeregisterTargets",
+                                      failing_once)
+
+
 def test_a_lost_write_of_the_response_repeats_no_deregistration(world, harness):
     """Metacontroller's write after the exclude step conflicts and the sync is redone from the Node it had:
     the label and the record of the deregistrations were written by the hook itself, so the redone call,
