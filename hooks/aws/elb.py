@@ -272,6 +272,10 @@ class _Batch:
         self.done = threading.Event()
         self.results: list = []  # per part: None, GONE, or the exception it failed with
 
+    @property
+    def size(self) -> int:
+        return sum(len(part) for part in self.parts)
+
 
 class Ticket:
     """One caller's part of a batch: called, it waits for the batch's call and answers for the part.
@@ -333,7 +337,7 @@ class DeregisterCoalescer:
         self._lock = threading.Lock()
         self._last: dict[tuple, float] = {}  # group -> when its last call went out (monotonic)
         self._busy: set[tuple] = set()  # groups with a call in flight
-        self._pending: dict[tuple, _Batch] = {}  # group -> the batch callers are joining
+        self._pending: dict[tuple, list[_Batch]] = {}  # group -> the batches callers are joining, in order
 
     def deregister(self, elbv2, region: str, target_group_arn: str, instance_id: str, ports: list[int],
                    window: float | None = None, send_within: float | None = None) -> str | None:
@@ -351,16 +355,19 @@ class DeregisterCoalescer:
             raise NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out had passed")
         send_by = None if send_within is None else self._clock() + send_within
         with self._lock:
-            batch = self._pending.get(key)
-            lead = batch is None
-            if lead:
-                batch = self._pending[key] = _Batch()
-            index = batch.parts.index(targets) if targets in batch.parts else None
-            renewal = index is not None
+            batches = self._pending.setdefault(key, [])
+            batch, index = next(((b, b.parts.index(targets)) for b in batches if targets in b.parts), (None, None))
+            renewal = batch is not None
             if renewal:
                 old = batch.send_by[index]
                 batch.send_by[index] = None if old is None or send_by is None else max(old, send_by)
-            else:
+            lead = False
+            if not renewal:
+                batch = batches[-1] if batches and batches[-1].size + len(targets) <= BATCH else None
+                lead = batch is None
+                if lead:  # none yet, or the last is full: one call carries BATCH targets, on one token
+                    batch = _Batch()
+                    batches.append(batch)
                 index = len(batch.parts)
                 batch.parts.append(targets)
                 batch.send_by.append(send_by)
@@ -381,17 +388,13 @@ class DeregisterCoalescer:
 
     def _send(self, elbv2, key: tuple, batch: _Batch, window: float) -> None:
         """As leader: wait for the group's turn and for the call's token, the batch open to later callers
-        all the while; then take the batch, make its call(s) at once, and answer every part."""
+        all the while; then take the batch, make its call at once, and answer every part."""
         try:
             self._wait_for_turn(key, window)
-            try:
-                with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch)):
-                    self._close(key, batch)
-                    batch.results = _in_time_parts(elbv2, key[1], batch, self._clock())
-            except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
-                self._close(key, batch)
-                batch.results = [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go "
-                                         f"out: {exc.response['Error']['Message']}")] * len(batch.parts)
+            batch.results = self._call(elbv2, key, batch)
+            refused = [i for i, result in enumerate(batch.results) if result is _REFUSED_TOGETHER]
+            if refused:
+                self._redo_refused(elbv2, key, batch, refused)
         except BaseException as exc:  # noqa: BLE001 - handed to every caller, raised in each
             self._close(key, batch)
             batch.results = [exc] * len(batch.parts)
@@ -399,6 +402,58 @@ class DeregisterCoalescer:
             with self._lock:
                 self._busy.discard(key)
             batch.done.set()
+
+    def _call(self, elbv2, key: tuple, batch: _Batch, which: list[int] | None = None) -> list:
+        """One DeregisterTargets for the parts ``which`` of the batch still in time, on a token of its own
+        awaited until the last of their deadlines; per part of the batch, its answer (None where not in
+        ``which``). None: the batch's first call, for every part it has as the token comes (the batch is
+        then closed to later callers)."""
+        close = which is None
+        try:
+            with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch, which)):
+                if close:
+                    self._close(key, batch)
+                    which = list(range(len(batch.parts)))
+                results: list = [None] * len(batch.parts)
+                now = self._clock()
+                sent = [i for i in which if batch.send_by[i] is None or now <= batch.send_by[i]]
+                for i in which:
+                    if i not in sent:
+                        results[i] = NotSent(f"DeregisterTargets on {key[1]}: its deadline to go out passed "
+                                             "while the group's call waited its turn")
+                for i, result in zip(sent, _deregister_parts(elbv2, key[1], [batch.parts[i] for i in sent])):
+                    results[i] = result
+        except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
+            if close:
+                self._close(key, batch)
+                which = list(range(len(batch.parts)))
+            results = [None] * len(batch.parts)
+            for i in which:
+                results[i] = NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
+                                     f"{exc.response['Error']['Message']}")
+        return results
+
+    def _redo_refused(self, elbv2, key: tuple, batch: _Batch, refused: list[int]) -> None:
+        """A call AWS refused with InvalidTarget names a target it does not know (its instance is gone; moto
+        says so of one not registered), and not which: the group is read once, a part none of whose targets
+        it holds is out, and the rest go out again together; refused again, each on its own."""
+        try:
+            held = group_states(elbv2, key[1])
+        except Exception as exc:  # noqa: BLE001 - unread: those parts failed, and are asked again
+            for i in refused:
+                batch.results[i] = exc
+            return
+        still = [i for i in refused if any((t["Id"], t["Port"]) in held for t in batch.parts[i])]
+        for i in refused:
+            batch.results[i] = None
+        if not still:
+            return
+        for i, result in enumerate(self._call(elbv2, key, batch, still)):
+            if i in still:
+                batch.results[i] = result
+        for i in still:
+            if batch.results[i] is _REFUSED_TOGETHER:
+                batch.results[i] = _alone(elbv2, key[1], batch.parts[i])
 
     def _wait_for_turn(self, key: tuple, window: float) -> None:
         while True:
@@ -410,33 +465,32 @@ class DeregisterCoalescer:
                     return
             time.sleep(max(0.001, min(window, due - time.monotonic())))
 
-    def _token_wait(self, batch: _Batch) -> float:
-        """How long the call may wait for its token: until the last of its parts' deadlines to go out."""
+    def _token_wait(self, batch: _Batch, which: list[int] | None) -> float:
+        """How long a call may wait for its token: until the last deadline to go out of the parts it carries
+        (None: every part the batch has so far)."""
         with self._lock:
-            deadlines = list(batch.send_by)
-        if any(d is None for d in deadlines):
+            deadlines = list(batch.send_by) if which is None else [batch.send_by[i] for i in which]
+        if not deadlines or any(d is None for d in deadlines):
             return float("inf")  # the limiter's own bound for a call outside any hook call
         return max(deadlines) - self._clock()
 
     def _close(self, key: tuple, batch: _Batch) -> None:
-        """Later callers start the group's next batch."""
+        """Later callers join the group's next batch, or start one."""
         with self._lock:
-            if self._pending.get(key) is batch:
-                del self._pending[key]
+            batches = self._pending.get(key, [])
+            if batch in batches:
+                batches.remove(batch)
+            if not batches:
+                self._pending.pop(key, None)
 
 
-def _in_time_parts(elbv2, target_group_arn: str, batch: _Batch, now: float) -> list:
-    """The batch's call(s) with the parts whose deadline has not passed at ``now``; NotSent for the others."""
-    sent = [i for i, send_by in enumerate(batch.send_by) if send_by is None or now <= send_by]
-    results: list = [NotSent(f"DeregisterTargets on {target_group_arn}: its deadline to go out passed while "
-                             "the group's call waited its turn")] * len(batch.parts)
-    for i, result in zip(sent, _deregister_parts(elbv2, target_group_arn, [batch.parts[i] for i in sent])):
-        results[i] = result
-    return results
+# A call's answer for each of its parts when AWS refused it with InvalidTarget: which part it meant is unsaid.
+_REFUSED_TOGETHER = object()
 
 
 def _deregister_parts(elbv2, target_group_arn: str, parts: list[list[dict]]) -> list:
-    """One DeregisterTargets per 200 targets (whole parts each); per part None, GONE or the exception."""
+    """One DeregisterTargets per 200 targets (whole parts each); per part None, GONE, _REFUSED_TOGETHER or
+    the exception."""
     results: list = [None] * len(parts)
     chunk: list[int] = []
     size = 0
@@ -450,16 +504,20 @@ def _deregister_parts(elbv2, target_group_arn: str, parts: list[list[dict]]) -> 
     return results
 
 
+def _alone(elbv2, target_group_arn: str, part: list[dict]):
+    """One part's own call(s): None, GONE or the exception."""
+    try:
+        return deregister_targets(elbv2, target_group_arn, part[0]["Id"], [t["Port"] for t in part])
+    except Exception as exc:  # noqa: BLE001
+        return exc
+
+
 def _one_call(elbv2, target_group_arn: str, parts: list[list[dict]], chunk: list[int], results: list) -> None:
     if not chunk:
         return
     targets = [t for i in chunk for t in parts[i]]
     if len(targets) > BATCH:  # one caller with more ports than a call takes: its own calls, as ever
-        try:
-            results[chunk[0]] = deregister_targets(elbv2, target_group_arn, targets[0]["Id"],
-                                                   [t["Port"] for t in targets])
-        except Exception as exc:  # noqa: BLE001
-            results[chunk[0]] = exc
+        results[chunk[0]] = _alone(elbv2, target_group_arn, targets)
         return
     try:
         outcome = _unless_gone(elbv2.deregister_targets, TargetGroupArn=target_group_arn, Targets=targets)
@@ -467,12 +525,8 @@ def _one_call(elbv2, target_group_arn: str, parts: list[list[dict]], chunk: list
             results[i] = outcome
     except ClientError as exc:
         if error_code(exc) == "InvalidTarget" and len(chunk) > 1:
-            for i in chunk:  # which target AWS did not know is not said: each part on its own
-                try:
-                    results[i] = deregister_targets(elbv2, target_group_arn, parts[i][0]["Id"],
-                                                    [t["Port"] for t in parts[i]])
-                except Exception as one:  # noqa: BLE001
-                    results[i] = one
+            for i in chunk:
+                results[i] = _REFUSED_TOGETHER
         elif error_code(exc) == "InvalidTarget":
             results[chunk[0]] = None  # one caller's own targets: not registered, as deregister_targets says
         else:

@@ -31,6 +31,9 @@ class _Counted:
             raise ClientError({"Error": {"Code": refuse, "Message": "refused"}}, "DeregisterTargets")
         return self._client.deregister_targets(**params)
 
+    def __getattr__(self, name):  # every other call as the client makes it
+        return getattr(self._client, name)
+
 
 def _group_of(aws, count):
     vpc, ids = make_instances(aws("ec2"), count)
@@ -70,6 +73,31 @@ def test_nodes_leaving_together_share_one_call_per_group_and_window(aws):
 
 
 @pytest.mark.moto
+def test_a_call_carries_at_most_a_batch_and_who_asks_after_it_is_full_goes_in_the_next(aws, monkeypatch):
+    """One call, one token: a batch closes to newcomers at BATCH targets (3 here), so no call of a wave
+    makes a second call its token did not pay for (refused by the limiter: its bucket holds one token, the
+    next 5 s away on the limiter's clock, which its sleep moves)."""
+    from hooks.aws import rate_limits
+    from hooks.aws.clients import AwsClients
+    from hooks.config import load_settings
+    from worlds.clock import ManualClock
+
+    monkeypatch.setattr(elb, "BATCH", 3)
+    elbv2, arn, ids = _group_of(aws, 8)
+    clock = ManualClock()
+    limiter = rate_limits.Limiter(0.5, {"elb-mutating": 0.05}, clock=clock, sleep=clock.sleep)
+    client = AwsClients(load_settings({"AWS_REGION": "us-east-1"}), limiter=limiter).client("elbv2")
+    calls = []
+    client.meta.events.register("provide-client-params.elastic-load-balancing-v2.DeregisterTargets",
+                                lambda params, **_: calls.append(sorted(t["Id"] for t in params["Targets"])))
+    coalescer = elb.DeregisterCoalescer()
+    coalescer.deregister(client, "us-east-1", arn, ids[0], [30080], window=0.05)
+    assert _wave(coalescer, client, arn, ids[1:]) == [None] * 7
+    assert tg_members(elbv2, arn) == []
+    assert all(len(call) <= 3 for call in calls) and sorted(sum(calls, [])) == sorted(ids), calls
+
+
+@pytest.mark.moto
 def test_a_lone_node_waits_for_no_window(aws, monkeypatch):
     elbv2, arn, (instance,) = _group_of(aws, 1)
     slept = []
@@ -79,14 +107,34 @@ def test_a_lone_node_waits_for_no_window(aws, monkeypatch):
 
 
 @pytest.mark.moto
-def test_a_batch_naming_a_target_aws_does_not_know_is_redone_node_by_node(aws):
-    """InvalidTarget says nothing about which target: nobody is told their targets left on another's account."""
+def test_a_batch_aws_refuses_as_naming_a_target_it_does_not_know_goes_out_again_together(aws):
+    """InvalidTarget says nothing about which target: the group is read, and what it still holds goes out
+    again in one call, so nobody is told their targets left on another's account, and a wave does not turn
+    into a call per node."""
     elbv2, arn, ids = _group_of(aws, 6)
     counted = _Counted(elbv2, refuse="InvalidTarget")
     coalescer = elb.DeregisterCoalescer()
     coalescer.deregister(counted, "us-east-1", arn, ids[0], [30080], window=0.05)  # the group is busy now
     assert _wave(coalescer, counted, arn, ids[1:]) == [None] * 5
     assert tg_members(elbv2, arn) == []
+    refused, again = [call for call in counted.calls if len(call) > 1][:2]
+    assert sorted(again) == sorted(refused), "the same targets, once more, together"
+    assert len(counted.calls) <= 4, counted.calls  # the lone node's, the wave's (one or two), once again
+
+
+@pytest.mark.moto
+def test_targets_another_process_took_out_meanwhile_are_answered_out_and_the_rest_go_out_together(aws):
+    """moto refuses a call naming a target no longer registered (InvalidTarget, having taken out those named
+    before it); AWS would refuse one naming a terminated instance. The group's reading says which are out."""
+    elbv2, arn, ids = _group_of(aws, 8)
+    elbv2.deregister_targets(TargetGroupArn=arn, Targets=[{"Id": ids[4], "Port": 30080}])  # another process
+    counted = _Counted(elbv2)
+    coalescer = elb.DeregisterCoalescer()
+    coalescer.deregister(counted, "us-east-1", arn, ids[0], [30080], window=0.05)
+    assert _wave(coalescer, counted, arn, ids[1:]) == [None] * 7
+    assert tg_members(elbv2, arn) == []
+    # The lone node's call, the wave's (one or two), and once again what a refused one's group still held.
+    assert len(counted.calls) <= 5, counted.calls
 
 
 @pytest.mark.moto
