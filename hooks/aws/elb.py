@@ -312,8 +312,11 @@ class DeregisterCoalescer:
     call carrying its own targets has answered, so a node's record of a
     deregistration is written only after its own targets left. A call that
     fails fails every caller in it (each retries on its next sync); one that
-    names a target AWS does not know (InvalidTarget) is redone one caller at a
-    time, so no caller is told its targets left on another's account. Every
+    names a target AWS does not know (InvalidTarget) is followed by one read
+    of the group: a caller none of whose targets it holds is out, the rest go
+    out again together, so no caller is told its targets left on another's
+    account and a wave's call does not become a call per node. A batch takes
+    at most BATCH targets: its call is paid for by one token. Every
     wait ends: a ticket gives up after ``TICKET_DEADLINE_SECONDS`` (the call
     itself goes on; deregistering again is harmless). A caller may give its
     targets a deadline to go out (``send_within``): if the group's turn comes
@@ -331,9 +334,10 @@ class DeregisterCoalescer:
 
     TICKET_DEADLINE_SECONDS = CALL_SECONDS
 
-    def __init__(self, window: float = 0.02, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, window: float = 0.02, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
         self.window = window
-        self._clock = clock  # what the parts' deadlines to go out are kept on
+        self._clock, self._sleep = clock, sleep  # what the parts' deadlines to go out are kept on, and pass by
         self._lock = threading.Lock()
         self._last: dict[tuple, float] = {}  # group -> when its last call went out (monotonic)
         self._busy: set[tuple] = set()  # groups with a call in flight
@@ -391,7 +395,7 @@ class DeregisterCoalescer:
         all the while; then take the batch, make its call at once, and answer every part."""
         try:
             self._wait_for_turn(key, window)
-            batch.results = self._call(elbv2, key, batch)
+            batch.results = self._first_call(elbv2, key, batch, window)
             refused = [i for i, result in enumerate(batch.results) if result is _REFUSED_TOGETHER]
             if refused:
                 self._redo_refused(elbv2, key, batch, refused)
@@ -403,11 +407,28 @@ class DeregisterCoalescer:
                 self._busy.discard(key)
             batch.done.set()
 
+    def _first_call(self, elbv2, key: tuple, batch: _Batch, window: float) -> list:
+        """The batch's call. While its token would come after every deadline in it, the batch stays open
+        (more callers join it, earlier ones renew their place) and the token is asked for again each
+        ``window``: the process's share is spent on the groups ahead meanwhile. Once no deadline left is
+        longer than that, nothing is sent: NotSent for every part."""
+        step = max(window, 0.1)
+        while True:
+            try:
+                return self._call(elbv2, key, batch)
+            except rate_limits.Limited as exc:
+                if self._token_wait(batch, None) > step:
+                    self._sleep(step)
+                    continue
+                self._close(key, batch)
+                return [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
+                                f"{exc.response['Error']['Message']}")] * len(batch.parts)
+
     def _call(self, elbv2, key: tuple, batch: _Batch, which: list[int] | None = None) -> list:
         """One DeregisterTargets for the parts ``which`` of the batch still in time, on a token of its own
         awaited until the last of their deadlines; per part of the batch, its answer (None where not in
         ``which``). None: the batch's first call, for every part it has as the token comes (the batch is
-        then closed to later callers)."""
+        then closed to later callers); it raises Limited when the token would come too late."""
         close = which is None
         try:
             with rate_limits.paid_ahead(elbv2, "DeregisterTargets", self._token_wait(batch, which)):
@@ -425,8 +446,7 @@ class DeregisterCoalescer:
                     results[i] = result
         except rate_limits.Limited as exc:  # no token before the last part's deadline: nothing sent
             if close:
-                self._close(key, batch)
-                which = list(range(len(batch.parts)))
+                raise
             results = [None] * len(batch.parts)
             for i in which:
                 results[i] = NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
