@@ -443,11 +443,21 @@ def _submitted(ctx: runtime.Context, action: Action):
             return Outcome(action, True, result=ticket())
         except Exception as exc:  # noqa: BLE001
             return _failed(action, exc)
-    if action.carry_on and ticket.queued:
-        under_way = Outcome(action, False, "under way: its call waits to go out, carried on after this call",
-                            code=UNDER_WAY, later=None if ticket.renewal else outcome)
+    if not action.carry_on:
+        return outcome
+    under_way = Outcome(action, False, "under way: its call waits to go out, carried on after this call",
+                        code=UNDER_WAY, later=None if ticket.renewal else outcome)
+    if ticket.queued:
         return lambda: under_way
-    return outcome
+
+    def unless_queued() -> Outcome:
+        try:
+            return Outcome(action, True, result=ticket.unless_queued())
+        except elb.Queued:
+            return under_way
+        except Exception as exc:  # noqa: BLE001
+            return _failed(action, exc)
+    return unless_queued
 
 
 def _report(controller: str, outcome: Outcome) -> None:

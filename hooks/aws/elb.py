@@ -31,6 +31,10 @@ class NotSent(Exception):
     """A (de)registration whose deadline to go out passed before it could: not sent at all."""
 
 
+class Queued(Exception):
+    """A deregistration whose call waits to go out (its token, or another call of its group): still under way."""
+
+
 def _chunks(items: list, size: int = BATCH):
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -271,6 +275,9 @@ class _Batch:
         self.send_by: list[float | None] = []  # per part: the monotonic time after which it is not sent
         self.done = threading.Event()
         self.results: list = []  # per part: None, GONE, or the exception it failed with
+        # Set once it is done, or once its call waits for more than its turn: for another call of the group
+        # to end, or for a token that is not there.
+        self.moved = threading.Event()
 
     @property
     def size(self) -> int:
@@ -292,6 +299,14 @@ class Ticket:
 
     def __call__(self) -> str | None:
         return self._coalescer._answer(self._batch, self._index, self._arn)
+
+    def unless_queued(self) -> str | None:
+        """The answer, as a call gives it, unless the batch's call comes to wait for another call of the
+        group or for its token first: then Queued (the ticket still answers later)."""
+        self._batch.moved.wait(self._coalescer.TICKET_DEADLINE_SECONDS)
+        if not self._batch.done.is_set():
+            raise Queued(f"DeregisterTargets on {self._arn}: waiting to go out")
+        return self()
 
 
 class DeregisterCoalescer:
@@ -394,7 +409,7 @@ class DeregisterCoalescer:
         """As leader: wait for the group's turn and for the call's token, the batch open to later callers
         all the while; then take the batch, make its call at once, and answer every part."""
         try:
-            self._wait_for_turn(key, window)
+            self._wait_for_turn(key, window, batch)
             batch.results = self._first_call(elbv2, key, batch, window)
             refused = [i for i, result in enumerate(batch.results) if result is _REFUSED_TOGETHER]
             if refused:
@@ -406,6 +421,7 @@ class DeregisterCoalescer:
             with self._lock:
                 self._busy.discard(key)
             batch.done.set()
+            batch.moved.set()
 
     def _first_call(self, elbv2, key: tuple, batch: _Batch, window: float) -> list:
         """The batch's call. While its token would come after every deadline in it, the batch stays open
@@ -414,6 +430,8 @@ class DeregisterCoalescer:
         longer than that, nothing is sent: NotSent for every part."""
         step = max(window, 0.1)
         while True:
+            if not rate_limits.ready(elbv2, "DeregisterTargets"):
+                batch.moved.set()
             try:
                 return self._call(elbv2, key, batch)
             except rate_limits.Limited as exc:
@@ -475,7 +493,7 @@ class DeregisterCoalescer:
             if batch.results[i] is _REFUSED_TOGETHER:
                 batch.results[i] = _alone(elbv2, key[1], batch.parts[i])
 
-    def _wait_for_turn(self, key: tuple, window: float) -> None:
+    def _wait_for_turn(self, key: tuple, window: float, batch: _Batch) -> None:
         while True:
             with self._lock:
                 due = self._last.get(key, float("-inf")) + window
@@ -483,6 +501,8 @@ class DeregisterCoalescer:
                     self._busy.add(key)
                     self._last[key] = time.monotonic()
                     return
+                if key in self._busy:  # behind another call of the group, which may wait for its token
+                    batch.moved.set()
             time.sleep(max(0.001, min(window, due - time.monotonic())))
 
     def _token_wait(self, batch: _Batch, which: list[int] | None) -> float:

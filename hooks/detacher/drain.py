@@ -59,7 +59,8 @@ def deregister_again(request: HookRequest, sit: Situation, settings: Settings, n
     """Memberships the node left, read registered again since (a registration of ours that landed late,
     another process's, a controller's that saw the node before its exclude label): out again at once, decided
     on the Node read again right before, rather than waited for as draining; no pod is evicted meanwhile."""
-    actions = membership_actions("deregister", serving, sit, send_by=now + dt.timedelta(seconds=SEND_SECONDS))
+    actions = membership_actions("deregister", serving, sit, send_by=now + dt.timedelta(seconds=SEND_SECONDS),
+                                 carry_on=True)
     said = [events.warning(events.DEREGISTERED, f"{sit.instance_id} was registered again with {len(actions)} load "
                                                 "balancer(s) while leaving: deregistered again")]
     # A deleting node past its deadline is let go all the same: it is taken out on the way.

@@ -701,6 +701,37 @@ def test_a_batch_whose_token_comes_too_late_stays_open_for_a_newer_asking(aws):
 
 
 @pytest.mark.moto
+def test_a_carried_on_deregistration_stops_holding_the_call_once_its_group_is_busy(aws, make_ctx):
+    """The token is there as the node asks, but its group's call waits behind another one (slow here): the
+    hook call answers UNDER_WAY then, instead of holding its thread until that one is done."""
+    from hooks import actuators
+    from hooks.plan import UNDER_WAY, Action
+
+    elbv2, arn, (slow, waiting) = _group_of(aws, 2)
+    client = _HeldFirst(elbv2)
+    ctx = make_ctx()
+    ctx._aws = type("OneClient", (), {"client": lambda self, service, region=None: client})()
+    coalescer = elb.DeregisterCoalescer()
+    ahead = coalescer.submit(client, "us-east-1", arn, slow, [30080], window=0.01)
+    original, elb.DEREGISTRATIONS = elb.DEREGISTRATIONS, coalescer
+    answered: list = []
+    try:
+        action = Action("elbv2.deregister", arn, {"instance": waiting, "region": "us-east-1", "ports": [30080]},
+                        carry_on=True)
+        call = threading.Thread(target=lambda: answered.extend(actuators.act("node-detacher", [action], ctx)),
+                                daemon=True)
+        call.start()
+        call.join(10)
+        assert not call.is_alive(), "the call did not wait for the group's other call"
+    finally:
+        elb.DEREGISTRATIONS = original
+    assert [o.code for o in answered] == [UNDER_WAY]
+    client.go.set()
+    assert ahead() is None and answered[0].later().ok
+    assert tg_members(elbv2, arn) == []
+
+
+@pytest.mark.moto
 def test_a_part_is_queued_when_the_processs_share_has_no_token_for_its_call(aws):
     elbv2, arn, (instance, other) = _group_of(aws, 2)
     client, held, _ = _paced_client(aws)
