@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable
 
 from hooks import machine_names, runtime, timefmt
@@ -425,6 +425,23 @@ def _run_one(ctx: runtime.Context, action: Action) -> Outcome:
         return _failed(action, exc)
 
 
+class _Answer:
+    """A handed-over action's Outcome once its ticket answers: called, it waits for it; ``when_done`` has it
+    handed to a function instead, on the thread that made the call, so nothing waits meanwhile."""
+
+    def __init__(self, action: Action, ticket):
+        self._action, self._ticket = action, ticket
+
+    def __call__(self) -> Outcome:
+        try:
+            return Outcome(self._action, True, result=self._ticket())
+        except Exception as exc:  # noqa: BLE001
+            return _failed(self._action, exc)
+
+    def when_done(self, then: Callable[[Outcome], None]) -> None:
+        self._ticket.when_done(lambda: then(self()))
+
+
 def _submitted(ctx: runtime.Context, action: Action):
     """The action handed over: a callable answering its Outcome once its work is done. A ``carry_on`` action
     whose work waits to go out answers UNDER_WAY at once instead, ``later`` being that wait (none for a
@@ -437,16 +454,11 @@ def _submitted(ctx: runtime.Context, action: Action):
     except Exception as exc:  # noqa: BLE001
         failed = _failed(action, exc)
         return lambda: failed
-
-    def outcome() -> Outcome:
-        try:
-            return Outcome(action, True, result=ticket())
-        except Exception as exc:  # noqa: BLE001
-            return _failed(action, exc)
+    answer = _Answer(action, ticket)
     if not action.carry_on:
-        return outcome
+        return answer
     under_way = Outcome(action, False, "under way: its call waits to go out, carried on after this call",
-                        code=UNDER_WAY, later=None if ticket.renewal else outcome)
+                        code=UNDER_WAY, later=None if ticket.renewal else answer)
     if ticket.queued:
         return lambda: under_way
 
@@ -517,23 +529,50 @@ def act_in_background(controller: str, actions: list[Action], ctx: runtime.Conte
 
 
 def carry_on(controller: str, waits: list[Callable[[], Outcome]], done: Callable[[list[Outcome]], None]) -> None:
-    """On a background thread: each of ``waits`` waited on in order and its Outcome reported, then
-    ``done(outcomes)``. Each wait ends: a submitter's ticket has its own deadline."""
+    """Each of ``waits`` waited on and its Outcome reported, then ``done(outcomes)``, on a background thread.
+    When every one is a ticket's answer, none holds a thread while it waits: the last to answer hands the
+    outcomes over. Each wait ends: a submitter's call has its own deadline."""
+    if waits and all(isinstance(w, _Answer) for w in waits):
+        answered: list[Outcome | None] = [None] * len(waits)
+        left = [len(waits)]
+        lock = threading.Lock()
+        finished: Future = Future()  # what drain_background waits for meanwhile
+        _running(finished)
 
+        def one(index: int, outcome: Outcome) -> None:
+            with lock:
+                answered[index] = outcome
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                _finish_in_background(controller, lambda: list(answered), done).add_done_callback(
+                    lambda _: finished.set_result(None))
+
+        for index, wait_for in enumerate(waits):
+            wait_for.when_done(lambda outcome, index=index: one(index, outcome))
+        return
+    _finish_in_background(controller, lambda: [wait_for() for wait_for in waits], done)
+
+
+def _finish_in_background(controller: str, outcomes_of: Callable[[], list[Outcome]],
+                          done: Callable[[list[Outcome]], None]) -> Future:
     def finish() -> None:
-        outcomes = []
-        for wait_for in waits:
-            outcomes.append(wait_for())
-            _report(controller, outcomes[-1])
+        outcomes = outcomes_of()
+        for outcome in outcomes:
+            _report(controller, outcome)
         try:
             done(outcomes)
         except Exception:  # noqa: BLE001 - a thread of its own: nobody else would hear of it
             log.exception("recording background actions failed", extra={"controller": controller})
 
-    future = _BACKGROUND.submit(finish)
+    return _running(_BACKGROUND.submit(finish))
+
+
+def _running(future: Future) -> Future:
     with _RUNNING_LOCK:
         _RUNNING.add(future)
     future.add_done_callback(_finished)
+    return future
 
 
 def _finished(future) -> None:

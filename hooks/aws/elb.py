@@ -5,6 +5,7 @@ by 200 targets), never one call per target.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable
@@ -14,6 +15,8 @@ from botocore.exceptions import ClientError
 from hooks.aws import rate_limits
 from hooks.aws.clients import error_code
 from hooks.target_states import REGISTERED, UNREAD
+
+log = logging.getLogger(__name__)
 
 BATCH = 200
 # The load balancer or target group itself no longer exists: whatever we
@@ -278,6 +281,27 @@ class _Batch:
         # Set once it is done, or once its call waits for more than its turn: for another call of the group
         # to end, or for a token that is not there.
         self.moved = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def when_done(self, then: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if not self.done.is_set():
+                self._callbacks.append(then)
+                return
+        then()
+
+    def answered(self) -> None:
+        """Done: every waiter and every callback is told."""
+        with self._callbacks_lock:
+            self.done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        self.moved.set()
+        for then in callbacks:
+            try:
+                then()
+            except Exception:  # noqa: BLE001 - one callback's failure is not the call's
+                log.exception("a deregistration's callback failed")
 
     @property
     def size(self) -> int:
@@ -299,6 +323,10 @@ class Ticket:
 
     def __call__(self) -> str | None:
         return self._coalescer._answer(self._batch, self._index, self._arn)
+
+    def when_done(self, then: Callable[[], None]) -> None:
+        """``then()`` once the batch has answered (at once if it has), on the thread that answered it."""
+        self._batch.when_done(then)
 
     def unless_queued(self) -> str | None:
         """The answer, as a call gives it, unless the batch's call comes to wait for another call of the
@@ -420,8 +448,7 @@ class DeregisterCoalescer:
         finally:
             with self._lock:
                 self._busy.discard(key)
-            batch.done.set()
-            batch.moved.set()
+            batch.answered()
 
     def _first_call(self, elbv2, key: tuple, batch: _Batch, window: float) -> list:
         """The batch's call. While its token would come after every deadline in it, the batch stays open

@@ -732,6 +732,34 @@ def test_a_carried_on_deregistration_stops_holding_the_call_once_its_group_is_bu
 
 
 @pytest.mark.moto
+def test_deregistrations_carried_on_hold_no_background_thread_while_they_wait(aws, make_ctx):
+    """More carried-on runs than the background pool has threads, all waiting for one call's token (held):
+    other background work still runs meanwhile, and every run is recorded once the call answers."""
+    from hooks import actuators
+    from hooks.plan import Action
+
+    elbv2, arn, ids = _group_of(aws, actuators.BACKGROUND_THREADS + 4)
+    client, held, calls = _paced_client(aws)
+    ctx = make_ctx()
+    ctx._aws = type("OneClient", (), {"client": lambda self, service, region=None: client})()
+    coalescer = elb.DeregisterCoalescer(clock=held.clock, sleep=held.clock.sleep)
+    recorded = []
+    original, elb.DEREGISTRATIONS = elb.DEREGISTRATIONS, coalescer
+    try:
+        for instance in ids:
+            action = Action("elbv2.deregister", arn, {"instance": instance, "region": "us-east-1", "ports": [30080]})
+            actuators.act_in_background("node-detacher", [action], ctx, recorded.append)
+    finally:
+        elb.DEREGISTRATIONS = original
+    assert held.asleep.wait(10)
+    assert actuators._BACKGROUND.submit(lambda: "ran").result(timeout=5) == "ran"
+    held.go.set()
+    assert actuators.drain_background(10)
+    assert len(recorded) == len(ids) and all(o.ok for run in recorded for o in run)
+    assert calls == [sorted(ids)]
+
+
+@pytest.mark.moto
 def test_a_part_is_queued_when_the_processs_share_has_no_token_for_its_call(aws):
     elbv2, arn, (instance, other) = _group_of(aws, 2)
     client, held, _ = _paced_client(aws)
