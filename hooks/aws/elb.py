@@ -377,10 +377,9 @@ class DeregisterCoalescer:
 
     TICKET_DEADLINE_SECONDS = CALL_SECONDS
 
-    def __init__(self, window: float = 0.02, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, window: float = 0.02, clock: Callable[[], float] = time.monotonic):
         self.window = window
-        self._clock, self._sleep = clock, sleep  # what the parts' deadlines to go out are kept on, and pass by
+        self._clock = clock  # what the parts' deadlines to go out are kept on
         self._lock = threading.Lock()
         self._last: dict[tuple, float] = {}  # group -> when its last call went out (monotonic)
         self._busy: set[tuple] = set()  # groups with a call in flight
@@ -438,7 +437,7 @@ class DeregisterCoalescer:
         all the while; then take the batch, make its call at once, and answer every part."""
         try:
             self._wait_for_turn(key, window, batch)
-            batch.results = self._first_call(elbv2, key, batch, window)
+            batch.results = self._first_call(elbv2, key, batch)
             refused = [i for i, result in enumerate(batch.results) if result is _REFUSED_TOGETHER]
             if refused:
                 self._redo_refused(elbv2, key, batch, refused)
@@ -450,24 +449,17 @@ class DeregisterCoalescer:
                 self._busy.discard(key)
             batch.answered()
 
-    def _first_call(self, elbv2, key: tuple, batch: _Batch, window: float) -> list:
-        """The batch's call. While its token would come after every deadline in it, the batch stays open
-        (more callers join it, earlier ones renew their place) and the token is asked for again each
-        ``window``: the process's share is spent on the groups ahead meanwhile. Once no deadline left is
-        longer than that, nothing is sent: NotSent for every part."""
-        step = max(window, 0.1)
-        while True:
-            if not rate_limits.ready(elbv2, "DeregisterTargets"):
-                batch.moved.set()
-            try:
-                return self._call(elbv2, key, batch)
-            except rate_limits.Limited as exc:
-                if self._token_wait(batch, None) > step:
-                    self._sleep(step)
-                    continue
-                self._close(key, batch)
-                return [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
-                                f"{exc.response['Error']['Message']}")] * len(batch.parts)
+    def _first_call(self, elbv2, key: tuple, batch: _Batch) -> list:
+        """The batch's call; NotSent for every part when its token would come after every deadline in it
+        (each node asks again on its next sync, and the group's next batch carries them)."""
+        if not rate_limits.ready(elbv2, "DeregisterTargets"):
+            batch.moved.set()
+        try:
+            return self._call(elbv2, key, batch)
+        except rate_limits.Limited as exc:
+            self._close(key, batch)
+            return [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
+                            f"{exc.response['Error']['Message']}")] * len(batch.parts)
 
     def _call(self, elbv2, key: tuple, batch: _Batch, which: list[int] | None = None) -> list:
         """One DeregisterTargets for the parts ``which`` of the batch still in time, on a token of its own

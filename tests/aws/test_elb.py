@@ -662,7 +662,7 @@ def test_targets_asked_again_while_they_wait_keep_their_place_with_the_later_dea
     later reading's deadline though the first one's passed while the token was awaited."""
     elbv2, arn, (instance, other) = _group_of(aws, 2)
     client, held, calls = _paced_client(aws)
-    coalescer = elb.DeregisterCoalescer(clock=held.clock, sleep=held.clock.sleep)  # on the limiter's clock
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)  # on the limiter's clock
     first = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=5.5)
     assert held.asleep.wait(10), "the leader waits for the token, 5 s away"
     held.clock.advance(1.0)
@@ -673,31 +673,6 @@ def test_targets_asked_again_while_they_wait_keep_their_place_with_the_later_dea
     assert (first(), again(), beside()) == (None, None, None)
     assert calls == [sorted([instance, other])], "one call, each target once"
     assert tg_members(elbv2, arn) == []
-
-
-@pytest.mark.moto
-def test_a_batch_whose_token_comes_too_late_stays_open_for_a_newer_asking(aws):
-    """The token is 5 s away and the first asking's deadline 1 s: the batch is not given up at once. It asks
-    for the token again a moment later, by when the node asked again (a newer reading, 6 s): then the token
-    fits, and that one call answers both askings."""
-    elbv2, arn, (instance,) = _group_of(aws, 1)
-    client, held, calls = _paced_client(aws)
-    clock, napping, wake = held.clock, threading.Event(), threading.Event()
-
-    def nap(seconds):  # the coalescer's own wait between asks for the token, held until the node asks again
-        napping.set()
-        assert wake.wait(10)
-        clock.advance(seconds)
-
-    coalescer = elb.DeregisterCoalescer(clock=clock, sleep=nap)
-    first = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=1)
-    assert napping.wait(10), "the token would come after the only deadline: the batch waits, open"
-    again = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=6)
-    wake.set()
-    assert held.asleep.wait(10), "now the token fits: the leader waits for it"
-    held.go.set()
-    assert (first(), again()) == (None, None)
-    assert calls == [[instance]] and tg_members(elbv2, arn) == []
 
 
 @pytest.mark.moto
@@ -742,7 +717,7 @@ def test_deregistrations_carried_on_hold_no_background_thread_while_they_wait(aw
     client, held, calls = _paced_client(aws)
     ctx = make_ctx()
     ctx._aws = type("OneClient", (), {"client": lambda self, service, region=None: client})()
-    coalescer = elb.DeregisterCoalescer(clock=held.clock, sleep=held.clock.sleep)
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)
     recorded = []
     original, elb.DEREGISTRATIONS = elb.DEREGISTRATIONS, coalescer
     try:
@@ -763,7 +738,7 @@ def test_deregistrations_carried_on_hold_no_background_thread_while_they_wait(aw
 def test_a_part_is_queued_when_the_processs_share_has_no_token_for_its_call(aws):
     elbv2, arn, (instance, other) = _group_of(aws, 2)
     client, held, _ = _paced_client(aws)
-    coalescer = elb.DeregisterCoalescer(clock=held.clock, sleep=held.clock.sleep)
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)
     waiting = coalescer.submit(client, "us-east-1", arn, instance, [30080], window=0.01, send_within=30)
     at_once = coalescer.submit(elbv2, "us-east-1", arn + "-unmetered", other, [30080], window=0.01)
     assert (waiting.queued, at_once.queued) == (True, False), "no limiter meters the second client"
@@ -784,7 +759,7 @@ def test_carried_on_deregistrations_answer_at_once_and_go_out_together_when_the_
     client, held, calls = _paced_client(aws)
     ctx = make_ctx()
     ctx._aws = type("OneClient", (), {"client": lambda self, service, region=None: client})()
-    coalescer = elb.DeregisterCoalescer(clock=held.clock, sleep=held.clock.sleep)
+    coalescer = elb.DeregisterCoalescer(clock=held.clock)
 
     def leaving(instance):
         return Action("elbv2.deregister", arn, {"instance": instance, "region": "us-east-1", "ports": [30080]},
