@@ -313,14 +313,23 @@ def detach_wave(nodes: int, target_groups: int) -> dict:
     with stack(nodes, WAVE_ENV) as cluster:
         api, metrics = AdminApi(cluster.kubeconfig), HookMetrics(cluster)
         aws = fleet.Aws(cluster.aws_env())
+        # The world is built with AWS's throttling off (5,000 instances are 10 minutes of RunInstances'
+        # bucket), then it is on again with every bucket full, before the Nodes exist.
+        throttling = cluster.throttling_control if cluster.aws_throttling else None
+        if throttling:
+            throttling.disable()
+        building = fleet.Aws(cluster.aws_env(), metered=False)
         instance_ids: list[str] = []
         while len(instance_ids) < nodes:
-            instance_ids += fleet.launch_instances(aws, min(100, nodes - len(instance_ids)))
-        groups = [fleet.create_target_group(aws, f"wave-{g:02d}", CLUSTER_NAME) for g in range(target_groups)]
+            instance_ids += fleet.launch_instances(building, min(100, nodes - len(instance_ids)))
+        groups = [fleet.create_target_group(building, f"wave-{g:02d}", CLUSTER_NAME) for g in range(target_groups)]
         for arn in groups:
             for start in range(0, nodes, 200):
-                aws.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": fleet.NODE_PORT}
-                                                                        for i in instance_ids[start:start + 200]])
+                building.elbv2.register_targets(TargetGroupArn=arn, Targets=[{"Id": i, "Port": fleet.NODE_PORT}
+                                                                             for i in instance_ids[start:start + 200]])
+        if throttling:
+            throttling.reset()
+            throttling.enable()
         names = [f"wave-{i:04d}" for i in range(nodes)]
         instances = dict(zip(names, instance_ids))
         create_nodes(api, names, instances)

@@ -34,7 +34,8 @@ OWN_LIMITER = rate_limits.Limiter(OWN_SHARE, outside_hook_wait=600.0)
 class Aws:
     """boto3 clients bound to one endpoint (moto) and region, metered by the stack's own share."""
 
-    def __init__(self, env: Mapping[str, str], config: Config | None = None):
+    def __init__(self, env: Mapping[str, str], config: Config | None = None, metered: bool = True):
+        self._metered = metered  # False: a world built while the throttling is off, unlimited here too
         self._kwargs = {
             "config": config,
             "region_name": env.get("AWS_REGION", REGION),
@@ -53,7 +54,8 @@ class Aws:
 
     def _client(self, service: str):
         client = boto3.client(service, **self._kwargs)
-        rate_limits.meter(client, service, self._kwargs["region_name"], OWN_LIMITER)
+        if self._metered:
+            rate_limits.meter(client, service, self._kwargs["region_name"], OWN_LIMITER)
         return client
 
 

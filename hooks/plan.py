@@ -25,12 +25,12 @@ would otherwise redo may be one: a background action lost with its process
 is simply done again.
 
 A ``carry_on`` action is one the call waits for only while it is being
-sent: handed over to a call that cannot go out at once (its batch waits for
-its turn or its rate-limit token), it answers UNDER_WAY and is carried on
-after the call, its ``record`` written as a background action's is. So a
-wave of callers never holds the hook server's threads while AWS's budget
-is spent; a failure met in the background is met again, and said, by a
-later call.
+sent: once its call has to wait for a rate-limit token, or behind another
+call to the same target, it answers UNDER_WAY and is carried on after the
+call, its ``record`` written as a background action's is, with no thread
+held while it waits. So a wave of callers never holds the hook server's
+threads while AWS's budget is spent; a failure met in the background is
+met again, and said, by a later call.
 
 A ``Gate`` sequences a plan's actions: it may answer for one, unrun, with an
 Outcome whose ``code`` says why (DEFERRED, HELD); an action whose
