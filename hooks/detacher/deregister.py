@@ -9,8 +9,8 @@ from hooks.contract import HookRequest, decorator_response
 from hooks.detacher import targets
 from hooks.detacher.assess import Situation
 from hooks.detacher.attachment import desired
-from hooks.detacher.step import (LABEL_SETTLE_SECONDS, SEND_SECONDS, clear_error, deletion_deadline_passed, failure,
-                                 membership_actions, written_first)
+from hooks.detacher.step import (LABEL_SETTLE_SECONDS, PUT_OFF_RESYNC_SECONDS, SEND_SECONDS, clear_error,
+                                 deletion_deadline_passed, failure, membership_actions, written_first)
 from hooks.plan import Action, Plan
 
 # How long after the exclude step its background deregistrations are taken to be under way: a deregister step
@@ -37,6 +37,10 @@ def deregister(request, sit, settings, now, observed) -> Plan:
             return Plan(decorator_response(attachments=[], finalized=True),
                         events=[events.normal(events.DETACH_SKIPPED, f"cannot detach: {sit.provider_error}")])
         return failure(request, settings, now, f"cannot detach: {sit.provider_error}", attachments)
+    if observed.get("discoveryPutOff") and not deletion_deadline_passed(request, settings, now):
+        # Not asked: this process's share of the bucket had no token in time. No failure, no backoff.
+        return Plan(decorator_response(attachments=attachments, resync_after=PUT_OFF_RESYNC_SECONDS,
+                                       finalized=False if request.finalizing else None))
     if observed.get("discoveryError"):
         return failure(request, settings, now, f"load balancer discovery failed: {observed['discoveryError']}",
                        attachments)

@@ -8,13 +8,8 @@ from hooks import bounds, detacher_names, timefmt
 from hooks.config import Settings
 from hooks.contract import HookRequest
 from hooks.detacher import targets
-from hooks.detacher.step import SEND_SECONDS, deletion_deadline_passed
+from hooks.detacher.step import PUT_OFF_RESYNC_SECONDS, deletion_deadline_passed
 from hooks.plan import PUT_OFF, Outcome, Plan, backoff, failure_text
-
-# A step whose calls were only put off (not sent before their deadline, or still waiting to go out in the
-# background) is looked at again this soon: within a waiting call's deadline to go out, so the Node's next
-# reading renews its place in the call instead of losing it.
-PUT_OFF_RESYNC_SECONDS = SEND_SECONDS / 2
 
 
 def settle(request: HookRequest, plan: Plan, outcomes: list[Outcome], settings: Settings,

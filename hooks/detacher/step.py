@@ -19,6 +19,10 @@ LABEL_SETTLE_SECONDS = 1.0
 # may have come back, or begun to leave again. Shorter than deregister.BACKGROUND_GRACE_SECONDS, so none of
 # the exclude step's calls still goes out once the deregister step may make them itself.
 SEND_SECONDS = 5.0
+# A step whose calls were only put off (not sent before their deadline, still waiting to go out in the
+# background, or a look-up this process's rate-limit share had no token for) is looked at again this soon:
+# within a waiting call's deadline to go out, so the Node's next reading renews its place in the call.
+PUT_OFF_RESYNC_SECONDS = SEND_SECONDS / 2
 # Every call decided before a re-attach has landed this long after it: sent within SEND_SECONDS of its
 # decision and answered within elb.CALL_SECONDS, with room for two processes' clocks, timestamps to the second
 # and the re-attach's own read of the Node (hooks.detacher.assess, which a detach's steps wait on).

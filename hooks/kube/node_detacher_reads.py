@@ -10,7 +10,7 @@ import threading
 import time
 
 from hooks import detacher_names, objects, runtime, timefmt
-from hooks.aws import elb, lb_discovery
+from hooks.aws import elb, lb_discovery, rate_limits
 from hooks.contract import HookRequest
 from hooks.detacher import assess, pod_trigger, reattach, shutdown, targets
 from hooks.kube import daemonsets, pods
@@ -58,6 +58,8 @@ def gather(request: HookRequest, ctx: runtime.Context, now: dt.datetime) -> dict
             }
         except Exception as exc:  # noqa: BLE001 - any AWS/transport failure is reported, not raised
             observed["discoveryError"] = error_text(exc)
+            if isinstance(exc, rate_limits.Limited):  # not sent: this process's share had no token in time
+                observed["discoveryPutOff"] = True
     if sit.phase == assess.DRAIN:
         _observe_memberships(observed, ctx, sit, request, now)
     if sit.phase == assess.SHUTDOWN and not request.finalizing and shutdown.node_leaving(sit):
