@@ -98,8 +98,7 @@ def _in_time(ctx: runtime.Context, a: Action, service: str, operation: str, call
         try:
             paid.enter_context(rate_limits.paid_ahead(client, operation, left))
         except rate_limits.Limited as exc:  # its token would come too late: never sent
-            raise elb.NotSent(f"{a.kind} {a.target}: no token before its deadline to go out "
-                              f"({a.params['sendBy']}): {exc.response['Error']['Message']}") from exc
+            raise elb.NotSent.no_token(f"{a.kind} {a.target} (send by {a.params['sendBy']})", exc) from exc
         _send_within(ctx, a)
         return call(client)
 

@@ -33,6 +33,11 @@ CALL_SECONDS = 30.0
 class NotSent(Exception):
     """A (de)registration whose deadline to go out passed before it could: not sent at all."""
 
+    @classmethod
+    def no_token(cls, what: str, limited: ClientError) -> NotSent:
+        """``what`` not sent: the limiter's token would have come after its deadline (``limited``)."""
+        return cls(f"{what}: no token before its deadline to go out: {limited.response['Error']['Message']}")
+
 
 class Queued(Exception):
     """A deregistration whose call waits to go out (its token, or another call of its group): still under way."""
@@ -458,8 +463,7 @@ class DeregisterCoalescer:
             return self._call(elbv2, key, batch)
         except rate_limits.Limited as exc:
             self._close(key, batch)
-            return [NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
-                            f"{exc.response['Error']['Message']}")] * len(batch.parts)
+            return [NotSent.no_token(f"DeregisterTargets on {key[1]}", exc)] * len(batch.parts)
 
     def _call(self, elbv2, key: tuple, batch: _Batch, which: list[int] | None = None) -> list:
         """One DeregisterTargets for the parts ``which`` of the batch still in time, on a token of its own
@@ -486,8 +490,7 @@ class DeregisterCoalescer:
                 raise
             results = [None] * len(batch.parts)
             for i in which:
-                results[i] = NotSent(f"DeregisterTargets on {key[1]}: no token before its deadline to go out: "
-                                     f"{exc.response['Error']['Message']}")
+                results[i] = NotSent.no_token(f"DeregisterTargets on {key[1]}", exc)
         return results
 
     def _redo_refused(self, elbv2, key: tuple, batch: _Batch, refused: list[int]) -> None:
